@@ -1,0 +1,537 @@
+/*
+ * kiln.h — Kiln, a tensor library in C: PyTorch's way of working, without Python.
+ *
+ * TUTORIAL
+ *
+ * Tensors. A kl_tensor is an opaque, refcounted view (dtype, shape, strides,
+ * offset) over refcounted storage on one device. Views (kl_reshape, kl_permute,
+ * kl_slice, ...) share storage and never copy.
+ *
+ * Ownership: scopes. Every tensor an op returns belongs to the innermost open
+ * scope of the calling thread. There is always an implicit root scope.
+ *
+ *     kl_scope_begin();
+ *     kl_tensor *y = kl_add(kl_mul(a, b), c);   // the temporary a*b is owned too
+ *     kl_keep(y);                               // move y to the enclosing scope
+ *     kl_scope_end();                           // frees a*b; y survives
+ *
+ * Arguments are always borrowed: no function steals a reference. kl_retain
+ * gives the caller its own reference (for long-lived tensors such as
+ * parameters); kl_release gives it back. Scopes close in strict LIFO order.
+ *
+ * Errors. An op that fails returns NULL (or a negative status) and records a
+ * thread-local error: a code and a message naming the op, shapes, dtypes and
+ * devices. An op given NULL returns NULL and keeps the first error, so a chain
+ * needs one check at its end:
+ *
+ *     kl_tensor *z = kl_softmax(kl_matmul(x, w), -1);
+ *     if (!z) fprintf(stderr, "%s\n", kl_last_error());
+ *     kl_clear_error();
+ *
+ * Set KL_ABORT_ON_ERROR=1 to abort() at the failing call (for gdb).
+ *
+ * A worked example:
+ *
+ *     kl_manual_seed(0);
+ *     kl_tensor *x = kl_randn(KL_SHAPE(4, 3), KL_F32);
+ *     kl_tensor *w = kl_ones(KL_SHAPE(3, 2), KL_F32);
+ *     kl_tensor *y = kl_relu(kl_matmul(x, w));
+ *     kl_print(kl_sum(y, KL_DIMS(-1), false));
+ *
+ * Conventions. Shapes and dim lists are passed as (count, pointer); the
+ * KL_SHAPE / KL_DIMS macros build both from a literal list (C only: they use
+ * compound literals). Negative dims count from the end as in PyTorch.
+ * `_inplace` ops write into their first argument, bump its version counter and
+ * return that same pointer (no new reference), or NULL on error.
+ *
+ * Undetectable misuse (documented, not checked): using a tensor pointer after
+ * its last reference is gone is reported as KL_ERR_FREED while the header has
+ * not been reused; once the header is handed to a new tensor, the old pointer
+ * silently names the new tensor. Writing through kl_data_ptr of a tensor
+ * that autograd saved, or of a borrowed blob after its owner freed it, is not
+ * detected. Tensors may be passed between threads but not used by two
+ * threads at once while one of them writes.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef KL_API
+#  if defined(KL_BUILDING_LIBRARY)
+#    define KL_API __attribute__((visibility("default")))
+#  else
+#    define KL_API
+#  endif
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Basic types                                                              */
+/* ------------------------------------------------------------------------ */
+
+#define KL_MAX_DIMS 8
+
+typedef struct kl_tensor kl_tensor;
+
+/* Element types. Enums only grow at the end. f16/bf16 compute in f32 on CPU. */
+typedef enum kl_dtype {
+    KL_F32,
+    KL_F64,
+    KL_F16,
+    KL_BF16,
+    KL_I32,
+    KL_I64,
+    KL_U8,
+    KL_BOOL,
+    KL_NUM_DTYPES
+} kl_dtype;
+
+typedef enum kl_device_type {
+    KL_CPU,
+    KL_CUDA,
+    KL_META      /* shapes and dtypes only, no data: used for tracing */
+} kl_device_type;
+
+typedef struct kl_device {
+    kl_device_type type;
+    int index;
+} kl_device;
+
+#define KL_DEVICE_CPU  ((kl_device){KL_CPU, 0})
+#define KL_DEVICE_META ((kl_device){KL_META, 0})
+
+/* Builds "count, array" from a literal list: kl_zeros(KL_SHAPE(2, 3), KL_F32). */
+#define KL_SHAPE(...) \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+#define KL_DIMS(...) KL_SHAPE(__VA_ARGS__)
+/* No dims: reduce over all of them. */
+#define KL_ALL_DIMS 0, NULL
+
+typedef enum kl_reduction { KL_REDUCE_NONE, KL_REDUCE_MEAN, KL_REDUCE_SUM } kl_reduction;
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Status codes: one table gives names and descriptions (libuv's map). */
+#define KL_STATUS_MAP(X)                                                   \
+    X(OK,          0, "no error")                                         \
+    X(NULL_ARG,   -1, "a NULL tensor or pointer argument")                \
+    X(SHAPE,      -2, "incompatible or invalid shapes")                   \
+    X(DTYPE,      -3, "unsupported or incompatible dtypes")               \
+    X(DEVICE,     -4, "tensors on different or unsupported devices")      \
+    X(INDEX,      -5, "dimension or index out of range")                  \
+    X(ARG,        -6, "invalid argument value")                           \
+    X(OOM,        -7, "out of memory")                                    \
+    X(FREED,      -8, "use of a released tensor")                         \
+    X(STATE,      -9, "invalid call for the current state")               \
+    X(IO,        -10, "file input/output failed")                         \
+    X(FORMAT,    -11, "malformed file or buffer")                         \
+    X(UNSUPPORTED,-12, "operation not supported for these arguments")     \
+    X(OVERFLOW,  -13, "size computation overflows")                       \
+    X(INTERNAL,  -14, "internal error")
+
+typedef enum kl_status {
+#define KL_STATUS_ENUM_(name, code, desc) KL_ERR_##name = (code),
+    KL_STATUS_MAP(KL_STATUS_ENUM_)
+#undef KL_STATUS_ENUM_
+} kl_status;
+#define KL_OK KL_ERR_OK
+
+/* Code of the first error recorded on this thread since the last clear, or KL_OK. */
+KL_API kl_status kl_last_status(void);
+/* Message of that error ("" if none), e.g. "kl_add: shapes [2,3] and [4] cannot broadcast".
+ * The pointer stays valid until the next kl_clear_error on this thread. */
+KL_API const char *kl_last_error(void);
+/* Clears this thread's error record. */
+KL_API void kl_clear_error(void);
+/* "KL_ERR_SHAPE" etc.; "KL_ERR_UNKNOWN" for values outside the table. */
+KL_API const char *kl_status_name(kl_status s);
+/* The table's one-line description of a status. */
+KL_API const char *kl_status_string(kl_status s);
+
+/* ------------------------------------------------------------------------ */
+/* Version, threads, memory                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* "MAJOR.MINOR.PATCH" of the library actually linked. */
+KL_API const char *kl_version(void);
+/* Threads used by Kiln's own pool (default: $KL_NUM_THREADS or the CPU count). */
+KL_API int kl_get_num_threads(void);
+/* Sets the pool size (n < 1 means 1). Not while another thread runs Kiln ops. */
+KL_API void kl_set_num_threads(int n);
+/* Returns cached free blocks of the CPU caching allocator to the system. */
+KL_API void kl_empty_cache(void);
+/* Live tensor headers and storages in the process (leak checks in tests). */
+KL_API int64_t kl_live_tensors(void);
+KL_API int64_t kl_live_storages(void);
+
+/* ------------------------------------------------------------------------ */
+/* Ownership                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Opens a scope on this thread: results of later ops belong to it. */
+KL_API void kl_scope_begin(void);
+/* Closes the innermost scope, releasing what it owns. Aborts (a bug) if no
+ * scope is open or a scope opened on another thread is closed here. */
+KL_API void kl_scope_end(void);
+/* Number of open scopes above the implicit root on this thread. */
+KL_API int kl_scope_depth(void);
+/* Moves t from the scope that owns it to the scope enclosing that one; in the
+ * root scope (or not scope-owned) it does nothing. Returns t (NULL passes through). */
+KL_API kl_tensor *kl_keep(kl_tensor *t);
+/* Gives the caller its own reference to t, independent of scopes. Returns t. */
+KL_API kl_tensor *kl_retain(kl_tensor *t);
+/* Drops a reference the caller owns: one from kl_retain first; otherwise the
+ * owning scope's, which frees t early. KL_ERR_STATE if the caller owns none. */
+KL_API void kl_release(kl_tensor *t);
+
+/* ------------------------------------------------------------------------ */
+/* dtypes and devices                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Bytes per element (0 for an invalid dtype). */
+KL_API size_t kl_dtype_size(kl_dtype dt);
+/* "float32", "int64", ... as PyTorch names them; "invalid" otherwise. */
+KL_API const char *kl_dtype_name(kl_dtype dt);
+KL_API bool kl_dtype_is_floating(kl_dtype dt);
+/* The dtype PyTorch's type promotion gives a op(a, b) of two dimensioned tensors. */
+KL_API kl_dtype kl_promote_types(kl_dtype a, kl_dtype b);
+/* The device creation ops use on this thread (default CPU). */
+KL_API void kl_set_default_device(kl_device d);
+KL_API kl_device kl_get_default_device(void);
+/* The dtype creation ops use when a float is asked for without one (KL_F32). */
+KL_API void kl_set_default_dtype(kl_dtype dt);
+KL_API kl_dtype kl_get_default_dtype(void);
+
+/* ------------------------------------------------------------------------ */
+/* Accessors (borrowed tensor, no allocation)                                */
+/* ------------------------------------------------------------------------ */
+
+KL_API int kl_ndim(const kl_tensor *t);                  /* -1 on NULL/freed */
+KL_API const int64_t *kl_shape(const kl_tensor *t);      /* NULL on NULL/freed */
+KL_API const int64_t *kl_stride(const kl_tensor *t);     /* in elements */
+KL_API int64_t kl_size(const kl_tensor *t, int dim);     /* -1 and KL_ERR_INDEX if bad dim */
+KL_API int64_t kl_numel(const kl_tensor *t);             /* -1 on NULL */
+KL_API int64_t kl_storage_offset(const kl_tensor *t);
+KL_API kl_dtype kl_dtype_of(const kl_tensor *t);         /* KL_NUM_DTYPES on NULL */
+KL_API kl_device kl_device_of(const kl_tensor *t);
+KL_API bool kl_is_contiguous(const kl_tensor *t);
+/* Version counter of t's storage: bumped by every in-place write. */
+KL_API int64_t kl_version_of(const kl_tensor *t);
+/* Pointer to element [0,...,0] (CPU only; NULL and an error for meta/CUDA). */
+KL_API void *kl_data_ptr(const kl_tensor *t);
+/* The value of a one-element tensor as double; NaN and an error otherwise. */
+KL_API double kl_item(const kl_tensor *t);
+/* The value of a one-element integer/bool tensor, exact; 0 and an error otherwise. */
+KL_API int64_t kl_item_int(const kl_tensor *t);
+/* 1 if t and u share storage, 0 if not, -1 on error. */
+KL_API int kl_shares_storage(const kl_tensor *t, const kl_tensor *u);
+
+/* ------------------------------------------------------------------------ */
+/* Creation (on the default device; results owned by the current scope)      */
+/* ------------------------------------------------------------------------ */
+
+KL_API kl_tensor *kl_empty(int ndim, const int64_t *shape, kl_dtype dt);
+KL_API kl_tensor *kl_empty_on(int ndim, const int64_t *shape, kl_dtype dt, kl_device dev);
+KL_API kl_tensor *kl_zeros(int ndim, const int64_t *shape, kl_dtype dt);
+KL_API kl_tensor *kl_ones(int ndim, const int64_t *shape, kl_dtype dt);
+KL_API kl_tensor *kl_full(int ndim, const int64_t *shape, double value, kl_dtype dt);
+/* 0-dim tensor holding value. */
+KL_API kl_tensor *kl_scalar_tensor(double value, kl_dtype dt);
+/* [start, end) by step, as torch.arange (length ceil((end-start)/step)). */
+KL_API kl_tensor *kl_arange(double start, double end, double step, kl_dtype dt);
+/* steps evenly spaced values from start to end inclusive. */
+KL_API kl_tensor *kl_linspace(double start, double end, int64_t steps, kl_dtype dt);
+/* n x m identity (m < 0 means m = n). */
+KL_API kl_tensor *kl_eye(int64_t n, int64_t m, kl_dtype dt);
+KL_API kl_tensor *kl_empty_like(const kl_tensor *t);
+KL_API kl_tensor *kl_zeros_like(const kl_tensor *t);
+KL_API kl_tensor *kl_ones_like(const kl_tensor *t);
+KL_API kl_tensor *kl_full_like(const kl_tensor *t, double value);
+KL_API kl_tensor *kl_rand_like(const kl_tensor *t);
+KL_API kl_tensor *kl_randn_like(const kl_tensor *t);
+/* Copies numel(shape) contiguous elements of dtype dt from data. */
+KL_API kl_tensor *kl_from_data(const void *data, int ndim, const int64_t *shape, kl_dtype dt);
+/* Borrows user memory (CPU): no copy. strides NULL means contiguous. When the
+ * last reference goes, deleter(data, ctx) is called if not NULL. The memory
+ * must stay valid and suitably aligned for dt until then. */
+KL_API kl_tensor *kl_from_blob(void *data, int ndim, const int64_t *shape, const int64_t *strides,
+                               kl_dtype dt, void (*deleter)(void *data, void *ctx), void *ctx);
+/* A new contiguous tensor with t's values. */
+KL_API kl_tensor *kl_clone(kl_tensor *t);
+/* t's values in contiguous layout: a new view of t if already contiguous. */
+KL_API kl_tensor *kl_contiguous(kl_tensor *t);
+/* t converted to dt (a new view of t if already dt). */
+KL_API kl_tensor *kl_to_dtype(kl_tensor *t, kl_dtype dt);
+/* t on dev (a new view of t if already there). */
+KL_API kl_tensor *kl_to_device(kl_tensor *t, kl_device dev);
+/* Copies src into dst (broadcasting src, converting dtype). Returns dst. */
+KL_API kl_tensor *kl_copy_inplace(kl_tensor *dst, kl_tensor *src);
+/* Sets every element of t to value. Returns t. */
+KL_API kl_tensor *kl_fill_inplace(kl_tensor *t, double value);
+KL_API kl_tensor *kl_zero_inplace(kl_tensor *t);
+
+/* ------------------------------------------------------------------------ */
+/* Random (Philox 4x32-10: same seed, same numbers on any thread count)      */
+/* ------------------------------------------------------------------------ */
+
+/* Seeds the default generator and resets its offset. */
+KL_API void kl_manual_seed(uint64_t seed);
+KL_API uint64_t kl_initial_seed(void);
+/* Uniform in [0, 1). */
+KL_API kl_tensor *kl_rand(int ndim, const int64_t *shape, kl_dtype dt);
+/* Standard normal. */
+KL_API kl_tensor *kl_randn(int ndim, const int64_t *shape, kl_dtype dt);
+/* Uniform integers in [low, high). */
+KL_API kl_tensor *kl_randint(int64_t low, int64_t high, int ndim, const int64_t *shape, kl_dtype dt);
+/* 1 with probability p[i], else 0; same dtype as p (floating). */
+KL_API kl_tensor *kl_bernoulli(kl_tensor *p);
+
+/* ------------------------------------------------------------------------ */
+/* Views (share storage with their input, never copy)                        */
+/* ------------------------------------------------------------------------ */
+
+/* View if strides allow, else a copy. One dim may be -1. */
+KL_API kl_tensor *kl_reshape(kl_tensor *t, int ndim, const int64_t *shape);
+/* Always a view; KL_ERR_SHAPE if t's strides do not allow it. */
+KL_API kl_tensor *kl_view(kl_tensor *t, int ndim, const int64_t *shape);
+KL_API kl_tensor *kl_permute(kl_tensor *t, int ndim, const int64_t *dims);
+KL_API kl_tensor *kl_transpose(kl_tensor *t, int dim0, int dim1);
+/* Transpose of a tensor with at most 2 dims. */
+KL_API kl_tensor *kl_t(kl_tensor *t);
+/* Broadcast view; -1 keeps a dim. */
+KL_API kl_tensor *kl_expand(kl_tensor *t, int ndim, const int64_t *shape);
+KL_API kl_tensor *kl_broadcast_to(kl_tensor *t, int ndim, const int64_t *shape);
+/* Removes dim if it has size 1 (else a view of t unchanged). */
+KL_API kl_tensor *kl_squeeze(kl_tensor *t, int dim);
+/* Removes every size-1 dim. */
+KL_API kl_tensor *kl_squeeze_all(kl_tensor *t);
+KL_API kl_tensor *kl_unsqueeze(kl_tensor *t, int dim);
+KL_API kl_tensor *kl_flatten(kl_tensor *t, int start_dim, int end_dim);
+/* t[start:end:step] along dim, Python slice semantics (clamped; INT64_MAX = to the end). step > 0. */
+KL_API kl_tensor *kl_slice(kl_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+KL_API kl_tensor *kl_narrow(kl_tensor *t, int dim, int64_t start, int64_t length);
+/* Removes dim by taking index (negative counts from the end). */
+KL_API kl_tensor *kl_select(kl_tensor *t, int dim, int64_t index);
+/* A new view of t with a given shape, strides and offset (elements). */
+KL_API kl_tensor *kl_as_strided(kl_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                                int64_t offset);
+
+/* ------------------------------------------------------------------------ */
+/* Elementwise, unary. Each has an _inplace variant writing into x.          */
+/* Math functions promote integer inputs to the default float dtype.         */
+/* ------------------------------------------------------------------------ */
+
+#define KL_UNARY_OPS(X) \
+    X(neg) X(abs) X(sign) X(exp) X(exp2) X(expm1) X(log) X(log2) X(log1p) \
+    X(sqrt) X(rsqrt) X(square) X(reciprocal) X(sin) X(cos) X(tan) X(tanh) \
+    X(sigmoid) X(relu) X(gelu) X(gelu_tanh) X(silu) X(softplus) X(erf)    \
+    X(floor) X(ceil) X(round) X(trunc) X(logical_not) X(isnan) X(isinf)   \
+    X(isfinite) X(bitwise_not)
+
+/* kl_<op>(x): elementwise op, a new tensor. kl_<op>_inplace(x): into x,
+ * returns x (not for isnan/isinf/isfinite, which always produce bool). */
+#define KL_DECLARE_UNARY_(name)                               \
+    KL_API kl_tensor *kl_##name(kl_tensor *x);                \
+    KL_API kl_tensor *kl_##name##_inplace(kl_tensor *x);
+KL_UNARY_OPS(KL_DECLARE_UNARY_)
+#undef KL_DECLARE_UNARY_
+
+/* ------------------------------------------------------------------------ */
+/* Elementwise, binary, with broadcasting and PyTorch type promotion.        */
+/* kl_<op>(a, b); kl_<op>_inplace(a, b) writes into a; kl_<op>_scalar(a, s)  */
+/* and kl_<op>_scalar_inplace(a, s) take a C double. A scalar counts as an   */
+/* integer if it has an integral value, else as a float, and never widens a  */
+/* tensor's dtype within its category (f32 + 2.5 stays f32; i32 + 2 stays    */
+/* i32; i32 + 2.5 becomes the default float dtype).                          */
+/* ------------------------------------------------------------------------ */
+
+#define KL_BINARY_OPS(X) \
+    X(add) X(sub) X(mul) X(div) X(remainder) X(pow) X(maximum) X(minimum) \
+    X(atan2) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(logical_and)            \
+    X(logical_or) X(logical_xor) X(bitwise_and) X(bitwise_or) X(bitwise_xor)
+
+#define KL_DECLARE_BINARY_(name)                                          \
+    KL_API kl_tensor *kl_##name(kl_tensor *a, kl_tensor *b);              \
+    KL_API kl_tensor *kl_##name##_inplace(kl_tensor *a, kl_tensor *b);    \
+    KL_API kl_tensor *kl_##name##_scalar(kl_tensor *a, double s);         \
+    KL_API kl_tensor *kl_##name##_scalar_inplace(kl_tensor *a, double s);
+KL_BINARY_OPS(KL_DECLARE_BINARY_)
+#undef KL_DECLARE_BINARY_
+
+/* s - a (PyTorch's rsub). */
+KL_API kl_tensor *kl_rsub_scalar(kl_tensor *a, double s);
+/* s / a. */
+KL_API kl_tensor *kl_rdiv_scalar(kl_tensor *a, double s);
+
+/* ------------------------------------------------------------------------ */
+/* Elementwise, other                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* cond ? a : b, broadcast; cond must be bool. */
+KL_API kl_tensor *kl_where(kl_tensor *cond, kl_tensor *a, kl_tensor *b);
+/* min(max(x, lo), hi); pass -INFINITY / INFINITY for no bound. */
+KL_API kl_tensor *kl_clamp(kl_tensor *x, double lo, double hi);
+KL_API kl_tensor *kl_clamp_inplace(kl_tensor *x, double lo, double hi);
+/* a + w * (b - a), w a tensor (broadcast) or a scalar. */
+KL_API kl_tensor *kl_lerp(kl_tensor *a, kl_tensor *b, kl_tensor *w);
+KL_API kl_tensor *kl_lerp_scalar(kl_tensor *a, kl_tensor *b, double w);
+KL_API kl_tensor *kl_lerp_scalar_inplace(kl_tensor *a, kl_tensor *b, double w);
+/* x with value where mask (bool, broadcast to x) is true. */
+KL_API kl_tensor *kl_masked_fill(kl_tensor *x, kl_tensor *mask, double value);
+KL_API kl_tensor *kl_masked_fill_inplace(kl_tensor *x, kl_tensor *mask, double value);
+/* Lower / upper triangle of the last two dims (diagonal offset k). */
+KL_API kl_tensor *kl_tril(kl_tensor *x, int64_t k);
+KL_API kl_tensor *kl_triu(kl_tensor *x, int64_t k);
+
+/* ------------------------------------------------------------------------ */
+/* Reductions. dims: (ndims, dims); ndims == 0 reduces over all dims.        */
+/* ------------------------------------------------------------------------ */
+
+KL_API kl_tensor *kl_sum(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+KL_API kl_tensor *kl_mean(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+KL_API kl_tensor *kl_prod(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+KL_API kl_tensor *kl_amax(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+KL_API kl_tensor *kl_amin(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+/* Values and int64 indices of the max/min along dim (first occurrence; NaN wins).
+ * Returns 0 and sets *values, *indices (both scope-owned), or -1. */
+KL_API int kl_max_dim(kl_tensor *x, int dim, bool keepdim, kl_tensor **values, kl_tensor **indices);
+KL_API int kl_min_dim(kl_tensor *x, int dim, bool keepdim, kl_tensor **values, kl_tensor **indices);
+/* Pass KL_DIM_NONE as dim to reduce over the flattened tensor. */
+#define KL_DIM_NONE (-0x7fff)
+KL_API kl_tensor *kl_argmax(kl_tensor *x, int dim, bool keepdim);
+KL_API kl_tensor *kl_argmin(kl_tensor *x, int dim, bool keepdim);
+/* Variance / standard deviation with Bessel-style correction (1 = unbiased). */
+KL_API kl_tensor *kl_var(kl_tensor *x, int ndims, const int64_t *dims, double correction, bool keepdim);
+KL_API kl_tensor *kl_std(kl_tensor *x, int ndims, const int64_t *dims, double correction, bool keepdim);
+KL_API kl_tensor *kl_logsumexp(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+/* p-norm (p = INFINITY: max |x|; p = 0: count of non-zeros). */
+KL_API kl_tensor *kl_norm(kl_tensor *x, double p, int ndims, const int64_t *dims, bool keepdim);
+/* bool results. */
+KL_API kl_tensor *kl_all(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+KL_API kl_tensor *kl_any(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+KL_API kl_tensor *kl_cumsum(kl_tensor *x, int dim);
+KL_API kl_tensor *kl_cumprod(kl_tensor *x, int dim);
+
+/* ------------------------------------------------------------------------ */
+/* Joining and indexing                                                      */
+/* ------------------------------------------------------------------------ */
+
+KL_API kl_tensor *kl_cat(int n, kl_tensor *const *ts, int dim);
+KL_API kl_tensor *kl_stack(int n, kl_tensor *const *ts, int dim);
+/* Views of pieces of split_size along dim (the last may be smaller). Writes
+ * up to max_out pointers to out and returns how many pieces there are, or -1. */
+KL_API int kl_split(kl_tensor *x, int64_t split_size, int dim, kl_tensor **out, int max_out);
+/* chunks pieces as torch.chunk; returns the count written, or -1. */
+KL_API int kl_chunk(kl_tensor *x, int chunks, int dim, kl_tensor **out, int max_out);
+/* Tiles x: repeats[i] copies along dim i (nrep >= ndim). */
+KL_API kl_tensor *kl_repeat(kl_tensor *x, int nrep, const int64_t *repeats);
+/* Constant padding, F.pad order: (left, right) of the last dim first. */
+KL_API kl_tensor *kl_pad(kl_tensor *x, int npad, const int64_t *pad, double value);
+/* index: 1-D int64/int32. */
+KL_API kl_tensor *kl_index_select(kl_tensor *x, int dim, kl_tensor *index);
+KL_API kl_tensor *kl_gather(kl_tensor *x, int dim, kl_tensor *index);
+/* x with src added at index along dim (out of place / in place into x). */
+KL_API kl_tensor *kl_scatter_add(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src);
+KL_API kl_tensor *kl_scatter_add_inplace(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src);
+KL_API kl_tensor *kl_take_along_dim(kl_tensor *x, kl_tensor *index, int dim);
+/* Rows of weight [num, dim] selected by integer indices of any shape. */
+KL_API kl_tensor *kl_embedding(kl_tensor *weight, kl_tensor *indices);
+
+/* ------------------------------------------------------------------------ */
+/* Linear algebra (OpenBLAS on CPU)                                          */
+/* ------------------------------------------------------------------------ */
+
+/* torch.matmul: 1-D, 2-D and batched with broadcasting of batch dims. */
+KL_API kl_tensor *kl_matmul(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_mm(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_bmm(kl_tensor *a, kl_tensor *b);
+/* beta * bias + alpha * (a @ b). */
+KL_API kl_tensor *kl_addmm(kl_tensor *bias, kl_tensor *a, kl_tensor *b, double beta, double alpha);
+/* x @ w^T + bias (bias may be NULL). */
+KL_API kl_tensor *kl_linear(kl_tensor *x, kl_tensor *w, kl_tensor *bias);
+
+/* ------------------------------------------------------------------------ */
+/* Neural network ops                                                        */
+/* ------------------------------------------------------------------------ */
+
+KL_API kl_tensor *kl_softmax(kl_tensor *x, int dim);
+KL_API kl_tensor *kl_log_softmax(kl_tensor *x, int dim);
+/* Normalizes over the last normalized_ndim dims; weight/bias (shape of those
+ * dims) may be NULL. */
+KL_API kl_tensor *kl_layer_norm(kl_tensor *x, int normalized_ndim, kl_tensor *weight, kl_tensor *bias,
+                                double eps);
+KL_API kl_tensor *kl_rms_norm(kl_tensor *x, int normalized_ndim, kl_tensor *weight, double eps);
+/* Zeroes with probability p and scales by 1/(1-p) when training; else a view of x. */
+KL_API kl_tensor *kl_dropout(kl_tensor *x, double p, bool training);
+/* logits [N, C] (or [C]), target int64 class indices [N]; ignore_index -100 as PyTorch. */
+KL_API kl_tensor *kl_cross_entropy(kl_tensor *logits, kl_tensor *target, kl_reduction red,
+                                   double label_smoothing);
+KL_API kl_tensor *kl_nll_loss(kl_tensor *logp, kl_tensor *target, kl_reduction red);
+KL_API kl_tensor *kl_mse_loss(kl_tensor *a, kl_tensor *b, kl_reduction red);
+KL_API kl_tensor *kl_binary_cross_entropy_with_logits(kl_tensor *x, kl_tensor *y, kl_reduction red);
+
+typedef struct kl_conv2d_options {
+    int64_t stride[2], padding[2], dilation[2], groups;
+} kl_conv2d_options;
+KL_API kl_conv2d_options kl_conv2d_options_default(void);
+/* x [N,C,H,W], w [O,C/groups,kh,kw], bias [O] or NULL; opts NULL = defaults. */
+KL_API kl_tensor *kl_conv2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv2d_options *opts);
+
+typedef struct kl_pool2d_options {
+    int64_t kernel[2], stride[2], padding[2], dilation[2];
+    bool ceil_mode, count_include_pad;
+} kl_pool2d_options;
+/* kernel k x k, stride = kernel, no padding, count_include_pad = true. */
+KL_API kl_pool2d_options kl_pool2d_options_default(int64_t k);
+KL_API kl_tensor *kl_max_pool2d(kl_tensor *x, const kl_pool2d_options *opts);
+KL_API kl_tensor *kl_avg_pool2d(kl_tensor *x, const kl_pool2d_options *opts);
+/* softmax(q k^T * scale + mask) v; q [...,L,E], k [...,S,E], v [...,S,Ev];
+ * mask bool (true = keep) or float (added) or NULL; scale <= 0 means 1/sqrt(E). */
+KL_API kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor *v,
+                                                  kl_tensor *mask, bool causal, double scale);
+
+/* ------------------------------------------------------------------------ */
+/* Comparison helpers, printing, files                                       */
+/* ------------------------------------------------------------------------ */
+
+/* 1 if same shape and |a-b| <= atol + rtol*|b| everywhere (NaNs equal if
+ * equal_nan), 0 if not, -1 on error. */
+KL_API int kl_allclose(kl_tensor *a, kl_tensor *b, double rtol, double atol, bool equal_nan);
+/* 1 if same shape and equal values, 0 if not, -1 on error. */
+KL_API int kl_equal(kl_tensor *a, kl_tensor *b);
+
+/* PyTorch-style repr into buf (snprintf semantics: returns the full length, or -1). */
+KL_API int kl_format(const kl_tensor *t, char *buf, size_t cap);
+/* Prints the repr and a newline to stdout. */
+KL_API void kl_print(const kl_tensor *t);
+/* precision digits, summarize above threshold elements with edgeitems per side. */
+KL_API void kl_set_print_options(int precision, int64_t threshold, int edgeitems, int linewidth);
+
+/* .npy (v1-v3, every dtype above, C or Fortran order). kl_load_npy maps the
+ * file copy-on-write (zero-copy) when it can. */
+KL_API kl_tensor *kl_load_npy(const char *path);
+KL_API kl_tensor *kl_load_npy_buffer(const void *buf, size_t len);
+/* Returns 0 or a negative status. */
+KL_API int kl_save_npy(const char *path, const kl_tensor *t);
+
+/* DLPack (dlpack.h's DLManagedTensor), zero-copy both ways. kl_to_dlpack's
+ * result holds a reference to t until its deleter is called. kl_from_dlpack
+ * takes over the managed tensor (calls its deleter when the result dies). */
+struct DLManagedTensor;
+KL_API struct DLManagedTensor *kl_to_dlpack(kl_tensor *t);
+KL_API kl_tensor *kl_from_dlpack(struct DLManagedTensor *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_H */

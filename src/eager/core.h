@@ -1,0 +1,229 @@
+/*
+ * core.h — the eager layer's internal data structures: tensors, storage,
+ * dtype helpers, errors and scopes. Every file of src/eager includes it;
+ * higher layers (autograd, trace, ir, codegen) include it too, but eager
+ * never includes theirs.
+ */
+#ifndef KE_CORE_H
+#define KE_CORE_H
+
+#include "kiln.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#define KE_ASSERT(cond)                                                              \
+    do {                                                                             \
+        if (!(cond)) ke_assert_fail(#cond, __FILE__, __LINE__);                      \
+    } while (0)
+_Noreturn void ke_assert_fail(const char *what, const char *file, int line);
+
+#define KE_LIKELY(x) __builtin_expect(!!(x), 1)
+#define KE_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- dtypes ------------------------------------------------------------- */
+
+typedef enum ke_category { KE_CAT_BOOL, KE_CAT_INT, KE_CAT_FLOAT } ke_category;
+
+typedef struct ke_dtype_info {
+    const char *name;     /* PyTorch's name: "float32" */
+    const char *short_name; /* "f32" */
+    uint8_t size;
+    ke_category cat;
+    char npy_kind;        /* numpy kind letter: f, i, u, b */
+} ke_dtype_info;
+extern const ke_dtype_info ke_dtypes[KL_NUM_DTYPES];
+
+static inline int ke_dtype_valid(kl_dtype d) { return (unsigned)d < KL_NUM_DTYPES; }
+static inline int ke_is_float(kl_dtype d) { return ke_dtypes[d].cat == KE_CAT_FLOAT; }
+static inline int ke_is_int(kl_dtype d) { return ke_dtypes[d].cat == KE_CAT_INT; }
+/* The dtype a kernel computes in: f16/bf16 compute in f32. */
+static inline kl_dtype ke_compute_dtype(kl_dtype d) {
+    return (d == KL_F16 || d == KL_BF16) ? KL_F32 : d;
+}
+
+/* f16/bf16 <-> f32 conversion (round to nearest even, NaN preserved). */
+float ke_f16_to_f32(uint16_t h);
+uint16_t ke_f32_to_f16(float f);
+static inline float ke_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t ke_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Reads element i of a typed buffer as double / writes one (tests, printing,
+ * slow paths only). Integer writes saturate nothing: C conversion rules after
+ * NaN/range checks (NaN -> 0) so UBSan stays quiet. */
+double ke_load_f64(const void *p, kl_dtype d, int64_t i);
+void ke_store_f64(void *p, kl_dtype d, int64_t i, double v);
+int64_t ke_load_i64(const void *p, kl_dtype d, int64_t i);
+
+/* Converts n contiguous elements between dtypes (the one cast routine). */
+void ke_convert(void *dst, kl_dtype dd, const void *src, kl_dtype sd, int64_t n);
+/* Same, with element strides (0 broadcasts a scalar). */
+void ke_convert_strided(void *dst, kl_dtype dd, int64_t dstride, const void *src, kl_dtype sd,
+                        int64_t sstride, int64_t n);
+
+/* ---- errors ------------------------------------------------------------- */
+
+/* Records an error for op (e.g. "add" -> "kl_add: ...") unless one is pending.
+ * Returns -1 so callers can `return ke_err(...)`. */
+int ke_err(kl_status code, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int ke_verr(kl_status code, const char *op, const char *fmt, va_list ap);
+int ke_error_pending(void);
+/* "[2,3]" into buf (cap >= 8*22). Returns buf. */
+char *ke_fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape);
+/* "[2,3] float32 cpu" for error messages. */
+char *ke_fmt_tensor(char *buf, size_t cap, const kl_tensor *t);
+const char *ke_device_name(kl_device d);
+
+/* ---- storage and tensors ------------------------------------------------ */
+
+typedef enum ke_alloc_kind {
+    KE_ALLOC_CPU,      /* from the caching allocator */
+    KE_ALLOC_BLOB,     /* user memory, optional deleter */
+    KE_ALLOC_NONE,     /* meta: no data */
+    KE_ALLOC_DEVICE    /* a device allocator registered by a backend */
+} ke_alloc_kind;
+
+typedef struct ke_storage {
+    _Atomic int32_t refcount;
+    uint8_t alloc;                 /* ke_alloc_kind */
+    kl_device device;
+    void *data;
+    size_t nbytes;
+    _Atomic int64_t version;       /* bumped by every in-place write */
+    void (*deleter)(void *data, void *ctx);
+    void *deleter_ctx;
+    struct ke_storage *next_free;
+} ke_storage;
+
+/* Dispatch keys, low to high priority: the highest key present runs. */
+typedef enum ke_key {
+    KE_KEY_CPU,
+    KE_KEY_CUDA,
+    KE_KEY_META,
+    KE_KEY_AUTOGRAD,
+    KE_KEY_TRACE,
+    KE_NUM_KEYS
+} ke_key;
+typedef uint32_t ke_keyset;
+#define KE_KS(k) ((ke_keyset)1u << (k))
+#define KE_BACKEND_KEYS (KE_KS(KE_KEY_CPU) | KE_KS(KE_KEY_CUDA) | KE_KS(KE_KEY_META))
+
+#define KE_MAGIC_LIVE 0x4b4c6e54u   /* "KLnT" */
+#define KE_MAGIC_DEAD 0xdeadbeefu
+
+enum {
+    KE_TF_WRAPPED = 1,   /* a C scalar turned into a 0-dim tensor: lowest promotion priority */
+};
+
+struct kl_tensor {
+    uint32_t magic;
+    _Atomic int32_t refcount;      /* all owners: scope slot, user refs, internal holders */
+    _Atomic int32_t user_refs;     /* references given out by kl_retain */
+    uint8_t dtype;
+    uint8_t ndim;
+    uint8_t flags;                 /* KE_TF_* */
+    uint8_t keys;                  /* dispatch keys this tensor contributes */
+    int32_t scope_slot;            /* index in scope->items, -1 if not scope-owned */
+    struct ke_scope *scope;
+    ke_storage *storage;
+    int64_t offset;                /* in elements */
+    int64_t shape[KL_MAX_DIMS];
+    int64_t stride[KL_MAX_DIMS];
+    void *autograd;                /* owned by the autograd layer (hooks below) */
+    int64_t trace_id;              /* IR value id while tracing, else -1 */
+    struct kl_tensor *next_free;
+};
+
+/* Hooks for higher layers: called when a tensor header dies (to drop
+ * autograd metadata); set once at start-up by the layer that owns the field. */
+extern void (*ke_autograd_free_hook)(kl_tensor *t);
+
+/* Checks a tensor argument: NULL (keeps a pending error or records
+ * KL_ERR_NULL_ARG) and freed headers. Returns 0 if usable. */
+int ke_check_tensor(const kl_tensor *t, const char *op, int argno);
+static inline int ke_alive(const kl_tensor *t) { return t && t->magic == KE_MAGIC_LIVE; }
+
+/* A new tensor header over storage s (takes a reference to s), not in any scope,
+ * refcount 1. Returns NULL (KL_ERR_OOM) on failure. */
+kl_tensor *ke_tensor_wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape,
+                          const int64_t *stride, int64_t offset);
+/* A new contiguous tensor with fresh storage on dev, not in any scope. */
+kl_tensor *ke_tensor_new(kl_dtype dt, int ndim, const int64_t *shape, kl_device dev, const char *op);
+/* A view header of base (same storage, dtype and flags except wrapped). */
+kl_tensor *ke_tensor_view(const kl_tensor *base, int ndim, const int64_t *shape,
+                          const int64_t *stride, int64_t offset);
+/* Drops one reference held internally. */
+void ke_tensor_decref(kl_tensor *t);
+static inline void ke_tensor_incref(kl_tensor *t) {
+    atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
+}
+
+ke_storage *ke_storage_new(size_t nbytes, kl_device dev, const char *op);
+ke_storage *ke_storage_blob(void *data, size_t nbytes, void (*deleter)(void *, void *), void *ctx);
+void ke_storage_decref(ke_storage *s);
+static inline void ke_bump_version(kl_tensor *t) {
+    atomic_fetch_add_explicit(&t->storage->version, 1, memory_order_relaxed);
+}
+
+/* Device allocator a backend registers (CUDA later). */
+typedef struct ke_device_allocator {
+    void *(*alloc)(size_t nbytes, int device_index);
+    void (*free)(void *p, size_t nbytes, int device_index);
+} ke_device_allocator;
+void ke_register_device_allocator(kl_device_type type, const ke_device_allocator *a);
+
+static inline char *ke_data(const kl_tensor *t) {
+    return (char *)t->storage->data + t->offset * (int64_t)ke_dtypes[t->dtype].size;
+}
+int64_t ke_numel(int ndim, const int64_t *shape);
+/* Contiguous strides for shape. */
+void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+int ke_is_contig(const kl_tensor *t);
+/* Checks a shape: dims >= 0, ndim <= 8, numel * elsize fits in int64. */
+int ke_check_shape(const char *op, int ndim, const int64_t *shape, kl_dtype dt);
+/* Wraps a negative dim; records KL_ERR_INDEX and returns -1 if out of range.
+ * ndim 0 accepts dim 0 and -1 as PyTorch does. */
+int ke_wrap_dim(const char *op, int64_t dim, int ndim);
+ke_keyset ke_device_key(kl_device d);
+
+/* A wrapped C scalar (0-dim, KE_TF_WRAPPED): integral values become i64,
+ * others f64 — the dtype only says the category; promotion rules decide. */
+kl_tensor *ke_wrap_scalar(double v);
+
+/* ---- scopes -------------------------------------------------------------- */
+
+typedef struct ke_scope {
+    kl_tensor **items;
+    int32_t n, cap;
+    int32_t live;       /* non-NULL items */
+} ke_scope;
+
+/* Puts a fresh tensor (refcount 1, not scope-owned) into the current scope. */
+void ke_scope_adopt(kl_tensor *t);
+/* A tensor's result reference: in the scope if it is new, else nothing. */
+
+/* ---- thread-local state -------------------------------------------------- */
+
+typedef struct ke_tls {
+    ke_keyset include;        /* keys forced on (Trace while tracing) */
+    ke_keyset exclude;        /* keys masked off (below autograd, no-grad) */
+    kl_device default_device;
+    int grad_enabled;
+} ke_tls;
+ke_tls *ke_tls_get(void);
+extern _Thread_local ke_tls ke_tls_state;
+
+#endif /* KE_CORE_H */

@@ -1,0 +1,465 @@
+/*
+ * create.c — creation, random and copy ops (rows in ops_create.def): shape
+ * rules, CPU kernels, and the public wrappers, plus kl_from_data/from_blob,
+ * which wrap memory rather than dispatch.
+ */
+#include "ew.h"
+#include "philox.h"
+#include "threadpool.h"
+
+#include <math.h>
+
+/* ---- identity loops (clone, to_dtype: the engine does the casting) ---------- */
+
+#define ID_LOOP(T, sfx) KE_EW_UNARY(id_##sfx, T, T, x)
+ID_LOOP(float, f32)
+ID_LOOP(double, f64)
+ID_LOOP(int32_t, i32)
+ID_LOOP(int64_t, i64)
+ID_LOOP(uint8_t, u8)
+const ke_ew_impl ke_ew_identity = {
+    .loop = {[KL_F32] = id_f32, [KL_F64] = id_f64, [KL_I32] = id_i32, [KL_I64] = id_i64, [KL_U8] = id_u8,
+             [KL_BOOL] = id_u8},
+    .bcast_ok = 0,
+};
+
+/* ---- shape rules -------------------------------------------------------------- */
+
+int ke_infer_create(ke_call *c, ke_outspec *out) {
+    kl_dtype dt = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
+    if (ke_check_shape(ke_opname(c), c->a.nlist, c->a.list, dt)) return -1;
+    if ((c->op == KE_OP_rand || c->op == KE_OP_randn) && !ke_is_float(dt))
+        return ke_err(KL_ERR_DTYPE, ke_opname(c), "needs a floating dtype, got %s", ke_dtypes[dt].name);
+    out->dtype = dt;
+    c->compute = ke_compute_dtype(dt);
+    out->ndim = c->a.nlist;
+    memcpy(out->shape, c->a.list, sizeof(int64_t) * c->a.nlist);
+    return 1;
+}
+
+int ke_infer_arange(ke_call *c, ke_outspec *out) {
+    double start = c->a.f[0], end = c->a.f[1], step = c->a.f[2];
+    kl_dtype dt = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
+    if (!ke_dtype_valid(dt)) return ke_err(KL_ERR_DTYPE, ke_opname(c), "invalid dtype value %d", (int)dt);
+    if (!isfinite(start) || !isfinite(end)) return ke_err(KL_ERR_ARG, ke_opname(c), "start and end must be finite");
+    if (step == 0 || !isfinite(step)) return ke_err(KL_ERR_ARG, ke_opname(c), "step must be finite and nonzero");
+    if ((end - start) / step < 0)
+        return ke_err(KL_ERR_ARG, ke_opname(c), "upper bound and step sign are inconsistent (%g to %g by %g)", start,
+                      end, step);
+    double n = ceil((end - start) / step);
+    if (n > 1e15) return ke_err(KL_ERR_OVERFLOW, ke_opname(c), "%g elements is too many", n);
+    out->dtype = dt;
+    c->compute = ke_compute_dtype(dt);
+    out->ndim = 1;
+    out->shape[0] = (int64_t)n;
+    return ke_check_shape(ke_opname(c), 1, out->shape, dt) ? -1 : 1;
+}
+
+int ke_infer_linspace(ke_call *c, ke_outspec *out) {
+    kl_dtype dt = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
+    if (!ke_dtype_valid(dt)) return ke_err(KL_ERR_DTYPE, ke_opname(c), "invalid dtype value %d", (int)dt);
+    if (c->a.i[0] < 0) return ke_err(KL_ERR_ARG, ke_opname(c), "number of steps must be non-negative");
+    out->dtype = dt;
+    c->compute = ke_compute_dtype(dt);
+    out->ndim = 1;
+    out->shape[0] = c->a.i[0];
+    return ke_check_shape(ke_opname(c), 1, out->shape, dt) ? -1 : 1;
+}
+
+int ke_infer_eye(ke_call *c, ke_outspec *out) {
+    kl_dtype dt = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
+    int64_t n = c->a.i[0], m = c->a.i[1] < 0 ? n : c->a.i[1];
+    if (n < 0) return ke_err(KL_ERR_ARG, ke_opname(c), "n must be non-negative, got %lld", (long long)n);
+    out->dtype = dt;
+    c->compute = ke_compute_dtype(dt);
+    out->ndim = 2;
+    out->shape[0] = n;
+    out->shape[1] = m;
+    return ke_check_shape(ke_opname(c), 2, out->shape, dt) ? -1 : 1;
+}
+
+/* copy(dst, src): src broadcasts to dst; the result is dst itself. */
+int ke_infer_copy(ke_call *c, ke_outspec *out) {
+    kl_tensor *dst = c->in[0], *src = c->in[1];
+    int nd;
+    int64_t shape[KL_MAX_DIMS];
+    kl_tensor *pair[2] = {dst, src};
+    if (ke_broadcast_shapes(ke_opname(c), 2, pair, &nd, shape)) return -1;
+    if (nd != dst->ndim || memcmp(shape, dst->shape, sizeof(int64_t) * nd)) {
+        char b1[256], b2[256];
+        return ke_err(KL_ERR_SHAPE, ke_opname(c), "source %s does not broadcast to destination %s",
+                      ke_fmt_tensor(b1, sizeof b1, src), ke_fmt_tensor(b2, sizeof b2, dst));
+    }
+    out->dtype = (kl_dtype)dst->dtype;
+    c->compute = (kl_dtype)dst->dtype;
+    out->ndim = dst->ndim;
+    memcpy(out->shape, dst->shape, sizeof(int64_t) * dst->ndim);
+    return 1;
+}
+
+/* ---- kernels ------------------------------------------------------------------ */
+
+int ke_cpu_empty(ke_call *c) {
+    (void)c;
+    return 0;
+}
+
+/* Writes one value, already in the output dtype, over a contiguous tensor. */
+static void fill_bytes(kl_tensor *t, const void *val) {
+    size_t es = ke_dtypes[t->dtype].size;
+    int64_t n = ke_numel(t->ndim, t->shape);
+    char *p = ke_data(t);
+    int zero = 1;
+    for (size_t b = 0; b < es; b++)
+        if (((const char *)val)[b]) zero = 0;
+    if (zero) {
+        memset(p, 0, (size_t)n * es);
+        return;
+    }
+    switch (es) {
+    case 1: memset(p, *(const uint8_t *)val, (size_t)n); break;
+    case 2: for (int64_t i = 0; i < n; i++) memcpy(p + 2 * i, val, 2); break;
+    case 4: {
+        uint32_t v;
+        memcpy(&v, val, 4);
+        for (int64_t i = 0; i < n; i++) ((uint32_t *)p)[i] = v;
+        break;
+    }
+    default: {
+        uint64_t v;
+        memcpy(&v, val, 8);
+        for (int64_t i = 0; i < n; i++) ((uint64_t *)p)[i] = v;
+        break;
+    }
+    }
+}
+
+int ke_cpu_full(ke_call *c) {
+    char val[8];
+    ke_store_f64(val, (kl_dtype)c->out[0]->dtype, 0, c->a.f[0]);
+    fill_bytes(c->out[0], val);
+    return 0;
+}
+
+int ke_cpu_arange(ke_call *c) {
+    kl_tensor *o = c->out[0];
+    double start = c->a.f[0], step = c->a.f[2];
+    for (int64_t i = 0; i < o->shape[0]; i++) ke_store_f64(ke_data(o), (kl_dtype)o->dtype, i, start + (double)i * step);
+    return 0;
+}
+
+int ke_cpu_linspace(ke_call *c) {
+    kl_tensor *o = c->out[0];
+    int64_t n = o->shape[0];
+    double a = c->a.f[0], b = c->a.f[1], step = n > 1 ? (b - a) / (double)(n - 1) : 0;
+    /* symmetric evaluation as PyTorch: the second half counts back from end */
+    for (int64_t i = 0; i < n; i++) {
+        double v = i < n / 2 ? a + step * (double)i : b - step * (double)(n - 1 - i);
+        ke_store_f64(ke_data(o), (kl_dtype)o->dtype, i, v);
+    }
+    return 0;
+}
+
+int ke_cpu_eye(ke_call *c) {
+    kl_tensor *o = c->out[0];
+    char zero[8] = {0};
+    fill_bytes(o, zero);
+    int64_t n = o->shape[0], m = o->shape[1];
+    for (int64_t i = 0; i < n && i < m; i++) ke_store_f64(ke_data(o), (kl_dtype)o->dtype, i * m + i, 1.0);
+    return 0;
+}
+
+/* Random fills run in chunks through an f32/f64/i64 buffer when the output
+ * dtype differs, so every dtype sees the same stream. */
+typedef struct rand_ctx {
+    ke_call *c;
+    kl_tensor *o;
+    int kind;
+    uint64_t seed, offset;
+} rand_ctx;
+
+static void rand_range(void *ctx_, int64_t begin, int64_t end) {
+    rand_ctx *r = ctx_;
+    kl_dtype dt = (kl_dtype)r->o->dtype;
+    char *dst = ke_data(r->o);
+    _Alignas(64) char buf[1024 * 8];
+    for (int64_t b = begin; b < end; b += 1024) {
+        int64_t e = b + 1024 < end ? b + 1024 : end, n = e - b;
+        void *tgt;
+        kl_dtype tdt;
+        switch (r->kind) {
+        case KE_PHILOX_UNIFORM_F64:
+        case KE_PHILOX_NORMAL_F64: tdt = KL_F64; break;
+        case KE_PHILOX_RANDINT_I64: tdt = KL_I64; break;
+        default: tdt = KL_F32; break;
+        }
+        /* fills write dst[begin..end) relative to element 0: shift the buffer base */
+        int direct = tdt == dt;
+        tgt = direct ? (void *)dst : (void *)(buf - b * (int64_t)ke_dtypes[tdt].size);
+        switch (r->kind) {
+        case KE_PHILOX_UNIFORM_F32: ke_philox_uniform_f32(r->seed, r->offset, tgt, b, e, 0.f, 1.f); break;
+        case KE_PHILOX_UNIFORM_F64: ke_philox_uniform_f64(r->seed, r->offset, tgt, b, e, 0., 1.); break;
+        case KE_PHILOX_NORMAL_F32: ke_philox_normal_f32(r->seed, r->offset, tgt, b, e, 0.f, 1.f); break;
+        case KE_PHILOX_NORMAL_F64: ke_philox_normal_f64(r->seed, r->offset, tgt, b, e, 0., 1.); break;
+        default:
+            ke_philox_randint_i64(r->seed, r->offset, tgt, b, e, r->c->a.i[2], r->c->a.i[3]);
+            break;
+        }
+        if (!direct) ke_convert(dst + b * (int64_t)ke_dtypes[dt].size, dt, buf, tdt, n);
+    }
+}
+
+static int run_random(ke_call *c, kl_tensor *o, int kind) {
+    rand_ctx r = {c, o, kind, (uint64_t)c->a.i[0], (uint64_t)c->a.i[1]};
+    ke_parallel_for(ke_numel(o->ndim, o->shape), 1 << 16, rand_range, &r);
+    return 0;
+}
+
+int ke_cpu_rand(ke_call *c) {
+    return run_random(c, c->out[0], c->out[0]->dtype == KL_F64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32);
+}
+int ke_cpu_randn(ke_call *c) {
+    return run_random(c, c->out[0], c->out[0]->dtype == KL_F64 ? KE_PHILOX_NORMAL_F64 : KE_PHILOX_NORMAL_F32);
+}
+int ke_cpu_randint(ke_call *c) { return run_random(c, c->out[0], KE_PHILOX_RANDINT_I64); }
+
+int ke_cpu_bernoulli(ke_call *c) {
+    kl_tensor *p = c->in[0], *o = c->out[0];
+    int64_t n = ke_numel(o->ndim, o->shape);
+    kl_scope_begin();
+    kl_tensor *pc = kl_contiguous(kl_to_dtype(p, o->dtype == KL_F64 ? KL_F64 : KL_F32));
+    kl_tensor *u = kl_empty_on(o->ndim, o->shape, (kl_dtype)pc->dtype, KL_DEVICE_CPU);
+    int rc = -1;
+    if (pc && u) {
+        run_random(c, u, pc->dtype == KL_F64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32);
+        const char *pp = ke_data(pc), *up = ke_data(u);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double pv = ke_load_f64(pp, (kl_dtype)pc->dtype, i);
+            if (!(pv >= 0 && pv <= 1)) bad = 1;
+            ke_store_f64(ke_data(o), (kl_dtype)o->dtype, i, ke_load_f64(up, (kl_dtype)u->dtype, i) < pv ? 1.0 : 0.0);
+        }
+        rc = bad ? ke_err(KL_ERR_ARG, "bernoulli", "probabilities must be in [0, 1]") : 0;
+    }
+    kl_scope_end();
+    return rc;
+}
+
+int ke_cpu_copy(ke_call *c) {
+    kl_tensor *in[1] = {c->in[1]};
+    ke_call k = *c;
+    k.in = in;
+    k.nin = 1;
+    return ke_ew_run(&k, &ke_ew_identity, ke_compute_dtype((kl_dtype)c->in[0]->dtype));
+}
+
+int ke_decomp_to_device(ke_call *c) {
+    kl_tensor *x = c->in[0];
+    kl_device from = x->storage->device, to = {(kl_device_type)c->a.i[0], (int)c->a.i[1]};
+    kl_tensor *y = NULL;
+    if (from.type == to.type && from.index == to.index) {
+        y = ke_unary(KE_OP_alias, x, 0);
+    } else if (to.type == KL_META) {
+        y = kl_empty_on(x->ndim, x->shape, (kl_dtype)x->dtype, to);
+    } else {
+        char b[256];
+        ke_err(KL_ERR_DEVICE, ke_opname(c), "cannot move %s to %s%s", ke_fmt_tensor(b, sizeof b, x),
+               ke_device_name(to), to.type == KL_CUDA ? " (CUDA is not available in this build)" : "");
+    }
+    if (!y) return -1;
+    c->out[0] = y;
+    c->nout = 1;
+    return 0;
+}
+
+/* ---- public wrappers ---------------------------------------------------------- */
+
+static kl_tensor *create_call(int op, int ndim, const int64_t *shape, kl_dtype dt, kl_device dev, double f0) {
+    ke_call c = {.op = op, .nin = 0, .device = dev};
+    if (ke_check_shape(ke_opname(&c), ndim, shape, dt)) return NULL;
+    ke_set_list(&c, ndim, shape);
+    c.a.f[0] = f0;
+    c.a.i[KE_ATTR_DTYPE] = dt;
+    return ke_call1(&c);
+}
+
+kl_tensor *kl_empty_on(int ndim, const int64_t *shape, kl_dtype dt, kl_device dev) {
+    return create_call(KE_OP_empty, ndim, shape, dt, dev, 0);
+}
+kl_tensor *kl_empty(int ndim, const int64_t *shape, kl_dtype dt) {
+    return create_call(KE_OP_empty, ndim, shape, dt, ke_tls_state.default_device, 0);
+}
+kl_tensor *kl_full(int ndim, const int64_t *shape, double value, kl_dtype dt) {
+    return create_call(KE_OP_full, ndim, shape, dt, ke_tls_state.default_device, value);
+}
+kl_tensor *kl_zeros(int ndim, const int64_t *shape, kl_dtype dt) { return kl_full(ndim, shape, 0, dt); }
+kl_tensor *kl_ones(int ndim, const int64_t *shape, kl_dtype dt) { return kl_full(ndim, shape, 1, dt); }
+kl_tensor *kl_scalar_tensor(double value, kl_dtype dt) { return kl_full(0, NULL, value, dt); }
+
+kl_tensor *kl_arange(double start, double end, double step, kl_dtype dt) {
+    ke_call c = {.op = KE_OP_arange, .device = ke_tls_state.default_device};
+    c.a.f[0] = start, c.a.f[1] = end, c.a.f[2] = step;
+    c.a.i[KE_ATTR_DTYPE] = dt;
+    return ke_call1(&c);
+}
+kl_tensor *kl_linspace(double start, double end, int64_t steps, kl_dtype dt) {
+    ke_call c = {.op = KE_OP_linspace, .device = ke_tls_state.default_device};
+    c.a.f[0] = start, c.a.f[1] = end;
+    c.a.i[0] = steps;
+    c.a.i[KE_ATTR_DTYPE] = dt;
+    return ke_call1(&c);
+}
+kl_tensor *kl_eye(int64_t n, int64_t m, kl_dtype dt) {
+    ke_call c = {.op = KE_OP_eye, .device = ke_tls_state.default_device};
+    c.a.i[0] = n, c.a.i[1] = m;
+    c.a.i[KE_ATTR_DTYPE] = dt;
+    return ke_call1(&c);
+}
+
+static kl_tensor *like(const kl_tensor *t, int op, double v, const char *name) {
+    if (ke_check_tensor(t, name, 1)) return NULL;
+    return create_call(op, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device, v);
+}
+kl_tensor *kl_empty_like(const kl_tensor *t) { return like(t, KE_OP_empty, 0, "empty_like"); }
+kl_tensor *kl_zeros_like(const kl_tensor *t) { return like(t, KE_OP_full, 0, "zeros_like"); }
+kl_tensor *kl_ones_like(const kl_tensor *t) { return like(t, KE_OP_full, 1, "ones_like"); }
+kl_tensor *kl_full_like(const kl_tensor *t, double value) { return like(t, KE_OP_full, value, "full_like"); }
+
+/* Random ops reserve their counters here, at the call, so the seed and offset
+ * are attributes: a trace records them and replays the same numbers. */
+static kl_tensor *random_call(int op, int ndim, const int64_t *shape, kl_dtype dt, kl_device dev, int kind,
+                              int64_t lo, int64_t hi) {
+    ke_call c = {.op = op, .device = dev};
+    if (ke_check_shape(ke_opname(&c), ndim, shape, dt)) return NULL;
+    ke_set_list(&c, ndim, shape);
+    uint64_t seed, off = ke_generator_reserve_seeded(ke_default_generator(),
+                                                     ke_philox_counters_used(ke_numel(ndim, shape), kind), &seed);
+    c.a.i[0] = (int64_t)seed, c.a.i[1] = (int64_t)off, c.a.i[2] = lo, c.a.i[3] = hi;
+    c.a.i[KE_ATTR_DTYPE] = dt;
+    return ke_call1(&c);
+}
+kl_tensor *kl_rand(int ndim, const int64_t *shape, kl_dtype dt) {
+    return random_call(KE_OP_rand, ndim, shape, dt, ke_tls_state.default_device,
+                       dt == KL_F64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32, 0, 0);
+}
+kl_tensor *kl_randn(int ndim, const int64_t *shape, kl_dtype dt) {
+    return random_call(KE_OP_randn, ndim, shape, dt, ke_tls_state.default_device,
+                       dt == KL_F64 ? KE_PHILOX_NORMAL_F64 : KE_PHILOX_NORMAL_F32, 0, 0);
+}
+kl_tensor *kl_randint(int64_t low, int64_t high, int ndim, const int64_t *shape, kl_dtype dt) {
+    if (high <= low) {
+        ke_err(KL_ERR_ARG, "randint", "low (%lld) must be less than high (%lld)", (long long)low, (long long)high);
+        return NULL;
+    }
+    return random_call(KE_OP_randint, ndim, shape, dt, ke_tls_state.default_device, KE_PHILOX_RANDINT_I64, low,
+                       high);
+}
+kl_tensor *kl_rand_like(const kl_tensor *t) {
+    if (ke_check_tensor(t, "rand_like", 1)) return NULL;
+    return random_call(KE_OP_rand, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device,
+                       t->dtype == KL_F64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32, 0, 0);
+}
+kl_tensor *kl_randn_like(const kl_tensor *t) {
+    if (ke_check_tensor(t, "randn_like", 1)) return NULL;
+    return random_call(KE_OP_randn, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device,
+                       t->dtype == KL_F64 ? KE_PHILOX_NORMAL_F64 : KE_PHILOX_NORMAL_F32, 0, 0);
+}
+kl_tensor *kl_bernoulli(kl_tensor *p) {
+    if (ke_check_tensor(p, "bernoulli", 1)) return NULL;
+    kl_tensor *in[1] = {p};
+    ke_call c = {.op = KE_OP_bernoulli, .nin = 1, .in = in};
+    int kind = p->dtype == KL_F64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32;
+    uint64_t seed, off = ke_generator_reserve_seeded(ke_default_generator(),
+                                                     ke_philox_counters_used(ke_numel(p->ndim, p->shape), kind), &seed);
+    c.a.i[0] = (int64_t)seed, c.a.i[1] = (int64_t)off;
+    return ke_call1(&c);
+}
+
+kl_tensor *kl_clone(kl_tensor *t) { return ke_unary(KE_OP_clone, t, 0); }
+
+kl_tensor *kl_to_dtype(kl_tensor *t, kl_dtype dt) {
+    if (ke_check_tensor(t, "to_dtype", 1)) return NULL;
+    if (t->dtype == dt) return ke_unary(KE_OP_alias, t, 0);
+    kl_tensor *in[1] = {t};
+    ke_call c = {.op = KE_OP_to_dtype, .nin = 1, .in = in};
+    c.a.i[KE_ATTR_DTYPE] = dt;
+    return ke_call1(&c);
+}
+
+kl_tensor *kl_to_device(kl_tensor *t, kl_device dev) {
+    kl_tensor *in[1] = {t};
+    ke_call c = {.op = KE_OP_to_device, .nin = 1, .in = in};
+    c.a.i[0] = dev.type, c.a.i[1] = dev.index;
+    return ke_call1(&c);
+}
+
+kl_tensor *kl_copy_inplace(kl_tensor *dst, kl_tensor *src) { return ke_binary(KE_OP_copy, dst, src, 1); }
+
+kl_tensor *kl_fill_inplace(kl_tensor *t, double value) {
+    if (ke_check_tensor(t, "fill_inplace", 1)) return NULL;
+    kl_tensor *v = ke_tensor_new((kl_dtype)t->dtype, 0, NULL, KL_DEVICE_CPU, "fill_inplace");
+    if (!v) return NULL;
+    ke_store_f64(v->storage->data, (kl_dtype)t->dtype, 0, value);
+    kl_tensor *r = ke_binary(KE_OP_copy, t, v, 1);
+    ke_tensor_decref(v);
+    return r;
+}
+kl_tensor *kl_zero_inplace(kl_tensor *t) { return kl_fill_inplace(t, 0); }
+
+/* ---- wrapping user memory ------------------------------------------------------- */
+
+kl_tensor *kl_from_data(const void *data, int ndim, const int64_t *shape, kl_dtype dt) {
+    if (ke_check_shape("from_data", ndim, shape, dt)) return NULL;
+    int64_t n = ke_numel(ndim, shape);
+    if (n > 0 && !data) {
+        ke_err(KL_ERR_NULL_ARG, "from_data", "data pointer is NULL");
+        return NULL;
+    }
+    kl_tensor *t = ke_tensor_new(dt, ndim, shape, KL_DEVICE_CPU, "from_data");
+    if (!t) return NULL;
+    if (n) memcpy(t->storage->data, data, (size_t)n * ke_dtypes[dt].size);
+    ke_scope_adopt(t);
+    return t;
+}
+
+kl_tensor *kl_from_blob(void *data, int ndim, const int64_t *shape, const int64_t *strides, kl_dtype dt,
+                        void (*deleter)(void *data, void *ctx), void *ctx) {
+    if (ke_check_shape("from_blob", ndim, shape, dt)) return NULL;
+    int64_t st[KL_MAX_DIMS];
+    if (strides)
+        memcpy(st, strides, sizeof(int64_t) * ndim);
+    else
+        ke_contiguous_strides(ndim, shape, st);
+    int64_t n = ke_numel(ndim, shape), hi = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (st[d] < 0) {
+            ke_err(KL_ERR_ARG, "from_blob", "negative strides are not supported");
+            return NULL;
+        }
+        if (n) hi += (shape[d] - 1) * st[d];
+    }
+    if (n > 0 && !data) {
+        ke_err(KL_ERR_NULL_ARG, "from_blob", "data pointer is NULL");
+        return NULL;
+    }
+    if ((uintptr_t)data % ke_dtypes[dt].size) {
+        ke_err(KL_ERR_ARG, "from_blob", "data pointer %p is not aligned for %s", data, ke_dtypes[dt].name);
+        return NULL;
+    }
+    ke_storage *s = ke_storage_blob(data, n ? (size_t)(hi + 1) * ke_dtypes[dt].size : 0, deleter, ctx);
+    if (!s) {
+        ke_err(KL_ERR_OOM, "from_blob", "out of memory allocating a storage header");
+        return NULL;
+    }
+    kl_tensor *t = ke_tensor_wrap(s, dt, ndim, shape, st, 0);
+    if (!t) {
+        /* the deleter must not run: the caller keeps ownership on failure */
+        s->deleter = NULL;
+        ke_storage_decref(s);
+        ke_err(KL_ERR_OOM, "from_blob", "out of memory allocating a tensor header");
+        return NULL;
+    }
+    ke_storage_decref(s);
+    ke_scope_adopt(t);
+    return t;
+}

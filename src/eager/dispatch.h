@@ -1,0 +1,169 @@
+/*
+ * dispatch.h — the op table and the dispatcher.
+ *
+ * Every op is one row of the table (optable.def and the family files it
+ * includes). A public call such as kl_add(a, b) fills a ke_call (op id,
+ * inputs, attributes) and hands it to ke_dispatch, which runs the handler of
+ * the highest dispatch key present among the inputs (plus the thread's include
+ * set, minus its exclude set): Trace > Autograd > CPU | CUDA | Meta. Handlers
+ * for Trace and Autograd are registered by their layers; the backends run the
+ * row's shape/dtype rule, allocate outputs and call the row's kernel.
+ *
+ * The same ke_call (op + attributes) is what the tracer records as an IR node,
+ * so attributes are plain data: scalars, integers and one integer list.
+ */
+#ifndef KE_DISPATCH_H
+#define KE_DISPATCH_H
+
+#include "core.h"
+
+/* Op kinds: how the generic machinery treats an op. */
+typedef enum ke_op_kind {
+    KE_KIND_EW,        /* elementwise: broadcast inputs, one output of the broadcast shape */
+    KE_KIND_REDUCE,    /* reduction over a dim list */
+    KE_KIND_VIEW,      /* shares its input's storage; no kernel */
+    KE_KIND_EXTERN,    /* library call (BLAS) */
+    KE_KIND_COMPOSITE, /* defined by a decomposition into other ops (may have a fast kernel) */
+    KE_KIND_CREATE,    /* no tensor inputs: creation and random ops */
+    KE_KIND_OTHER      /* anything else with its own kernel (indexing, joining, nn) */
+} ke_op_kind;
+
+/* Output dtype rules (the dtype half of the table's shape/dtype rule). */
+typedef enum ke_dtype_rule {
+    KE_DT_PROMOTE,   /* PyTorch result_type of the inputs */
+    KE_DT_FLOAT,     /* result_type, then integers/bool -> default float */
+    KE_DT_BOOL,      /* bool output; inputs compared in their promoted type */
+    KE_DT_I64,       /* int64 output (indices) */
+    KE_DT_FIRST,     /* dtype of input 0 */
+    KE_DT_ATTR,      /* dtype given by attribute i[KE_ATTR_DTYPE] */
+    KE_DT_CUSTOM     /* the infer function sets it */
+} ke_dtype_rule;
+
+/* Which input dtypes an op accepts (checked before the rule runs). */
+typedef enum ke_accept {
+    KE_ACC_ALL,      /* every dtype */
+    KE_ACC_NUM,      /* not bool */
+    KE_ACC_INTBOOL,  /* integers and bool (bitwise ops) */
+    KE_ACC_FLOAT,    /* floating only */
+    KE_ACC_NOBOOL_SIGN /* not bool (neg, sign): PyTorch refuses bool */
+} ke_accept;
+
+enum ke_op_flags {
+    KE_F_INPLACE = 1 << 0,   /* has an _inplace variant */
+    KE_F_NONDIFF = 1 << 1,   /* not differentiable (outputs never require grad) */
+    KE_F_IMPLICIT = 1 << 2,  /* composite that decomposes before autograd/trace */
+    KE_F_RANDOM = 1 << 3,    /* consumes the generator (seed/offset in attrs) */
+    KE_F_SCALAR_OK = 1 << 4, /* a wrapped scalar may stand for input 1 */
+    KE_F_ANYCAST = 1 << 5,   /* in-place output may have any dtype (copy) */
+};
+
+#define KE_MAX_OUT 4
+#define KE_MAX_LIST (2 * KL_MAX_DIMS)
+
+/* Attributes: scalars f[], integers i[], one integer list. What each slot
+ * means is op-specific and documented at the op's row. */
+typedef struct ke_attrs {
+    double f[4];
+    int64_t i[6];
+    int32_t nlist;
+    int64_t list[KE_MAX_LIST];
+} ke_attrs;
+/* Conventional slots shared by many ops. */
+#define KE_ATTR_KEEPDIM 0   /* i[0] for reductions */
+#define KE_ATTR_DTYPE 5     /* i[5] for creation ops and KE_DT_ATTR */
+
+typedef struct ke_outspec {
+    kl_dtype dtype;
+    int ndim;
+    int64_t shape[KL_MAX_DIMS];
+} ke_outspec;
+
+typedef struct ke_call {
+    int op;                     /* ke_op */
+    uint8_t inplace;            /* write into in[0] (out[0] = in[0]) */
+    int nin;
+    kl_tensor *const *in;
+    int nout;                   /* set by the dispatcher from the row or infer */
+    kl_tensor *out[KE_MAX_OUT];
+    kl_device device;           /* device of the computation (creation ops: target) */
+    kl_dtype compute;           /* dtype kernels compute in (set by infer) */
+    ke_attrs a;
+} ke_call;
+
+/* Shape and dtype rule: validates attributes and inputs (recording errors
+ * that name the op, shapes, dtypes) and fills one spec per output.
+ * Returns the number of outputs, or -1. */
+typedef int (*ke_infer_fn)(ke_call *c, ke_outspec *out);
+/* Eager kernel: outputs are allocated per the specs (or out[0] = in[0] for
+ * in-place). Returns 0 or -1 with an error recorded. */
+typedef int (*ke_kernel_fn)(ke_call *c);
+/* View rule: makes c->out[] headers that share storage with the inputs. */
+typedef int (*ke_view_fn)(ke_call *c);
+/* Decomposition written with kl_ ops; sets c->out[], returns 0 or -1. */
+typedef int (*ke_decomp_fn)(ke_call *c);
+
+typedef struct ke_op_info {
+    const char *name;           /* "add": messages say "kl_add" */
+    uint8_t kind;               /* ke_op_kind */
+    int8_t nin;                 /* tensor inputs; -1 variadic */
+    int8_t nout;                /* outputs */
+    uint16_t flags;             /* ke_op_flags */
+    uint8_t dtype_rule;         /* ke_dtype_rule */
+    uint8_t accept;             /* ke_accept */
+    ke_infer_fn infer;          /* shape rule (+ dtype rule); views: NULL */
+    ke_kernel_fn cpu;           /* eager CPU kernel, or NULL */
+    ke_view_fn view;            /* views only */
+    ke_decomp_fn decomp;        /* composite decomposition, or NULL */
+    const void *impl;           /* kind-specific data for the generic kernel */
+} ke_op_info;
+
+typedef enum ke_op {
+#define KE_OP(name, ...) KE_OP_##name,
+#include "optable.def"
+#undef KE_OP
+    KE_OP_COUNT
+} ke_op;
+
+extern const ke_op_info ke_ops[KE_OP_COUNT];
+
+/* Handlers per dispatch key. Backends share one generic handler; Trace and
+ * Autograd are registered by their layers. */
+typedef int (*ke_handler_fn)(ke_call *c);
+void ke_register_handler(ke_key key, ke_handler_fn fn);
+/* Registers an eager kernel for op on a non-CPU backend (CUDA later). */
+void ke_register_kernel(ke_key backend, int op, ke_kernel_fn fn);
+
+/* Runs c through the dispatcher. Returns 0 (outputs in c->out, each new one
+ * owned by the current scope) or -1 with an error recorded. */
+int ke_dispatch(ke_call *c);
+/* Runs c with the keys above `below` masked off (for handlers that redispatch). */
+int ke_redispatch(ke_call *c, ke_key below);
+/* Runs the backend part only (shape rule, allocation, kernel) on c->device. */
+int ke_backend_run(ke_call *c);
+
+/* Helpers for the public wrappers. */
+kl_tensor *ke_call1(ke_call *c);           /* dispatch, return out[0] or NULL */
+kl_tensor *ke_unary(int op, kl_tensor *x, int inplace);
+kl_tensor *ke_binary(int op, kl_tensor *a, kl_tensor *b, int inplace);
+kl_tensor *ke_binary_scalar(int op, kl_tensor *a, double s, int inplace);
+/* Fills c->a.list/nlist from (n, dims); KL_ERR_ARG if too many. */
+int ke_set_list(ke_call *c, int n, const int64_t *v);
+
+static inline const char *ke_opname(const ke_call *c) { return ke_ops[c->op].name; }
+
+/* Shared shape/dtype rules (shape.c). */
+int ke_infer_same(ke_call *c, ke_outspec *out);        /* one input, same shape */
+int ke_infer_broadcast(ke_call *c, ke_outspec *out);   /* n inputs broadcast */
+int ke_infer_reduce(ke_call *c, ke_outspec *out);      /* list = dims, i[0] = keepdim */
+/* dtype of the op's rule over its inputs, or -1 (error recorded). */
+int ke_rule_dtype(ke_call *c, kl_dtype *out);
+/* PyTorch's result_type over tensors (dimensioned > 0-dim > wrapped scalar). */
+kl_dtype ke_result_type(int n, kl_tensor *const *ts);
+/* Broadcast shapes of n tensors into shape; -1 with an error naming them. */
+int ke_broadcast_shapes(const char *op, int n, kl_tensor *const *ts, int *ndim, int64_t *shape);
+/* Strides of t viewed as broadcast to (ndim, shape): 0 on broadcast dims. */
+void ke_broadcast_strides(const kl_tensor *t, int ndim, const int64_t *shape, int64_t *stride);
+/* Reduction dims from c->a.list into mask (bit per dim); -1 on bad dim. */
+int ke_reduce_mask(ke_call *c, int ndim, uint32_t *mask);
+
+#endif /* KE_DISPATCH_H */

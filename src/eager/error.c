@@ -1,0 +1,112 @@
+/*
+ * error.c — the thread-local error record (first error wins), status names
+ * from KL_STATUS_MAP, message formatting helpers and KL_ABORT_ON_ERROR.
+ */
+#include "core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct ke_error {
+    kl_status code;
+    char msg[1024];
+} ke_error;
+
+static _Thread_local ke_error tl_err;
+
+static int abort_on_error(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *v = getenv("KL_ABORT_ON_ERROR");
+        cached = v && v[0] && strcmp(v, "0") != 0;
+    }
+    return cached;
+}
+
+int ke_verr(kl_status code, const char *op, const char *fmt, va_list ap) {
+    if (tl_err.code != KL_OK) return -1; /* first error wins */
+    tl_err.code = code;
+    int n = snprintf(tl_err.msg, sizeof tl_err.msg, "kl_%s: ", op ? op : "?");
+    if (n < 0) n = 0;
+    if ((size_t)n < sizeof tl_err.msg) vsnprintf(tl_err.msg + n, sizeof tl_err.msg - (size_t)n, fmt, ap);
+    if (abort_on_error()) {
+        fprintf(stderr, "kiln: %s (%s); aborting because KL_ABORT_ON_ERROR is set\n", tl_err.msg,
+                kl_status_name(code));
+        abort();
+    }
+    return -1;
+}
+
+int ke_err(kl_status code, const char *op, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    ke_verr(code, op, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int ke_error_pending(void) { return tl_err.code != KL_OK; }
+
+kl_status kl_last_status(void) { return tl_err.code; }
+const char *kl_last_error(void) { return tl_err.code == KL_OK ? "" : tl_err.msg; }
+void kl_clear_error(void) {
+    tl_err.code = KL_OK;
+    tl_err.msg[0] = 0;
+}
+
+const char *kl_status_name(kl_status s) {
+    switch (s) {
+#define KE_NAME_(name, code, desc) \
+    case KL_ERR_##name:            \
+        return "KL_ERR_" #name;
+        KL_STATUS_MAP(KE_NAME_)
+#undef KE_NAME_
+    }
+    return "KL_ERR_UNKNOWN";
+}
+
+const char *kl_status_string(kl_status s) {
+    switch (s) {
+#define KE_DESC_(name, code, desc) \
+    case KL_ERR_##name:            \
+        return desc;
+        KL_STATUS_MAP(KE_DESC_)
+#undef KE_DESC_
+    }
+    return "unknown status";
+}
+
+_Noreturn void ke_assert_fail(const char *what, const char *file, int line) {
+    fprintf(stderr, "kiln: internal invariant broken: %s (%s:%d)\n", what, file, line);
+    abort();
+}
+
+char *ke_fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = 0;
+    if (cap == 0) return buf;
+    n += (size_t)snprintf(buf + n, cap - n, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, i ? ",%lld" : "%lld", (long long)shape[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
+const char *ke_device_name(kl_device d) {
+    switch (d.type) {
+    case KL_CPU: return "cpu";
+    case KL_CUDA: return d.index == 0 ? "cuda:0" : "cuda";
+    case KL_META: return "meta";
+    }
+    return "?";
+}
+
+char *ke_fmt_tensor(char *buf, size_t cap, const kl_tensor *t) {
+    if (!ke_alive(t)) {
+        snprintf(buf, cap, "(null)");
+        return buf;
+    }
+    char sh[200];
+    ke_fmt_shape(sh, sizeof sh, t->ndim, t->shape);
+    snprintf(buf, cap, "%s %s %s", sh, ke_dtypes[t->dtype].name, ke_device_name(t->storage->device));
+    return buf;
+}

@@ -1,0 +1,561 @@
+/*
+ * philox.c - Philox4x32-10 and the range fills built on it.
+ * See philox.h for the stream layout contract.
+ */
+#include "philox.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+/* fp-contract=off for this file: a*b+c must not be fused into an FMA on
+ * some targets and not on others (or in the vectorized body but not in the
+ * scalar edge path), or the same (seed, offset, i) would give different last
+ * bits.  Set here rather than in the build so the guarantee holds however
+ * the file is compiled; file scope so every function has identical options
+ * and inlining between them is unaffected.  Costs a few % in the
+ * polynomials below. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* The per-element transforms must be inlined into the block loop even at
+ * -O2 (whose inliner gives up on their size), or nothing vectorizes. */
+#define KE_INLINE static inline __attribute__((always_inline))
+
+/* Constants from Salmon et al., SC'11, Table 2 / Random123. */
+#define KE_PHILOX_M0 UINT32_C(0xD2511F53)
+#define KE_PHILOX_M1 UINT32_C(0xCD9E8D57)
+#define KE_PHILOX_W0 UINT32_C(0x9E3779B9) /* golden ratio */
+#define KE_PHILOX_W1 UINT32_C(0xBB67AE85) /* sqrt(3) - 1 */
+#define KE_PHILOX_ROUNDS 10
+
+/* Blocks computed per batch in the vectorized body.  The batch is always
+ * computed in full (constant trip count) because GCC's -O2 "very cheap" cost
+ * model only vectorizes loops whose trip count it knows; a short last batch
+ * wastes at most KE_CHUNK-1 block evaluations, which is noise next to an
+ * op's dispatch cost.  4 lane arrays of 32 uint32 = 512 bytes of stack. */
+#define KE_CHUNK 32
+
+/* Round keys are the same for every block of a fill, so compute them once
+ * instead of bumping the key inside the per-block loop (which would also
+ * give the vectorizer a loop-carried dependency to prove away). */
+typedef struct {
+    uint32_t k[KE_PHILOX_ROUNDS][2];
+} ke_keysched;
+
+static inline void ke_key_schedule(uint32_t k0, uint32_t k1, ke_keysched *ks)
+{
+    for (int r = 0; r < KE_PHILOX_ROUNDS; r++) {
+        ks->k[r][0] = k0 + (uint32_t)r * KE_PHILOX_W0; /* wraps mod 2^32 */
+        ks->k[r][1] = k1 + (uint32_t)r * KE_PHILOX_W1;
+    }
+}
+
+/* The 10 rounds on one counter.  mulhi/mullo come from one 32x32->64
+ * multiply, which GCC maps to vpmuludq when the caller's loop vectorizes. */
+KE_INLINE void
+ke_philox_rounds(const ke_keysched *ks, uint32_t c0, uint32_t c1, uint32_t c2,
+                 uint32_t c3, uint32_t out[4])
+{
+#pragma GCC unroll 10
+    for (int r = 0; r < KE_PHILOX_ROUNDS; r++) {
+        uint64_t p0 = (uint64_t)KE_PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)KE_PHILOX_M1 * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ ks->k[r][0];
+        uint32_t n1 = (uint32_t)p1;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ ks->k[r][1];
+        uint32_t n3 = (uint32_t)p0;
+        c0 = n0;
+        c1 = n1;
+        c2 = n2;
+        c3 = n3;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+void ke_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
+{
+    ke_keysched ks;
+    ke_key_schedule(key[0], key[1], &ks);
+    uint32_t r[4];
+    ke_philox_rounds(&ks, ctr[0], ctr[1], ctr[2], ctr[3], r);
+    memcpy(out, r, sizeof r); /* out may alias ctr */
+}
+
+/* One block for the 64-bit counter value c: ctr = {lo32, hi32, 0, 0}. */
+KE_INLINE void ke_block(const ke_keysched *ks, uint64_t c, uint32_t l[4])
+{
+    ke_philox_rounds(ks, (uint32_t)c, (uint32_t)(c >> 32), 0, 0, l);
+}
+
+/* KE_CHUNK consecutive blocks starting at counter `base`, written
+ * structure-of-arrays so the loop over j is a plain SIMD loop (each vector
+ * lane is a different counter); the AoS alternative needs gathers. */
+KE_INLINE void ke_blocks(const ke_keysched *ks, uint64_t base,
+                             uint32_t *restrict L0, uint32_t *restrict L1,
+                             uint32_t *restrict L2, uint32_t *restrict L3)
+{
+    for (int j = 0; j < KE_CHUNK; j++) {
+        uint32_t l[4];
+        ke_block(ks, base + (uint64_t)j, l);
+        L0[j] = l[0];
+        L1[j] = l[1];
+        L2[j] = l[2];
+        L3[j] = l[3];
+    }
+}
+
+/*
+ * Shared driver.  P = elements per block; XFORM(l, out) turns the 4 lanes of
+ * one block into P outputs.  Both the scalar edge path (partial first/last
+ * block) and the batched body call the same XFORM on the same lanes, which is
+ * what makes the result independent of how [begin, end) was split.
+ *   head: begin not on a block boundary -> compute that block, copy lanes
+ *   body: whole blocks, KE_CHUNK at a time, written straight into dst
+ *   tail: trailing partial block
+ */
+#define KE_FILL_DRIVER(T, P, XFORM)                                              \
+    do {                                                                         \
+        if (begin >= end)                                                        \
+            return;                                                              \
+        ke_keysched ks;                                                          \
+        ke_key_schedule((uint32_t)seed, (uint32_t)(seed >> 32), &ks);            \
+        int64_t i = begin;                                                       \
+        if (i % (P) != 0) {                                                      \
+            uint32_t l_[4];                                                      \
+            T v_[P];                                                             \
+            ke_block(&ks, offset + (uint64_t)(i / (P)), l_);                     \
+            XFORM(l_, v_);                                                       \
+            for (; i < end && i % (P) != 0; i++)                                 \
+                dst[i] = v_[i % (P)];                                            \
+        }                                                                        \
+        while (end - i >= (P)) {                                                 \
+            uint32_t L0[KE_CHUNK], L1[KE_CHUNK], L2[KE_CHUNK], L3[KE_CHUNK];     \
+            int64_t nblk = (end - i) / (P);                                      \
+            if (nblk > KE_CHUNK)                                                 \
+                nblk = KE_CHUNK;                                                 \
+            ke_blocks(&ks, offset + (uint64_t)(i / (P)), L0, L1, L2, L3);        \
+            T *d_ = dst + i;                                                     \
+            for (int64_t j = 0; j < nblk; j++) {                                 \
+                uint32_t l_[4] = {L0[j], L1[j], L2[j], L3[j]};                   \
+                XFORM(l_, d_ + (P) * j);                                         \
+            }                                                                    \
+            i += nblk * (P);                                                     \
+        }                                                                        \
+        if (i < end) {                                                           \
+            uint32_t l_[4];                                                      \
+            T v_[P];                                                             \
+            ke_block(&ks, offset + (uint64_t)(i / (P)), l_);                     \
+            XFORM(l_, v_);                                                       \
+            for (; i < end; i++)                                                 \
+                dst[i] = v_[i % (P)];                                            \
+        }                                                                        \
+    } while (0)
+
+/* 64 random bits from lanes (a, b): a is the high word (documented layout). */
+KE_INLINE uint64_t ke_join(uint32_t a, uint32_t b)
+{
+    return ((uint64_t)a << 32) | b;
+}
+
+/* Bit casts via memcpy: well defined in C and compiled to nothing (or to a
+ * register move), so they do not block vectorization. */
+KE_INLINE uint32_t ke_f32_bits(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+KE_INLINE float ke_f32_from_bits(uint32_t b)
+{
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+KE_INLINE uint64_t ke_f64_bits(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+KE_INLINE double ke_f64_from_bits(uint64_t b)
+{
+    double x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+/* Exact v -> double for v < 2^53 using the 2^52 "magic number": x86 has no
+ * packed int64 -> double conversion before AVX-512DQ, so a plain cast would
+ * keep the f64 loops scalar on AVX2/SSE2 machines. */
+KE_INLINE double ke_u53_to_f64(uint64_t v)
+{
+    double lo = ke_f64_from_bits(UINT64_C(0x4330000000000000) |
+                                 (v & ((UINT64_C(1) << 52) - 1))) -
+                0x1p52;                              /* = v mod 2^52, exact */
+    return (v >> 52) ? lo + 0x1p52 : lo;            /* exact: < 2^53 */
+}
+
+/* ---- uniform ------------------------------------------------------------- */
+
+/* The affine map is done in double: x has 24 bits and lo/hi are floats, so
+ * the double result is (nearly) exact and the single rounding to float is
+ * correct; it also keeps hi - lo from overflowing for ranges like
+ * [-FLT_MAX, FLT_MAX].  (u >> 8) < 2^24 so the int32 conversion is exact and
+ * vectorizes (there is no packed uint32->double convert before AVX-512). */
+KE_INLINE void ke_xf_uniform_f32(const uint32_t l[4], float *out, double lo,
+                                     double span, float cap)
+{
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        double x = (double)(int32_t)(l[k] >> 8) * 0x1p-24;
+        float r = (float)(lo + span * x);
+        out[k] = r > cap ? cap : r; /* only r == hi can exceed cap */
+    }
+}
+
+void ke_philox_uniform_f32(uint64_t seed, uint64_t offset, float *dst,
+                           int64_t begin, int64_t end, float lo, float hi)
+{
+    /* Largest float strictly below hi; for an empty range fall back to lo so
+     * the fill is well defined instead of returning values < lo. */
+    const float cap = hi > lo ? nextafterf(hi, lo) : lo;
+    const double dlo = lo, span = (double)hi - (double)lo;
+#define XF(l, out) ke_xf_uniform_f32((l), (out), dlo, span, cap)
+    KE_FILL_DRIVER(float, 4, XF);
+#undef XF
+}
+
+KE_INLINE void ke_xf_uniform_f64(const uint32_t l[4], double *out, double lo,
+                                     double span, double cap)
+{
+#pragma GCC unroll 4
+    for (int k = 0; k < 2; k++) {
+        uint64_t m = ke_join(l[2 * k], l[2 * k + 1]) >> 11; /* 53 bits */
+        double x = ke_u53_to_f64(m) * 0x1p-53;               /* [0, 1-2^-53] */
+        double r = lo + span * x;
+        out[k] = r > cap ? cap : r;
+    }
+}
+
+void ke_philox_uniform_f64(uint64_t seed, uint64_t offset, double *dst,
+                           int64_t begin, int64_t end, double lo, double hi)
+{
+    const double cap = hi > lo ? nextafter(hi, lo) : lo;
+    const double span = hi - lo;
+#define XF(l, out) ke_xf_uniform_f64((l), (out), lo, span, cap)
+    KE_FILL_DRIVER(double, 2, XF);
+#undef XF
+}
+
+/* ---- elementary functions for Box-Muller ----------------------------------
+ *
+ * Why not libm: glibc only exposes vector logf/sincosf under -ffast-math, so
+ * calling libm keeps the normal fills scalar (~15-20 ns/element measured, vs
+ * ~1 ns with the code below), and libm results differ between versions and
+ * platforms.  These use only +, -, *, / (IEEE correctly rounded) and bit
+ * operations, so with fp-contract off they give the same bits on every
+ * conforming target.
+ *
+ * The domain is tiny, which makes them simple: log only sees u in (0, 1],
+ * and sin/cos only see 2*pi*u with u in (0, 1], where quadrant reduction is
+ * exact arithmetic on u (no Cody-Waite / Payne-Hanek needed).  Taylor
+ * coefficients are used for readability; the truncation terms are below
+ * 2^-27 (f32) and 2^-60 (f64) relative. */
+
+#define KE_LN2_HI_F 0.693145751953125f          /* 16 bits: e*hi is exact */
+#define KE_LN2_LO_F 1.428606765330187045e-06f   /* ln 2 - hi */
+#define KE_LN2_HI 6.93147180369123816490e-01    /* fdlibm split */
+#define KE_LN2_LO 1.90821492927058770002e-10
+#define KE_2PI_F 6.28318530717958647692f
+#define KE_2PI 6.28318530717958647692
+
+/* -2 ln(x) for x in (0, 1] (normal floats).  x = 2^e * m with m in
+ * [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s), s = (m-1)/(m+1), |s| <= 0.1716.
+ * Max error vs. the exact value ~3.5 ulp (checked exhaustively over all
+ * 2^24 inputs the f32 fill can produce). */
+KE_INLINE float ke_neg2log_f32(float x)
+{
+    uint32_t b = ke_f32_bits(x);
+    /* Adding (1.0 - sqrt(1/2)) in the bit domain bumps the exponent exactly
+     * when the mantissa is >= sqrt(2)/2's, centring m around 1. */
+    int32_t e = (int32_t)((b + (UINT32_C(0x3f800000) - UINT32_C(0x3f3504f3))) >> 23) - 127;
+    float m = ke_f32_from_bits(b - ((uint32_t)e << 23));
+    float s = (m - 1.0f) / (m + 1.0f), z = s * s;
+    float p = 1.0f + z * (1.0f / 3 + z * (1.0f / 5 + z * (1.0f / 7 + z * (1.0f / 9))));
+    float fe = (float)e;
+    return -2.0f * (fe * KE_LN2_HI_F + (2.0f * s * p + fe * KE_LN2_LO_F));
+}
+
+/* cos and sin of 2*pi*u for u in [0, 1].  q = round(4u) via the 1.5*2^23
+ * magic constant (its low mantissa bits then hold q, giving the quadrant
+ * without a float->int conversion); f = u - q/4 is exact and in [-1/8, 1/8],
+ * so the polynomial argument is |a| <= pi/4. */
+KE_INLINE void ke_sincos2pi_f32(float u, float *c, float *s)
+{
+    float t = u * 4.0f + 0x1.8p23f;
+    uint32_t qi = ke_f32_bits(t);
+    float q = t - 0x1.8p23f;
+    float a = (u - q * 0.25f) * KE_2PI_F, a2 = a * a;
+    float sn = a * (1.0f + a2 * (-1.0f / 6 + a2 * (1.0f / 120 + a2 * (-1.0f / 5040 +
+                                                   a2 * (1.0f / 362880)))));
+    float cs = 1.0f + a2 * (-0.5f + a2 * (1.0f / 24 + a2 * (-1.0f / 720 +
+                                          a2 * (1.0f / 40320 + a2 * (-1.0f / 3628800)))));
+    /* rotate by q quarter turns */
+    float cc = (qi & 1) ? -sn : cs;
+    float ss = (qi & 1) ? cs : sn;
+    *c = (qi & 2) ? -cc : cc;
+    *s = (qi & 2) ? -ss : ss;
+}
+
+KE_INLINE double ke_neg2log_f64(double x)
+{
+    uint64_t b = ke_f64_bits(x);
+    int64_t e = (int64_t)((b + (UINT64_C(0x3ff0000000000000) -
+                                UINT64_C(0x3fe6a09e667f3bcd))) >> 52) - 1023;
+    double m = ke_f64_from_bits(b - ((uint64_t)e << 52));
+    double s = (m - 1.0) / (m + 1.0), z = s * s;
+    /* sum_{k=0..10} z^k / (2k+1); the next term is < 0.0295^11 / 23 */
+    double p = 1.0 / 21;
+    p = 1.0 / 19 + z * p;
+    p = 1.0 / 17 + z * p;
+    p = 1.0 / 15 + z * p;
+    p = 1.0 / 13 + z * p;
+    p = 1.0 / 11 + z * p;
+    p = 1.0 / 9 + z * p;
+    p = 1.0 / 7 + z * p;
+    p = 1.0 / 5 + z * p;
+    p = 1.0 / 3 + z * p;
+    p = 1.0 + z * p;
+    double fe = (double)(int32_t)e; /* e in [-53, 0]; int32 converts packed */
+    return -2.0 * (fe * KE_LN2_HI + (2.0 * s * p + fe * KE_LN2_LO));
+}
+
+KE_INLINE void ke_sincos2pi_f64(double u, double *c, double *s)
+{
+    double t = u * 4.0 + 0x1.8p52;
+    uint64_t qi = ke_f64_bits(t);
+    double q = t - 0x1.8p52;
+    double a = (u - q * 0.25) * KE_2PI, a2 = a * a;
+    /* Taylor to a^19 (sin) and a^18 (cos), Horner in a2 = a^2 */
+    double sp = -1.0 / 121645100408832000.0; /* 1/19! */
+    sp = 1.0 / 355687428096000.0 + a2 * sp;  /* 1/17! */
+    sp = -1.0 / 1307674368000.0 + a2 * sp;   /* 1/15! */
+    sp = 1.0 / 6227020800.0 + a2 * sp;       /* 1/13! */
+    sp = -1.0 / 39916800.0 + a2 * sp;        /* 1/11! */
+    sp = 1.0 / 362880.0 + a2 * sp;           /* 1/9! */
+    sp = -1.0 / 5040.0 + a2 * sp;
+    sp = 1.0 / 120.0 + a2 * sp;
+    sp = -1.0 / 6.0 + a2 * sp;
+    double sn = a + a * (a2 * sp);
+    double cp = 1.0 / 6402373705728000.0;    /* 1/18! */
+    cp = -1.0 / 20922789888000.0 + a2 * cp;  /* 1/16! */
+    cp = 1.0 / 87178291200.0 + a2 * cp;      /* 1/14! */
+    cp = -1.0 / 479001600.0 + a2 * cp;       /* 1/12! */
+    cp = 1.0 / 3628800.0 + a2 * cp;          /* 1/10! */
+    cp = -1.0 / 40320.0 + a2 * cp;           /* 1/8! */
+    cp = 1.0 / 720.0 + a2 * cp;
+    cp = -1.0 / 24.0 + a2 * cp;
+    cp = 0.5 + a2 * cp;
+    double cs = 1.0 - a2 * cp;
+    double cc = (qi & 1) ? -sn : cs;
+    double ss = (qi & 1) ? cs : sn;
+    *c = (qi & 2) ? -cc : cc;
+    *s = (qi & 2) ? -ss : ss;
+}
+
+/* sqrt(t) for t in [0, 74] from an rsqrt bit-trick guess (Lomont's
+ * constant, <= 3.5% error) and Newton steps y <- y (1.5 - t/2 y^2), each of
+ * which squares the relative error, then sqrt = t * y.  Why not sqrtf():
+ * without -fno-math-errno GCC guards every sqrt call with an errno branch,
+ * and a pragma cannot lift that (builtin attributes are fixed from the
+ * command line), so the whole normal loop would stay scalar.  Max error vs.
+ * the correctly rounded sqrt: ~2 ulp (measured).  t = 0 (u1 = 1) would
+ * make y overflow and 0 * inf = NaN, hence the select. */
+KE_INLINE float ke_sqrt_f32(float t)
+{
+    float y = ke_f32_from_bits(UINT32_C(0x5f375a86) - (ke_f32_bits(t) >> 1));
+    float h = 0.5f * t;
+    y = y * (1.5f - h * y * y); /* 1.8e-3 */
+    y = y * (1.5f - h * y * y); /* 4.7e-6 */
+    y = y * (1.5f - h * y * y); /* 3e-11: rounding-limited from here */
+    return t > 0.0f ? t * y : 0.0f;
+}
+
+KE_INLINE double ke_sqrt_f64(double t)
+{
+    double y = ke_f64_from_bits(UINT64_C(0x5fe6eb50c7b537a9) - (ke_f64_bits(t) >> 1));
+    double h = 0.5 * t;
+    y = y * (1.5 - h * y * y);
+    y = y * (1.5 - h * y * y);
+    y = y * (1.5 - h * y * y);
+    y = y * (1.5 - h * y * y); /* ~1e-21: rounding-limited */
+    return t > 0.0 ? t * y : 0.0;
+}
+
+/* ---- normal -------------------------------------------------------------- */
+
+/* Box-Muller.  Both uniforms are in (0, 1]: u1 because log(0) = -inf, u2
+ * only for symmetry (2*pi*1 is the same angle as 0).  Each (u1, u2) pair
+ * yields two independent normals (cos and sin branch), so no random bits
+ * are discarded. */
+KE_INLINE void ke_xf_normal_f32(const uint32_t l[4], float *out, float mean,
+                                    float std)
+{
+#pragma GCC unroll 4
+    for (int k = 0; k < 2; k++) {
+        float u1 = (float)(int32_t)((l[2 * k] >> 8) + 1) * 0x1p-24f;
+        float u2 = (float)(int32_t)((l[2 * k + 1] >> 8) + 1) * 0x1p-24f;
+        float r = ke_sqrt_f32(ke_neg2log_f32(u1));
+        float c, s;
+        ke_sincos2pi_f32(u2, &c, &s);
+        out[2 * k] = mean + std * (r * c);
+        out[2 * k + 1] = mean + std * (r * s);
+    }
+}
+
+void ke_philox_normal_f32(uint64_t seed, uint64_t offset, float *dst,
+                          int64_t begin, int64_t end, float mean, float std)
+{
+#define XF(l, out) ke_xf_normal_f32((l), (out), mean, std)
+    KE_FILL_DRIVER(float, 4, XF);
+#undef XF
+}
+
+KE_INLINE void ke_xf_normal_f64(const uint32_t l[4], double *out, double mean,
+                                    double std)
+{
+    double u1 = (ke_u53_to_f64(ke_join(l[0], l[1]) >> 11) + 1.0) * 0x1p-53;
+    double u2 = (ke_u53_to_f64(ke_join(l[2], l[3]) >> 11) + 1.0) * 0x1p-53;
+    double r = ke_sqrt_f64(ke_neg2log_f64(u1));
+    double c, s;
+    ke_sincos2pi_f64(u2, &c, &s);
+    out[0] = mean + std * (r * c);
+    out[1] = mean + std * (r * s);
+}
+
+void ke_philox_normal_f64(uint64_t seed, uint64_t offset, double *dst,
+                          int64_t begin, int64_t end, double mean, double std)
+{
+#define XF(l, out) ke_xf_normal_f64((l), (out), mean, std)
+    KE_FILL_DRIVER(double, 2, XF);
+#undef XF
+}
+
+/* ---- randint ------------------------------------------------------------- */
+
+/* range is computed in uint64 so negative bounds and spans up to 2^64 - 1
+ * (e.g. [INT64_MIN, INT64_MAX)) work; low + v wraps back into int64 via
+ * unsigned arithmetic (GCC defines the final conversion as modular). */
+KE_INLINE void ke_xf_randint(const uint32_t l[4], int64_t *out, uint64_t low,
+                                 uint64_t range)
+{
+#pragma GCC unroll 4
+    for (int k = 0; k < 2; k++) {
+        uint64_t r = ke_join(l[2 * k], l[2 * k + 1]);
+        uint64_t v = (uint64_t)(((unsigned __int128)r * range) >> 64);
+        out[k] = (int64_t)(low + v);
+    }
+}
+
+void ke_philox_randint_i64(uint64_t seed, uint64_t offset, int64_t *dst,
+                           int64_t begin, int64_t end, int64_t low, int64_t high)
+{
+    /* high <= low gives range 0, i.e. every element = low (see header). */
+    const uint64_t range = high > low ? (uint64_t)high - (uint64_t)low : 0;
+    const uint64_t ulow = (uint64_t)low;
+#define XF(l, out) ke_xf_randint((l), (out), ulow, range)
+    KE_FILL_DRIVER(int64_t, 2, XF);
+#undef XF
+}
+
+/* ---- bookkeeping --------------------------------------------------------- */
+
+uint64_t ke_philox_counters_used(int64_t numel, int kind)
+{
+    if (numel <= 0)
+        return 0;
+    uint64_t n = (uint64_t)numel, per;
+    switch (kind) {
+    case KE_PHILOX_UNIFORM_F32:
+    case KE_PHILOX_NORMAL_F32:
+        per = 4;
+        break;
+    case KE_PHILOX_UNIFORM_F64:
+    case KE_PHILOX_NORMAL_F64:
+    case KE_PHILOX_RANDINT_I64:
+        per = 2;
+        break;
+    default:
+        per = 1; /* over-reserving is always safe, under-reserving is not */
+        break;
+    }
+    return n / per + (n % per != 0);
+}
+
+/* One lock for every generator: seed and offset must change together (a
+ * 128-bit CAS is not portable), and contention is negligible because a
+ * reservation happens once per op, not per element. */
+static pthread_mutex_t ke_gen_lock = PTHREAD_MUTEX_INITIALIZER;
+static ke_generator ke_default_gen = {KE_DEFAULT_SEED, 0};
+
+ke_generator *ke_default_generator(void)
+{
+    return &ke_default_gen;
+}
+
+void ke_generator_init(ke_generator *g, uint64_t seed)
+{
+    g->seed = seed;
+    g->offset = 0;
+}
+
+uint64_t ke_generator_reserve_seeded(ke_generator *g, uint64_t counters,
+                                     uint64_t *seed_out)
+{
+    pthread_mutex_lock(&ke_gen_lock);
+    uint64_t off = g->offset;
+    /* Wraps after 2^64 counters, i.e. never in practice. */
+    g->offset = off + counters;
+    if (seed_out)
+        *seed_out = g->seed;
+    pthread_mutex_unlock(&ke_gen_lock);
+    return off;
+}
+
+uint64_t ke_generator_reserve(ke_generator *g, uint64_t counters)
+{
+    return ke_generator_reserve_seeded(g, counters, NULL);
+}
+
+void ke_generator_set_seed(ke_generator *g, uint64_t seed)
+{
+    pthread_mutex_lock(&ke_gen_lock);
+    g->seed = seed;
+    g->offset = 0;
+    pthread_mutex_unlock(&ke_gen_lock);
+}
+
+uint64_t ke_generator_get_seed(ke_generator *g)
+{
+    pthread_mutex_lock(&ke_gen_lock);
+    uint64_t s = g->seed;
+    pthread_mutex_unlock(&ke_gen_lock);
+    return s;
+}
+
+KL_API void kl_manual_seed(uint64_t seed)
+{
+    ke_generator_set_seed(&ke_default_gen, seed);
+}
+
+KL_API uint64_t kl_initial_seed(void)
+{
+    return ke_generator_get_seed(&ke_default_gen);
+}

@@ -1,0 +1,406 @@
+/*
+ * tensor.c — tensor headers and storage: allocation (free lists for the
+ * headers, the caching allocator for data), reference counts, accessors and
+ * the shape helpers everything else uses.
+ *
+ * Headers come from per-thread free lists and are never returned to malloc:
+ * a stale pointer then reads a header whose magic says "dead" (KL_ERR_FREED)
+ * instead of unmapped memory, until the header is reused.
+ */
+#include "core.h"
+
+#include "alloc.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+
+_Thread_local ke_tls ke_tls_state = {0, 0, {KL_CPU, 0}, 1};
+ke_tls *ke_tls_get(void) { return &ke_tls_state; }
+
+void (*ke_autograd_free_hook)(kl_tensor *t);
+
+static _Atomic int64_t live_tensors, live_storages;
+int64_t kl_live_tensors(void) { return atomic_load(&live_tensors); }
+int64_t kl_live_storages(void) { return atomic_load(&live_storages); }
+
+/* ---- free lists ----------------------------------------------------------- */
+
+#define KE_FREELIST_MAX 4096
+static _Thread_local kl_tensor *tl_free_tensors;
+static _Thread_local int tl_n_free_tensors;
+static _Thread_local ke_storage *tl_free_storages;
+static _Thread_local int tl_n_free_storages;
+
+static kl_tensor *header_alloc(void) {
+    kl_tensor *t = tl_free_tensors;
+    if (t) {
+        tl_free_tensors = t->next_free;
+        tl_n_free_tensors--;
+    } else {
+        /* Headers are carved from chunks that are never freed (see top). */
+        enum { CHUNK = 64 };
+        kl_tensor *chunk = calloc(CHUNK, sizeof *chunk);
+        if (!chunk) return NULL;
+        for (int i = 1; i < CHUNK; i++) {
+            chunk[i].magic = KE_MAGIC_DEAD;
+            chunk[i].next_free = tl_free_tensors;
+            tl_free_tensors = &chunk[i];
+            tl_n_free_tensors++;
+        }
+        t = &chunk[0];
+    }
+    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
+    return t;
+}
+
+static void header_free(kl_tensor *t) {
+    t->magic = KE_MAGIC_DEAD;
+    atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
+    /* Never freed (see top): a header freed on another thread joins that
+     * thread's list, so chunks circulate between threads. */
+    t->next_free = tl_free_tensors;
+    tl_free_tensors = t;
+    tl_n_free_tensors++;
+}
+
+static ke_storage *storage_header_alloc(void) {
+    ke_storage *s = tl_free_storages;
+    if (s) {
+        tl_free_storages = s->next_free;
+        tl_n_free_storages--;
+    } else {
+        s = malloc(sizeof *s);
+        if (!s) return NULL;
+    }
+    atomic_fetch_add_explicit(&live_storages, 1, memory_order_relaxed);
+    return s;
+}
+
+static void storage_header_free(ke_storage *s) {
+    atomic_fetch_sub_explicit(&live_storages, 1, memory_order_relaxed);
+    if (tl_n_free_storages < KE_FREELIST_MAX) {
+        s->next_free = tl_free_storages;
+        tl_free_storages = s;
+        tl_n_free_storages++;
+    } else {
+        free(s);
+    }
+}
+
+/* ---- storage ---------------------------------------------------------------- */
+
+static ke_device_allocator device_allocators[3];
+
+void ke_register_device_allocator(kl_device_type type, const ke_device_allocator *a) {
+    KE_ASSERT((unsigned)type < 3);
+    device_allocators[type] = *a;
+}
+
+static void storage_init(ke_storage *s, void *data, size_t nbytes, kl_device dev, ke_alloc_kind kind) {
+    atomic_init(&s->refcount, 1);
+    atomic_init(&s->version, 0);
+    s->alloc = (uint8_t)kind;
+    s->device = dev;
+    s->data = data;
+    s->nbytes = nbytes;
+    s->deleter = NULL;
+    s->deleter_ctx = NULL;
+    s->next_free = NULL;
+}
+
+ke_storage *ke_storage_new(size_t nbytes, kl_device dev, const char *op) {
+    ke_storage *s = storage_header_alloc();
+    if (!s) {
+        ke_err(KL_ERR_OOM, op, "out of memory allocating a storage header");
+        return NULL;
+    }
+    void *data = NULL;
+    ke_alloc_kind kind = KE_ALLOC_NONE;
+    if (dev.type == KL_CPU) {
+        data = ke_cpu_alloc(nbytes);
+        kind = KE_ALLOC_CPU;
+    } else if (dev.type == KL_CUDA) {
+        if (!device_allocators[KL_CUDA].alloc) {
+            storage_header_free(s);
+            ke_err(KL_ERR_DEVICE, op, "CUDA is not available in this build or on this machine");
+            return NULL;
+        }
+        data = device_allocators[KL_CUDA].alloc(nbytes, dev.index);
+        kind = KE_ALLOC_DEVICE;
+    } else {
+        storage_init(s, NULL, nbytes, dev, KE_ALLOC_NONE);
+        return s;
+    }
+    if (!data) {
+        storage_header_free(s);
+        ke_err(KL_ERR_OOM, op, "out of memory allocating %zu bytes on %s", nbytes, ke_device_name(dev));
+        return NULL;
+    }
+    storage_init(s, data, nbytes, dev, kind);
+    return s;
+}
+
+ke_storage *ke_storage_blob(void *data, size_t nbytes, void (*deleter)(void *, void *), void *ctx) {
+    ke_storage *s = storage_header_alloc();
+    if (!s) return NULL;
+    storage_init(s, data, nbytes, KL_DEVICE_CPU, KE_ALLOC_BLOB);
+    s->deleter = deleter;
+    s->deleter_ctx = ctx;
+    return s;
+}
+
+void ke_storage_decref(ke_storage *s) {
+    if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
+    switch (s->alloc) {
+    case KE_ALLOC_CPU: ke_cpu_free(s->data, s->nbytes); break;
+    case KE_ALLOC_BLOB:
+        if (s->deleter) s->deleter(s->data, s->deleter_ctx);
+        break;
+    case KE_ALLOC_DEVICE: device_allocators[s->device.type].free(s->data, s->nbytes, s->device.index); break;
+    default: break;
+    }
+    storage_header_free(s);
+}
+
+/* ---- headers ------------------------------------------------------------------ */
+
+ke_keyset ke_device_key(kl_device d) {
+    switch (d.type) {
+    case KL_CUDA: return KE_KS(KE_KEY_CUDA);
+    case KL_META: return KE_KS(KE_KEY_META);
+    default: return KE_KS(KE_KEY_CPU);
+    }
+}
+
+kl_tensor *ke_tensor_wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape,
+                          const int64_t *stride, int64_t offset) {
+    kl_tensor *t = header_alloc();
+    if (!t) return NULL;
+    t->magic = KE_MAGIC_LIVE;
+    atomic_init(&t->refcount, 1);
+    atomic_init(&t->user_refs, 0);
+    t->dtype = (uint8_t)dt;
+    t->ndim = (uint8_t)ndim;
+    t->flags = 0;
+    t->keys = (uint8_t)ke_device_key(s->device);
+    t->scope_slot = -1;
+    t->scope = NULL;
+    t->storage = s;
+    atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed);
+    t->offset = offset;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->stride[i] = stride[i];
+    }
+    t->autograd = NULL;
+    t->trace_id = -1;
+    t->next_free = NULL;
+    return t;
+}
+
+kl_tensor *ke_tensor_new(kl_dtype dt, int ndim, const int64_t *shape, kl_device dev, const char *op) {
+    int64_t stride[KL_MAX_DIMS];
+    ke_contiguous_strides(ndim, shape, stride);
+    size_t nbytes = (size_t)ke_numel(ndim, shape) * ke_dtypes[dt].size;
+    ke_storage *s = ke_storage_new(nbytes, dev, op);
+    if (!s) return NULL;
+    kl_tensor *t = ke_tensor_wrap(s, dt, ndim, shape, stride, 0);
+    ke_storage_decref(s); /* the header holds it now */
+    if (!t) ke_err(KL_ERR_OOM, op, "out of memory allocating a tensor header");
+    return t;
+}
+
+kl_tensor *ke_tensor_view(const kl_tensor *base, int ndim, const int64_t *shape, const int64_t *stride,
+                          int64_t offset) {
+    kl_tensor *t = ke_tensor_wrap(base->storage, (kl_dtype)base->dtype, ndim, shape, stride, offset);
+    if (!t) return NULL;
+    t->keys = base->keys & ~KE_KS(KE_KEY_AUTOGRAD);
+    return t;
+}
+
+void ke_tensor_decref(kl_tensor *t) {
+    if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (t->autograd && ke_autograd_free_hook) ke_autograd_free_hook(t);
+    ke_storage_decref(t->storage);
+    header_free(t);
+}
+
+int ke_check_tensor(const kl_tensor *t, const char *op, int argno) {
+    if (KE_LIKELY(t && t->magic == KE_MAGIC_LIVE)) return 0;
+    if (!t) {
+        /* A NULL from an earlier failed op keeps that op's error. */
+        if (!ke_error_pending()) ke_err(KL_ERR_NULL_ARG, op, "tensor argument %d is NULL", argno);
+        return -1;
+    }
+    return ke_err(KL_ERR_FREED, op, "tensor argument %d was released (use after free)", argno);
+}
+
+/* ---- shape helpers ---------------------------------------------------------------- */
+
+int64_t ke_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i] > 1 ? shape[i] : 1;
+    }
+}
+
+int ke_is_contig(const kl_tensor *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] == 0) return 1;
+        if (t->shape[i] != 1 && t->stride[i] != s) return 0;
+        s *= t->shape[i];
+    }
+    return 1;
+}
+
+int ke_check_shape(const char *op, int ndim, const int64_t *shape, kl_dtype dt) {
+    if (ndim < 0 || ndim > KL_MAX_DIMS)
+        return ke_err(KL_ERR_SHAPE, op, "%d dims requested; Kiln supports at most %d", ndim, KL_MAX_DIMS);
+    if (ndim > 0 && !shape) return ke_err(KL_ERR_NULL_ARG, op, "shape pointer is NULL for %d dims", ndim);
+    if (!ke_dtype_valid(dt)) return ke_err(KL_ERR_DTYPE, op, "invalid dtype value %d", (int)dt);
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            char b[200];
+            return ke_err(KL_ERR_SHAPE, op, "negative dimension %lld in shape %s", (long long)shape[i],
+                          ke_fmt_shape(b, sizeof b, ndim, shape));
+        }
+        if (shape[i] && n > INT64_MAX / 16 / shape[i]) {
+            char b[200];
+            return ke_err(KL_ERR_OVERFLOW, op, "shape %s has too many elements",
+                          ke_fmt_shape(b, sizeof b, ndim, shape));
+        }
+        n *= shape[i];
+    }
+    return 0;
+}
+
+int ke_wrap_dim(const char *op, int64_t dim, int ndim) {
+    int64_t n = ndim > 0 ? ndim : 1;
+    if (dim < -n || dim >= n)
+        return ke_err(KL_ERR_INDEX, op, "dim %lld out of range for a tensor with %d dims (expected %lld to %lld)",
+                      (long long)dim, ndim, (long long)-n, (long long)(n - 1));
+    return (int)(dim < 0 ? dim + n : dim);
+}
+
+/* ---- accessors -------------------------------------------------------------------- */
+
+#define ACCESS_CHECK(t, op, bad)                   \
+    do {                                           \
+        if (ke_check_tensor(t, op, 1)) return bad; \
+    } while (0)
+
+int kl_ndim(const kl_tensor *t) {
+    ACCESS_CHECK(t, "ndim", -1);
+    return t->ndim;
+}
+const int64_t *kl_shape(const kl_tensor *t) {
+    ACCESS_CHECK(t, "shape", NULL);
+    return t->shape;
+}
+const int64_t *kl_stride(const kl_tensor *t) {
+    ACCESS_CHECK(t, "stride", NULL);
+    return t->stride;
+}
+int64_t kl_size(const kl_tensor *t, int dim) {
+    ACCESS_CHECK(t, "size", -1);
+    int d = ke_wrap_dim("size", dim, t->ndim);
+    if (d < 0) return -1;
+    return t->ndim ? t->shape[d] : 1;
+}
+int64_t kl_numel(const kl_tensor *t) {
+    ACCESS_CHECK(t, "numel", -1);
+    return ke_numel(t->ndim, t->shape);
+}
+int64_t kl_storage_offset(const kl_tensor *t) {
+    ACCESS_CHECK(t, "storage_offset", -1);
+    return t->offset;
+}
+kl_dtype kl_dtype_of(const kl_tensor *t) {
+    ACCESS_CHECK(t, "dtype_of", KL_NUM_DTYPES);
+    return (kl_dtype)t->dtype;
+}
+kl_device kl_device_of(const kl_tensor *t) {
+    ACCESS_CHECK(t, "device_of", KL_DEVICE_CPU);
+    return t->storage->device;
+}
+bool kl_is_contiguous(const kl_tensor *t) {
+    ACCESS_CHECK(t, "is_contiguous", false);
+    return ke_is_contig(t);
+}
+int64_t kl_version_of(const kl_tensor *t) {
+    ACCESS_CHECK(t, "version_of", -1);
+    return atomic_load(&t->storage->version);
+}
+void *kl_data_ptr(const kl_tensor *t) {
+    ACCESS_CHECK(t, "data_ptr", NULL);
+    if (t->storage->device.type != KL_CPU) {
+        char b[256];
+        ke_err(KL_ERR_DEVICE, "data_ptr", "tensor %s has no CPU data (move it with kl_to_device)",
+               ke_fmt_tensor(b, sizeof b, t));
+        return NULL;
+    }
+    return ke_data(t);
+}
+int kl_shares_storage(const kl_tensor *t, const kl_tensor *u) {
+    if (ke_check_tensor(t, "shares_storage", 1) || ke_check_tensor(u, "shares_storage", 2)) return -1;
+    return t->storage == u->storage;
+}
+
+static int item_check(const kl_tensor *t, const char *op) {
+    if (ke_check_tensor(t, op, 1)) return -1;
+    char b[256];
+    if (ke_numel(t->ndim, t->shape) != 1)
+        return ke_err(KL_ERR_SHAPE, op, "needs a tensor with one element, got %s", ke_fmt_tensor(b, sizeof b, t));
+    if (t->storage->device.type != KL_CPU)
+        return ke_err(KL_ERR_DEVICE, op, "tensor %s has no CPU data (move it with kl_to_device)",
+                      ke_fmt_tensor(b, sizeof b, t));
+    return 0;
+}
+double kl_item(const kl_tensor *t) {
+    if (item_check(t, "item")) return NAN;
+    return ke_load_f64(ke_data(t), (kl_dtype)t->dtype, 0);
+}
+int64_t kl_item_int(const kl_tensor *t) {
+    if (item_check(t, "item_int")) return 0;
+    if (ke_is_float((kl_dtype)t->dtype)) {
+        char b[256];
+        ke_err(KL_ERR_DTYPE, "item_int", "needs an integer or bool tensor, got %s", ke_fmt_tensor(b, sizeof b, t));
+        return 0;
+    }
+    return ke_load_i64(ke_data(t), (kl_dtype)t->dtype, 0);
+}
+
+kl_tensor *ke_wrap_scalar(double v) {
+    int integral = isfinite(v) && v == trunc(v) && fabs(v) < 9.007199254740992e15;
+    kl_dtype dt = integral ? KL_I64 : KL_F64;
+    kl_tensor *t = ke_tensor_new(dt, 0, NULL, KL_DEVICE_CPU, "scalar");
+    if (!t) return NULL;
+    if (integral)
+        *(int64_t *)t->storage->data = (int64_t)v;
+    else
+        *(double *)t->storage->data = v;
+    t->flags |= KE_TF_WRAPPED;
+    return t;
+}
+
+/* ---- defaults ------------------------------------------------------------------------ */
+
+static kl_dtype default_dtype = KL_F32;
+void kl_set_default_device(kl_device d) { ke_tls_state.default_device = d; }
+kl_device kl_get_default_device(void) { return ke_tls_state.default_device; }
+void kl_set_default_dtype(kl_dtype dt) {
+    if (ke_dtype_valid(dt) && ke_is_float(dt)) default_dtype = dt;
+}
+kl_dtype kl_get_default_dtype(void) { return default_dtype; }
+
+const char *kl_version(void) { return KL_VERSION_STRING; }

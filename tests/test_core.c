@@ -1,0 +1,352 @@
+/*
+ * test_core.c — tensors, scopes, errors, dtype promotion, views and creation
+ * ops: the eager core's contracts.
+ */
+#include "harness.h"
+
+#include <stdlib.h>
+
+/* ---- scopes and ownership --------------------------------------------------- */
+
+static void scope_frees_temporaries(void **s) {
+    (void)s;
+    int64_t base = kl_live_tensors();
+    kl_tensor *a = kl_ones(KL_SHAPE(3), KL_F32);
+    kl_scope_begin();
+    kl_tensor *y = kl_add(kl_mul(a, a), a); /* the temporary a*a is owned by the scope */
+    assert_non_null(y);
+    assert_int_equal(kl_live_tensors(), base + 3);
+    kl_keep(y);
+    kl_scope_end();
+    assert_int_equal(kl_live_tensors(), base + 2);
+    KT_VALUES(y, 0, 2, 2, 2);
+}
+
+static void retain_release(void **s) {
+    (void)s;
+    kl_tensor *p;
+    kl_scope_begin();
+    p = kl_retain(kl_zeros(KL_SHAPE(2, 2), KL_F64));
+    kl_scope_end();
+    assert_int_equal(kl_numel(p), 4); /* survives its scope */
+    kl_release(p);
+    assert_int_equal(kl_live_tensors(), 0);
+    /* releasing a scope-owned tensor frees it early */
+    kl_tensor *q = kl_zeros(KL_SHAPE(2), KL_F32);
+    kl_release(q);
+    assert_int_equal(kl_live_tensors(), 0);
+    /* a stale pointer is reported, not a crash */
+    assert_int_equal(kl_ndim(q), -1);
+    KT_EXPECT_ERROR(KL_ERR_FREED, "released");
+    assert_null(kl_add(q, q));
+    KT_EXPECT_ERROR(KL_ERR_FREED, "kl_add");
+}
+
+static void release_twice_is_an_error(void **s) {
+    (void)s;
+    kl_tensor *t = kl_retain(kl_ones(KL_SHAPE(1), KL_F32));
+    kl_release(t); /* drops the retained reference */
+    kl_release(t); /* drops the scope's reference: frees it */
+    kl_release(t);
+    KT_EXPECT_ERROR(KL_ERR_FREED, "release");
+}
+
+static void keep_moves_one_level(void **s) {
+    (void)s;
+    kl_tensor *outer;
+    kl_scope_begin();
+    kl_scope_begin();
+    outer = kl_keep(kl_ones(KL_SHAPE(1), KL_F32));
+    kl_scope_end();
+    assert_int_equal(kl_numel(outer), 1);
+    kl_scope_end();
+    assert_int_equal(kl_live_tensors(), 0);
+}
+
+/* ---- errors ------------------------------------------------------------------ */
+
+static void null_propagates_first_error(void **s) {
+    (void)s;
+    kl_tensor *a = kl_ones(KL_SHAPE(2, 3), KL_F32), *b = kl_ones(KL_SHAPE(4), KL_F32);
+    kl_tensor *bad = kl_add(a, b);
+    assert_null(bad);
+    assert_int_equal(kl_last_status(), KL_ERR_SHAPE);
+    assert_string_equal(kl_last_error(), "kl_add: shapes [2,3] and [4] cannot broadcast");
+    assert_null(kl_exp(kl_mul(bad, a))); /* keeps the first error */
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_add: shapes [2,3] and [4]");
+    assert_null(kl_neg(NULL));
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_neg: tensor argument 1 is NULL");
+}
+
+static void status_table(void **s) {
+    (void)s;
+    assert_string_equal(kl_status_name(KL_ERR_SHAPE), "KL_ERR_SHAPE");
+    assert_string_equal(kl_status_name((kl_status)12345), "KL_ERR_UNKNOWN");
+    assert_string_equal(kl_status_string(KL_OK), "no error");
+    assert_string_equal(kl_last_error(), "");
+}
+
+static void bad_shapes_and_dtypes(void **s) {
+    (void)s;
+    assert_null(kl_zeros(KL_SHAPE(2, -1), KL_F32));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "negative dimension");
+    assert_null(kl_zeros(KL_SHAPE(1ll << 40, 1ll << 40), KL_F32));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "too many elements");
+    assert_null(kl_zeros(9, (int64_t[9]){1, 1, 1, 1, 1, 1, 1, 1, 1}, KL_F32));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "at most 8");
+    assert_null(kl_zeros(KL_SHAPE(2), (kl_dtype)99));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "invalid dtype");
+    assert_null(kl_rand(KL_SHAPE(2), KL_I32));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_rand: needs a floating dtype");
+    kl_tensor *b = kl_ones(KL_SHAPE(2), KL_BOOL);
+    assert_null(kl_neg(b));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_neg: expects numeric (non-bool) tensors, got [2] bool cpu");
+}
+
+static void inplace_rules(void **s) {
+    (void)s;
+    kl_tensor *i = kl_ones(KL_SHAPE(3), KL_I32), *f = kl_ones(KL_SHAPE(3), KL_F32);
+    assert_null(kl_add_inplace(i, f)); /* float result into int tensor */
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "can't be cast");
+    int64_t v0 = kl_version_of(f);
+    assert_ptr_equal(kl_add_inplace(f, i), f);
+    assert_int_equal(kl_version_of(f), v0 + 1);
+    KT_VALUES(f, 0, 2, 2, 2);
+    kl_tensor *small = kl_ones(KL_SHAPE(1), KL_F32);
+    assert_null(kl_add_inplace(small, f));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "in-place output");
+    kl_tensor *ex = kl_expand(small, KL_SHAPE(3));
+    assert_null(kl_mul_scalar_inplace(ex, 2));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "broadcast");
+}
+
+/* ---- dtypes --------------------------------------------------------------------- */
+
+static void promotion(void **s) {
+    (void)s;
+    assert_int_equal(kl_promote_types(KL_I32, KL_F16), KL_F16);
+    assert_int_equal(kl_promote_types(KL_U8, KL_I32), KL_I32);
+    assert_int_equal(kl_promote_types(KL_F16, KL_BF16), KL_F32);
+    assert_int_equal(kl_promote_types(KL_BOOL, KL_U8), KL_U8);
+    kl_tensor *f = kl_ones(KL_SHAPE(2), KL_F32), *i = kl_ones(KL_SHAPE(2), KL_I32);
+    kl_tensor *b = kl_ones(KL_SHAPE(2), KL_BOOL), *h = kl_ones(KL_SHAPE(2), KL_F16);
+    assert_int_equal(kl_dtype_of(kl_add_scalar(f, 2.5)), KL_F32);   /* scalar does not widen */
+    assert_int_equal(kl_dtype_of(kl_add_scalar(i, 2)), KL_I32);
+    assert_int_equal(kl_dtype_of(kl_add_scalar(i, 2.5)), KL_F32);
+    assert_int_equal(kl_dtype_of(kl_add_scalar(b, 2)), KL_I64);
+    assert_int_equal(kl_dtype_of(kl_add_scalar(h, 2.5)), KL_F16);
+    assert_int_equal(kl_dtype_of(kl_add(i, f)), KL_F32);
+    /* 0-dim tensors rank below dimensioned ones within a category */
+    kl_tensor *d0 = kl_scalar_tensor(1, KL_F64);
+    assert_int_equal(kl_dtype_of(kl_add(f, d0)), KL_F32);
+    assert_int_equal(kl_dtype_of(kl_add(i, d0)), KL_F64);
+    assert_int_equal(kl_dtype_of(kl_exp(i)), KL_F32);
+    KT_VALUES(kl_add_scalar(i, 2.5), 0, 3.5, 3.5);
+    KT_VALUES(kl_add(h, h), 0, 2, 2);
+}
+
+static void conversions(void **s) {
+    (void)s;
+    float src[] = {1.5f, -2.25f, 65504.f, 1e-7f, NAN, INFINITY};
+    kl_tensor *f = kl_from_data(src, KL_SHAPE(6), KL_F32);
+    kl_tensor *h = kl_to_dtype(f, KL_F16), *bf = kl_to_dtype(f, KL_BF16);
+    KT_VALUES(h, 0, 1.5, -2.25, 65504, 1.1920928955078125e-07, NAN, INFINITY);
+    KT_VALUES(bf, 0, 1.5, -2.25, 65536, 1.0011717677116394e-07, NAN, INFINITY);
+    kl_tensor *i = kl_to_dtype(kl_from_data((float[]){-1.7f, 2.9f, NAN}, KL_SHAPE(3), KL_F32), KL_I64);
+    KT_VALUES(i, 0, -1, 2, 0);
+    KT_VALUES(kl_to_dtype(kl_from_data((int32_t[]){0, 3, -1}, KL_SHAPE(3), KL_I32), KL_BOOL), 0, 0, 1, 1);
+}
+
+/* ---- views ------------------------------------------------------------------------ */
+
+static void views_share_storage(void **s) {
+    (void)s;
+    kl_tensor *x = kl_arange(0, 24, 1, KL_F32);
+    kl_tensor *v = kl_view(x, KL_SHAPE(2, 3, 4));
+    assert_int_equal(kl_shares_storage(x, v), 1);
+    kl_tensor *p = kl_permute(v, KL_DIMS(2, 0, 1));
+    kt_assert_shape(p, 3, (int64_t[]){4, 2, 3});
+    assert_false(kl_is_contiguous(p));
+    assert_int_equal(kl_shares_storage(p, x), 1);
+    /* element [1][0][2] of p is v[0][2][1] = 9 */
+    assert_true(kt_get(p, 1 * 6 + 0 * 3 + 2) == 9);
+    kl_tensor *c = kl_contiguous(p);
+    assert_true(kl_is_contiguous(c));
+    assert_int_equal(kl_shares_storage(c, x), 0);
+    /* view of a permuted tensor fails; reshape copies */
+    assert_null(kl_view(p, KL_SHAPE(24)));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "use kl_reshape");
+    kl_tensor *r = kl_reshape(p, KL_SHAPE(-1));
+    kt_assert_shape(r, 1, (int64_t[]){24});
+    assert_int_equal(kl_shares_storage(r, x), 0);
+    kl_tensor *r2 = kl_reshape(v, KL_SHAPE(6, -1));
+    assert_int_equal(kl_shares_storage(r2, x), 1);
+    /* writes through a view are seen by the base */
+    kl_tensor *row = kl_select(v, 1, 2);
+    kl_fill_inplace(row, -1);
+    assert_true(kt_get(x, 8) == -1 && kt_get(x, 11) == -1 && kt_get(x, 20) == -1);
+}
+
+static void slice_narrow_select(void **s) {
+    (void)s;
+    kl_tensor *x = kl_arange(0, 10, 1, KL_I64);
+    KT_VALUES(kl_slice(x, 0, 1, 8, 3), 0, 1, 4, 7);
+    KT_VALUES(kl_slice(x, 0, -3, INT64_MAX, 1), 0, 7, 8, 9);
+    assert_int_equal(kl_numel(kl_slice(x, 0, 8, 2, 1)), 0);
+    KT_VALUES(kl_narrow(x, 0, 2, 3), 0, 2, 3, 4);
+    assert_null(kl_narrow(x, 0, 8, 3));
+    KT_EXPECT_ERROR(KL_ERR_INDEX, "out of range");
+    assert_null(kl_select(x, 0, 10));
+    KT_EXPECT_ERROR(KL_ERR_INDEX, "index 10 out of range");
+    assert_null(kl_slice(x, 0, 0, 5, 0));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "step must be positive");
+    assert_true(kl_item(kl_select(x, 0, -1)) == 9);
+    assert_null(kl_transpose(x, 0, 2));
+    KT_EXPECT_ERROR(KL_ERR_INDEX, "dim 2 out of range");
+}
+
+static void expand_squeeze_flatten(void **s) {
+    (void)s;
+    kl_tensor *x = kl_arange(0, 3, 1, KL_F32);
+    kl_tensor *col = kl_unsqueeze(x, 1);
+    kt_assert_shape(col, 2, (int64_t[]){3, 1});
+    kl_tensor *e = kl_expand(col, KL_SHAPE(3, 4));
+    assert_int_equal(kl_stride(e)[1], 0);
+    KT_VALUES(e, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2);
+    assert_null(kl_expand(col, KL_SHAPE(3, -2)));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "cannot expand");
+    assert_null(kl_expand(kl_ones(KL_SHAPE(2), KL_F32), KL_SHAPE(3)));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "dim 0 has size 2, not 1");
+    kt_assert_shape(kl_squeeze(col, 1), 1, (int64_t[]){3});
+    kt_assert_shape(kl_squeeze(col, 0), 2, (int64_t[]){3, 1});
+    kl_tensor *z = kl_zeros(KL_SHAPE(1, 2, 1, 3, 1), KL_F32);
+    kt_assert_shape(kl_squeeze_all(z), 2, (int64_t[]){2, 3});
+    kt_assert_shape(kl_flatten(z, 1, 3), 3, (int64_t[]){1, 6, 1});
+    kt_assert_shape(kl_flatten(z, 0, -1), 1, (int64_t[]){6});
+    kt_assert_shape(kl_t(kl_zeros(KL_SHAPE(2, 5), KL_F32)), 2, (int64_t[]){5, 2});
+    /* zero-size dims flow through views and elementwise ops */
+    kl_tensor *empty = kl_zeros(KL_SHAPE(0, 3), KL_F32);
+    kt_assert_shape(kl_add(empty, kl_ones(KL_SHAPE(3), KL_F32)), 2, (int64_t[]){0, 3});
+    kt_assert_shape(kl_reshape(empty, KL_SHAPE(3, 0)), 2, (int64_t[]){3, 0});
+}
+
+static void creation(void **s) {
+    (void)s;
+    KT_VALUES(kl_arange(1, 2, 0.25, KL_F64), 0, 1, 1.25, 1.5, 1.75);
+    KT_VALUES(kl_linspace(0, 1, 5, KL_F32), 1e-7, 0, 0.25, 0.5, 0.75, 1);
+    KT_VALUES(kl_eye(2, 3, KL_I32), 0, 1, 0, 0, 0, 1, 0);
+    KT_VALUES(kl_full(KL_SHAPE(2), 7.5, KL_BF16), 0, 7.5, 7.5);
+    assert_null(kl_arange(0, 5, -1, KL_F32));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "inconsistent");
+    double d[] = {1, 2, 3, 4};
+    kl_tensor *t = kl_from_data(d, KL_SHAPE(2, 2), KL_F64);
+    d[0] = 100; /* from_data copied */
+    KT_VALUES(t, 0, 1, 2, 3, 4);
+    kl_tensor *b = kl_from_blob(d, KL_SHAPE(2, 2), (int64_t[]){1, 2}, KL_F64, NULL, NULL);
+    KT_VALUES(b, 0, 100, 3, 2, 4); /* borrowed, column-major strides */
+    kl_tensor *like = kl_full_like(t, 3);
+    assert_int_equal(kl_dtype_of(like), KL_F64);
+    KT_VALUES(like, 0, 3, 3, 3, 3);
+    kl_tensor *cp = kl_zeros(KL_SHAPE(2, 2), KL_I32);
+    kl_copy_inplace(cp, kl_from_data((float[]){1.9f, -2.5f}, KL_SHAPE(2), KL_F32));
+    KT_VALUES(cp, 0, 1, -2, 1, -2);
+}
+
+static int deleter_calls;
+static void count_delete(void *data, void *ctx) {
+    (void)data;
+    (void)ctx;
+    deleter_calls++;
+}
+
+static void blob_deleter_runs_once(void **s) {
+    (void)s;
+    float buf[4] = {0};
+    deleter_calls = 0;
+    kl_scope_begin();
+    kl_tensor *b = kl_from_blob(buf, KL_SHAPE(4), NULL, KL_F32, count_delete, NULL);
+    kl_tensor *v = kl_slice(b, 0, 1, 3, 1); /* a view keeps the storage alive */
+    kl_keep(v);
+    kl_scope_end();
+    assert_int_equal(deleter_calls, 0);
+    kl_release(v);
+    assert_int_equal(deleter_calls, 1);
+    assert_null(kl_from_blob((char *)buf + 1, KL_SHAPE(2), NULL, KL_F32, NULL, NULL));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "not aligned");
+}
+
+static void random_is_reproducible(void **s) {
+    (void)s;
+    kl_manual_seed(42);
+    kl_tensor *a = kl_randn(KL_SHAPE(1000), KL_F32);
+    kl_tensor *b = kl_randn(KL_SHAPE(1000), KL_F32);
+    kl_manual_seed(42);
+    kl_tensor *a2 = kl_randn(KL_SHAPE(1000), KL_F32);
+    assert_memory_equal(kl_data_ptr(a), kl_data_ptr(a2), 4000);
+    assert_memory_not_equal(kl_data_ptr(a), kl_data_ptr(b), 4000);
+    kl_tensor *r = kl_randint(-3, 3, KL_SHAPE(500), KL_I32);
+    for (int i = 0; i < 500; i++) assert_true(kt_get(r, i) >= -3 && kt_get(r, i) < 3);
+    kl_tensor *u = kl_rand(KL_SHAPE(500), KL_F64);
+    for (int i = 0; i < 500; i++) assert_true(kt_get(u, i) >= 0 && kt_get(u, i) < 1);
+    kl_tensor *bern = kl_bernoulli(kl_full(KL_SHAPE(100), 0.0, KL_F32));
+    for (int i = 0; i < 100; i++) assert_true(kt_get(bern, i) == 0);
+    /* the same numbers on any thread count */
+    int nt = kl_get_num_threads();
+    kl_manual_seed(7);
+    kl_tensor *big1 = kl_rand(KL_SHAPE(1 << 18), KL_F32);
+    kl_set_num_threads(1);
+    kl_manual_seed(7);
+    kl_tensor *big2 = kl_rand(KL_SHAPE(1 << 18), KL_F32);
+    kl_set_num_threads(nt);
+    assert_memory_equal(kl_data_ptr(big1), kl_data_ptr(big2), 4 << 18);
+}
+
+static void meta_tensors(void **s) {
+    (void)s;
+    kl_tensor *m = kl_empty_on(KL_SHAPE(4, 5), KL_F32, KL_DEVICE_META);
+    kl_tensor *y = kl_exp(kl_add(m, kl_ones(KL_SHAPE(5), KL_F32)));
+    assert_null(y); /* meta and cpu mixed */
+    KT_EXPECT_ERROR(KL_ERR_DEVICE, "one device");
+    kl_tensor *z = kl_exp(kl_add(m, m));
+    kt_assert_shape(z, 2, (int64_t[]){4, 5});
+    assert_int_equal(kl_device_of(z).type, KL_META);
+    assert_null(kl_data_ptr(z));
+    KT_EXPECT_ERROR(KL_ERR_DEVICE, "no CPU data");
+    kt_assert_shape(kl_transpose(z, 0, 1), 2, (int64_t[]){5, 4});
+    kl_tensor *mc = kl_to_device(kl_ones(KL_SHAPE(3), KL_F32), KL_DEVICE_META);
+    assert_int_equal(kl_device_of(mc).type, KL_META);
+    assert_int_equal(kl_dtype_of(kl_add_scalar(mc, 1.5)), KL_F32);
+}
+
+static void broadcast_and_strided_ew(void **s) {
+    (void)s;
+    kl_tensor *a = kl_reshape(kl_arange(0, 6, 1, KL_F32), KL_SHAPE(2, 3));
+    kl_tensor *b = kl_from_data((float[]){10, 20}, KL_SHAPE(2, 1), KL_F32);
+    KT_VALUES(kl_add(a, b), 0, 10, 11, 12, 23, 24, 25);
+    KT_VALUES(kl_add(kl_t(a), kl_t(b)), 0, 10, 23, 11, 24, 12, 25);
+    KT_VALUES(kl_mul(kl_t(a), kl_to_dtype(kl_t(a), KL_I64)), 0, 0, 9, 1, 16, 4, 25);
+    /* in place into a non-contiguous view */
+    kl_tensor *at = kl_t(a);
+    kl_add_scalar_inplace(at, 100);
+    KT_VALUES(a, 0, 100, 101, 102, 103, 104, 105);
+    /* large enough to run on the thread pool, with a broadcast operand */
+    kl_tensor *big = kl_ones(KL_SHAPE(300, 1000), KL_F32);
+    kl_tensor *row = kl_arange(0, 1000, 1, KL_F32);
+    kl_tensor *sum = kl_add(big, row);
+    for (int i = 0; i < 300 * 1000; i += 997) assert_true(kt_get(sum, i) == 1 + (i % 1000));
+    /* integer wrap-around is defined */
+    kl_tensor *imax = kl_full(KL_SHAPE(1), 2147483647.0, KL_I32);
+    KT_VALUES(kl_add_scalar(imax, 1), 0, -2147483648.0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        KT_TEST(scope_frees_temporaries), KT_TEST(retain_release),     KT_TEST(release_twice_is_an_error),
+        KT_TEST(keep_moves_one_level),    KT_TEST(null_propagates_first_error), KT_TEST(status_table),
+        KT_TEST(bad_shapes_and_dtypes),   KT_TEST(inplace_rules),      KT_TEST(promotion),
+        KT_TEST(conversions),             KT_TEST(views_share_storage), KT_TEST(slice_narrow_select),
+        KT_TEST(expand_squeeze_flatten),  KT_TEST(creation),           KT_TEST(blob_deleter_runs_once),
+        KT_TEST(random_is_reproducible),  KT_TEST(meta_tensors),       KT_TEST(broadcast_and_strided_ew),
+    };
+    return cmocka_run_group_tests_name("core", tests, NULL, NULL);
+}
