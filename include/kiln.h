@@ -327,24 +327,28 @@ KL_API kl_tensor *kl_as_strided(kl_tensor *t, int ndim, const int64_t *shape, co
                                 int64_t offset);
 
 /* ------------------------------------------------------------------------ */
-/* Elementwise, unary. Each has an _inplace variant writing into x.          */
+/* Elementwise, unary. Most have an _inplace variant writing into x.        */
 /* Math functions promote integer inputs to the default float dtype.         */
 /* ------------------------------------------------------------------------ */
 
-#define KL_UNARY_OPS(X) \
+/* Unary ops with an _inplace variant. */
+#define KL_UNARY_INPLACE_OPS(X) \
     X(neg) X(abs) X(sign) X(exp) X(exp2) X(expm1) X(log) X(log2) X(log1p) \
     X(sqrt) X(rsqrt) X(square) X(reciprocal) X(sin) X(cos) X(tan) X(tanh) \
     X(sigmoid) X(relu) X(gelu) X(gelu_tanh) X(silu) X(softplus) X(erf)    \
-    X(floor) X(ceil) X(round) X(trunc) X(logical_not) X(isnan) X(isinf)   \
-    X(isfinite) X(bitwise_not)
+    X(floor) X(ceil) X(round) X(trunc) X(logical_not) X(bitwise_not)
+/* Predicates: always a new bool tensor, no _inplace (as in PyTorch). */
+#define KL_UNARY_PREDICATES(X) X(isnan) X(isinf) X(isfinite)
+#define KL_UNARY_OPS(X) KL_UNARY_INPLACE_OPS(X) KL_UNARY_PREDICATES(X)
 
-/* kl_<op>(x): elementwise op, a new tensor. kl_<op>_inplace(x): into x,
- * returns x (not for isnan/isinf/isfinite, which always produce bool). */
-#define KL_DECLARE_UNARY_(name)                               \
-    KL_API kl_tensor *kl_##name(kl_tensor *x);                \
-    KL_API kl_tensor *kl_##name##_inplace(kl_tensor *x);
+/* kl_<op>(x): elementwise op, a new tensor. kl_<op>_inplace(x): into x
+ * (the result must be castable to x's dtype), returns x. */
+#define KL_DECLARE_UNARY_(name) KL_API kl_tensor *kl_##name(kl_tensor *x);
+#define KL_DECLARE_UNARY_INPLACE_(name) KL_API kl_tensor *kl_##name##_inplace(kl_tensor *x);
 KL_UNARY_OPS(KL_DECLARE_UNARY_)
+KL_UNARY_INPLACE_OPS(KL_DECLARE_UNARY_INPLACE_)
 #undef KL_DECLARE_UNARY_
+#undef KL_DECLARE_UNARY_INPLACE_
 
 /* ------------------------------------------------------------------------ */
 /* Elementwise, binary, with broadcasting and PyTorch type promotion.        */
@@ -431,7 +435,9 @@ KL_API kl_tensor *kl_stack(int n, kl_tensor *const *ts, int dim);
 /* Views of pieces of split_size along dim (the last may be smaller). Writes
  * up to max_out pointers to out and returns how many pieces there are, or -1. */
 KL_API int kl_split(kl_tensor *x, int64_t split_size, int dim, kl_tensor **out, int max_out);
-/* chunks pieces as torch.chunk; returns the count written, or -1. */
+/* Views: at most `chunks` pieces as torch.chunk (fewer when the size does not
+ * allow). Writes up to max_out pointers to out and returns how many pieces
+ * there are, or -1. */
 KL_API int kl_chunk(kl_tensor *x, int chunks, int dim, kl_tensor **out, int max_out);
 /* Tiles x: repeats[i] copies along dim i (nrep >= ndim). */
 KL_API kl_tensor *kl_repeat(kl_tensor *x, int nrep, const int64_t *repeats);
@@ -443,6 +449,8 @@ KL_API kl_tensor *kl_gather(kl_tensor *x, int dim, kl_tensor *index);
 /* x with src added at index along dim (out of place / in place into x). */
 KL_API kl_tensor *kl_scatter_add(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src);
 KL_API kl_tensor *kl_scatter_add_inplace(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src);
+/* x and index (int64) broadcast outside dim, then gather; dim = KL_DIM_NONE
+ * takes both flattened. Index values must lie in [0, size) as for gather. */
 KL_API kl_tensor *kl_take_along_dim(kl_tensor *x, kl_tensor *index, int dim);
 /* Rows of weight [num, dim] selected by integer indices of any shape. */
 KL_API kl_tensor *kl_embedding(kl_tensor *weight, kl_tensor *indices);
@@ -514,11 +522,14 @@ KL_API int kl_equal(kl_tensor *a, kl_tensor *b);
 KL_API int kl_format(const kl_tensor *t, char *buf, size_t cap);
 /* Prints the repr and a newline to stdout. */
 KL_API void kl_print(const kl_tensor *t);
-/* precision digits, summarize above threshold elements with edgeitems per side. */
+/* precision digits, summarize above threshold elements with edgeitems per side.
+ * Process-wide; a value below its minimum (e.g. -1) keeps that setting. */
 KL_API void kl_set_print_options(int precision, int64_t threshold, int edgeitems, int linewidth);
 
 /* .npy (v1-v3, every dtype above, C or Fortran order). kl_load_npy maps the
- * file copy-on-write (zero-copy) when it can. */
+ * file copy-on-write (zero-copy) when it can; a Fortran-order file loads as a
+ * column-major view. Bad files: NULL and KL_ERR_FORMAT (KL_ERR_IO if unreadable).
+ * kl_save_npy writes C order atomically; bfloat16 is saved as float32. */
 KL_API kl_tensor *kl_load_npy(const char *path);
 KL_API kl_tensor *kl_load_npy_buffer(const void *buf, size_t len);
 /* Returns 0 or a negative status. */
@@ -526,7 +537,8 @@ KL_API int kl_save_npy(const char *path, const kl_tensor *t);
 
 /* DLPack (dlpack.h's DLManagedTensor), zero-copy both ways. kl_to_dlpack's
  * result holds a reference to t until its deleter is called. kl_from_dlpack
- * takes over the managed tensor (calls its deleter when the result dies). */
+ * takes over the managed tensor (calls its deleter when the result dies);
+ * on failure the caller keeps it. CPU only for now; bool exports as uint8. */
 struct DLManagedTensor;
 KL_API struct DLManagedTensor *kl_to_dlpack(kl_tensor *t);
 KL_API kl_tensor *kl_from_dlpack(struct DLManagedTensor *m);

@@ -4,6 +4,10 @@
  */
 #include "harness.h"
 
+#include "alloc.h"
+
+#include <pthread.h>
+
 #include <stdlib.h>
 
 /* ---- scopes and ownership --------------------------------------------------- */
@@ -92,6 +96,8 @@ static void bad_shapes_and_dtypes(void **s) {
     KT_EXPECT_ERROR(KL_ERR_SHAPE, "negative dimension");
     assert_null(kl_zeros(KL_SHAPE(1ll << 40, 1ll << 40), KL_F32));
     KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "too many elements");
+    assert_null(kl_empty(KL_SHAPE(0, 1ll << 62, 1ll << 62), KL_F32));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "too many elements");
     assert_null(kl_zeros(9, (int64_t[9]){1, 1, 1, 1, 1, 1, 1, 1, 1}, KL_F32));
     KT_EXPECT_ERROR(KL_ERR_SHAPE, "at most 8");
     assert_null(kl_zeros(KL_SHAPE(2), (kl_dtype)99));
@@ -179,6 +185,8 @@ static void views_share_storage(void **s) {
     kl_tensor *r = kl_reshape(p, KL_SHAPE(-1));
     kt_assert_shape(r, 1, (int64_t[]){24});
     assert_int_equal(kl_shares_storage(r, x), 0);
+    kt_assert_shape(kl_view(kl_scalar_tensor(3, KL_F32), KL_SHAPE(1, 1)), 2, (int64_t[]){1, 1});
+    kt_assert_shape(kl_reshape(kl_ones(KL_SHAPE(1, 1), KL_F32), 0, NULL), 0, NULL);
     kl_tensor *r2 = kl_reshape(v, KL_SHAPE(6, -1));
     assert_int_equal(kl_shares_storage(r2, x), 1);
     /* writes through a view are seen by the base */
@@ -339,6 +347,63 @@ static void broadcast_and_strided_ew(void **s) {
     KT_VALUES(kl_add_scalar(imax, 1), 0, -2147483648.0);
 }
 
+static void out_of_memory_is_reported(void **s) {
+    (void)s;
+    kl_tensor *a = kl_ones(KL_SHAPE(8), KL_F32);
+    ke_alloc_fail_after(0);
+    kl_tensor *b = kl_exp(a);
+    ke_alloc_fail_after(-1);
+    assert_null(b);
+    KT_EXPECT_ERROR(KL_ERR_OOM, "kl_exp: out of memory allocating 32 bytes on cpu");
+    /* a failure in the middle of a chain leaks nothing */
+    for (int k = 0; k < 4; k++) {
+        kl_scope_begin();
+        ke_alloc_fail_after(k);
+        kl_tensor *r = kl_mul(kl_add(kl_exp(a), a), kl_clone(a));
+        ke_alloc_fail_after(-1);
+        assert_null(r);
+        KT_EXPECT_ERROR(KL_ERR_OOM, "out of memory");
+        kl_scope_end();
+    }
+}
+
+static kl_tensor *shared_t;
+static void *release_from_other_thread(void *arg) {
+    (void)arg;
+    kl_release(shared_t); /* owned by the main thread's scope: refused */
+    int ok = kl_last_status() == KL_ERR_STATE && strstr(kl_last_error(), "another thread");
+    kl_clear_error();
+    return (void *)(intptr_t)ok;
+}
+
+static void ownership_misuse_is_reported(void **s) {
+    (void)s;
+    shared_t = kl_ones(KL_SHAPE(2), KL_F32);
+    pthread_t th;
+    void *ok = NULL;
+    pthread_create(&th, NULL, release_from_other_thread, NULL);
+    pthread_join(th, &ok);
+    assert_true(ok != NULL);
+    assert_int_equal(kl_numel(shared_t), 2); /* still alive */
+}
+
+static void unsupported_device(void **s) {
+    (void)s;
+    kl_tensor *a = kl_ones(KL_SHAPE(2), KL_F32);
+    assert_null(kl_to_device(a, (kl_device){KL_CUDA, 0}));
+    KT_EXPECT_ERROR(KL_ERR_DEVICE, "kl_to_device: cannot move [2] float32 cpu to cuda:0");
+    assert_null(kl_empty_on(KL_SHAPE(2), KL_F32, (kl_device){KL_CUDA, 0}));
+    KT_EXPECT_ERROR(KL_ERR_DEVICE, "CUDA is not available");
+    assert_true(isnan(kl_item(a)));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_item: needs a tensor with one element");
+    assert_int_equal(kl_item_int(kl_ones(KL_SHAPE(1), KL_F32)), 0);
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_item_int: needs an integer or bool tensor");
+    assert_int_equal(kl_item_int(kl_full(KL_SHAPE(1, 1), -7, KL_I64)), -7);
+    assert_null(kl_as_strided(a, KL_SHAPE(3), (int64_t[]){1}, 0));
+    KT_EXPECT_ERROR(KL_ERR_INDEX, "reaches outside a storage of 2 elements");
+    kt_assert_shape(kl_as_strided(a, KL_SHAPE(2, 2), (int64_t[]){0, 1}, 0), 2, (int64_t[]){2, 2});
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(scope_frees_temporaries), KT_TEST(retain_release),     KT_TEST(release_twice_is_an_error),
@@ -347,6 +412,7 @@ int main(void) {
         KT_TEST(conversions),             KT_TEST(views_share_storage), KT_TEST(slice_narrow_select),
         KT_TEST(expand_squeeze_flatten),  KT_TEST(creation),           KT_TEST(blob_deleter_runs_once),
         KT_TEST(random_is_reproducible),  KT_TEST(meta_tensors),       KT_TEST(broadcast_and_strided_ew),
+        KT_TEST(out_of_memory_is_reported), KT_TEST(ownership_misuse_is_reported), KT_TEST(unsupported_device),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

@@ -184,6 +184,8 @@ typedef struct ke_device_allocator {
     void (*free)(void *p, size_t nbytes, int device_index);
 } ke_device_allocator;
 void ke_register_device_allocator(kl_device_type type, const ke_device_allocator *a);
+/* 1 if tensors can be allocated on devices of this type. */
+int ke_device_available(kl_device_type type);
 
 static inline char *ke_data(const kl_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)ke_dtypes[t->dtype].size;

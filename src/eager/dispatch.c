@@ -139,6 +139,8 @@ int ke_backend_run(ke_call *c) {
         k = op->cpu;
     } else if (c->device.type == KL_CUDA) {
         k = device_kernels[KE_KEY_CUDA][c->op];
+        if (!ke_device_available(KL_CUDA))
+            return ke_err(KL_ERR_DEVICE, ke_opname(c), "CUDA is not available in this build or on this machine");
         if (!k) return ke_err(KL_ERR_UNSUPPORTED, ke_opname(c), "no CUDA kernel for this op");
     }
     if (c->inplace) {

@@ -43,9 +43,9 @@ static void coalesce(ew_plan *p) {
         for (int k = 0; k < p->nops; k++) p->stride[k][nd] = p->stride[k][d];
         nd++;
     }
-    if (nd == 0) {
+    if (nd == 0) { /* one element: any stride works; 1 keeps the fast path */
         p->shape[0] = 1;
-        for (int k = 0; k < p->nops; k++) p->stride[k][0] = 0;
+        for (int k = 0; k < p->nops; k++) p->stride[k][0] = 1;
         nd = 1;
     }
     p->ndim = nd;
@@ -153,7 +153,7 @@ int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute) {
         ke_broadcast_strides(t, out->ndim, out->shape, p.stride[k + 1]);
         p.base[k + 1] = ke_data(t);
         p.dtype[k + 1] = (kl_dtype)t->dtype;
-        p.kdtype[k + 1] = compute;
+        p.kdtype[k + 1] = (impl->bool_in >> k) & 1 ? KL_BOOL : compute;
     }
     coalesce(&p);
     /* The fast path: one flat run, every operand contiguous or a broadcast

@@ -24,6 +24,7 @@ typedef struct ke_ew_impl {
     ke_ew_loop loop[KL_NUM_DTYPES]; /* by compute dtype; NULL = unsupported */
     unsigned bcast_ok;              /* inputs the loops accept as one broadcast element */
     uint8_t out_bool;               /* loops write bool (uint8) instead of the compute dtype */
+    uint8_t bool_in;                /* bit per input the loops read as bool (masks, conditions) */
 } ke_ew_impl;
 
 /* The generic CPU kernel of every KE_KIND_EW row: runs impl's loops. */

@@ -1,35 +1,246 @@
 /*
  * ew_binary.c — inner loops of the binary elementwise ops (rows in
  * ops_binary.def), one formula per op expanded per compute dtype, and their
- * public wrappers (tensor, in-place and C-scalar forms).
+ * public wrappers (tensor, in-place and C-scalar forms), generated from
+ * kiln.h's KL_BINARY_OPS so an op without a row fails to compile.
+ *
+ * Every loop takes the (contiguous, contiguous), (contiguous, scalar),
+ * (scalar, contiguous) forms of KE_EW_BINARY (bcast_ok = 3): a C scalar
+ * reaches the loop as one element, never as an expanded buffer.
  */
 #include "kernels_ew.h"
 
 #include <math.h>
 
-#define KE_ARITH(name, FEXPR, IOP)                                                    \
-    KE_EW_BINARY(name##_f32, float, float, FEXPR)                                     \
-    KE_EW_BINARY(name##_f64, double, double, FEXPR)                                   \
-    KE_EW_BINARY(name##_i32, int32_t, int32_t, IOP(int32_t, uint32_t, x, y))          \
-    KE_EW_BINARY(name##_i64, int64_t, int64_t, IOP(int64_t, uint64_t, x, y))          \
-    KE_EW_BINARY(name##_u8, uint8_t, uint8_t, IOP(uint8_t, uint32_t, x, y))
-#define KE_ARITH_IMPL(name, BOOLEXPR)                                                 \
-    KE_EW_BINARY(name##_b8, uint8_t, uint8_t, BOOLEXPR)                               \
-    const ke_ew_impl ke_ew_##name = {.loop = {[KL_F32] = name##_f32, [KL_F64] = name##_f64, \
-                                              [KL_I32] = name##_i32, [KL_I64] = name##_i64, \
-                                              [KL_U8] = name##_u8, [KL_BOOL] = name##_b8},  \
-                                     .bcast_ok = 3};
+#define KE_BINARY_IMPL(name, ...) \
+    const ke_ew_impl ke_ew_##name = {.loop = {__VA_ARGS__}, .bcast_ok = 3};
+#define KE_BINARY_IMPL_B(name, ...) \
+    const ke_ew_impl ke_ew_##name = {.loop = {__VA_ARGS__}, .bcast_ok = 3, .out_bool = 1};
 
-KE_ARITH(add, x + y, KE_WRAP_ADD)
-KE_ARITH_IMPL(add, x | y)
-KE_ARITH(mul, x * y, KE_WRAP_MUL)
-KE_ARITH_IMPL(mul, x & y)
+/* ---- arithmetic ----------------------------------------------------------------- */
 
-kl_tensor *kl_add(kl_tensor *a, kl_tensor *b) { return ke_binary(KE_OP_add, a, b, 0); }
-kl_tensor *kl_add_inplace(kl_tensor *a, kl_tensor *b) { return ke_binary(KE_OP_add, a, b, 1); }
-kl_tensor *kl_add_scalar(kl_tensor *a, double s) { return ke_binary_scalar(KE_OP_add, a, s, 0); }
-kl_tensor *kl_add_scalar_inplace(kl_tensor *a, double s) { return ke_binary_scalar(KE_OP_add, a, s, 1); }
-kl_tensor *kl_mul(kl_tensor *a, kl_tensor *b) { return ke_binary(KE_OP_mul, a, b, 0); }
-kl_tensor *kl_mul_inplace(kl_tensor *a, kl_tensor *b) { return ke_binary(KE_OP_mul, a, b, 1); }
-kl_tensor *kl_mul_scalar(kl_tensor *a, double s) { return ke_binary_scalar(KE_OP_mul, a, s, 0); }
-kl_tensor *kl_mul_scalar_inplace(kl_tensor *a, double s) { return ke_binary_scalar(KE_OP_mul, a, s, 1); }
+/* Integer add/sub/mul wrap (unsigned arithmetic, no UB); bool add is or,
+ * bool mul is and, as in PyTorch. */
+#define ADD_F(T) (x + y)
+#define ADD_I(T, U) KE_WRAP_ADD(T, U, x, y)
+KE_GEN_F(KE_EW_BINARY, add, ADD_F)
+KE_GEN_I(KE_EW_BINARY, add, ADD_I)
+KE_EW_BINARY(add_b8, uint8_t, uint8_t, x | y)
+KE_BINARY_IMPL(add, KE_LOOPS_ALL(add))
+
+#define SUB_F(T) (x - y)
+#define SUB_I(T, U) KE_WRAP_SUB(T, U, x, y)
+KE_GEN_F(KE_EW_BINARY, sub, SUB_F)
+KE_GEN_I(KE_EW_BINARY, sub, SUB_I)
+KE_BINARY_IMPL(sub, KE_LOOPS_F(sub), KE_LOOPS_I(sub))
+
+#define MUL_F(T) (x * y)
+#define MUL_I(T, U) KE_WRAP_MUL(T, U, x, y)
+KE_GEN_F(KE_EW_BINARY, mul, MUL_F)
+KE_GEN_I(KE_EW_BINARY, mul, MUL_I)
+KE_EW_BINARY(mul_b8, uint8_t, uint8_t, x & y)
+KE_BINARY_IMPL(mul, KE_LOOPS_ALL(mul))
+
+/* true division: the FLOAT rule sends integers here as floats */
+#define DIV_F(T) (x / y)
+KE_GEN_F(KE_EW_BINARY, div, DIV_F)
+KE_BINARY_IMPL(div, KE_LOOPS_F(div))
+
+/* ---- remainder: Python's sign convention (the result takes the divisor's sign) -- */
+
+static inline float rem_float(float a, float b) {
+    float m = fmodf(a, b);
+    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
+}
+static inline double rem_double(double a, double b) {
+    double m = fmod(a, b);
+    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
+}
+KE_EW_BINARY(remainder_f32, float, float, rem_float(x, y))
+KE_EW_BINARY(remainder_f64, double, double, rem_double(x, y))
+
+/* Integer % 0 raises; INT_MIN % -1 overflows in C, and is 0. */
+#define KE_DEF_IREM(T)                                             \
+    static inline T irem_##T(T a, T b, int *err) {                 \
+        if (b == 0) {                                              \
+            *err = KE_EW_INT_DIV_ZERO;                             \
+            return 0;                                              \
+        }                                                          \
+        if (b == -1) return 0;                                     \
+        T r = (T)(a % b);                                          \
+        return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r; \
+    }
+KE_DEF_IREM(int32_t)
+KE_DEF_IREM(int64_t)
+static inline uint8_t irem_uint8_t(uint8_t a, uint8_t b, int *err) {
+    if (b == 0) {
+        *err = KE_EW_INT_DIV_ZERO;
+        return 0;
+    }
+    return (uint8_t)(a % b);
+}
+#define REM_I(T, U) irem_##T(x, y, err)
+KE_GEN_I(KE_EW_BINARY, remainder, REM_I)
+KE_BINARY_IMPL(remainder, KE_LOOPS_F(remainder), KE_LOOPS_I(remainder))
+
+/* ---- pow ------------------------------------------------------------------------- */
+
+/* Integer powers by squaring, wrapping. A negative exponent gives what
+ * PyTorch's tensor ** tensor gives (1 for base 1, +-1 for base -1, else 0);
+ * a negative C-scalar exponent is refused earlier, in ke_infer_pow. */
+#define KE_DEF_IPOW(T, U)                                                    \
+    static inline T ipow_##T(T a, T b) {                                     \
+        if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;     \
+        U r = 1, base = (U)a;                                                \
+        for (uint64_t e = (uint64_t)b; e; e >>= 1) {                         \
+            if (e & 1) r *= base;                                            \
+            base *= base;                                                    \
+        }                                                                    \
+        return (T)r;                                                         \
+    }
+KE_DEF_IPOW(int32_t, uint32_t)
+KE_DEF_IPOW(int64_t, uint64_t)
+static inline uint8_t ipow_uint8_t(uint8_t a, uint8_t b) {
+    uint32_t r = 1, base = a;
+    for (unsigned e = b; e; e >>= 1) {
+        if (e & 1) r *= base;
+        base *= base;
+    }
+    return (uint8_t)r;
+}
+#define POW_I(T, U) ipow_##T(x, y)
+KE_GEN_I(KE_EW_BINARY, pow, POW_I)
+
+/* Float pow: libm in general. A one-element exponent takes the shortcuts of
+ * PyTorch's pow(Tensor, Scalar) (x*x for 2, sqrt for 0.5, ...), which are
+ * faster and give its results at the edges (sqrt(-inf) is NaN, powf's +inf). */
+KE_EW_BINARY(pow_any_f32, float, float, powf(x, y))
+KE_EW_BINARY(pow_any_f64, double, double, pow(x, y))
+#define KE_POW_FLOAT(fname, T, SQRT)                                                                    \
+    static void fname(int64_t n, void *o_, const void *const *in, unsigned bc, const ke_attrs *a,       \
+                      int *err) {                                                                     \
+        if (bc != 2) {                                                                                \
+            fname##_gen(n, o_, in, bc, a, err);                                                       \
+            return;                                                                                   \
+        }                                                                                             \
+        T *restrict o = (T *)o_;                                                                      \
+        const T *restrict X = (const T *)in[0];                                                       \
+        const T y = *(const T *)in[1];                                                                \
+        if (y == 2) {                                                                                 \
+            for (int64_t i = 0; i < n; i++) o[i] = X[i] * X[i];                                       \
+        } else if (y == 0.5) {                                                                        \
+            for (int64_t i = 0; i < n; i++) o[i] = SQRT(X[i]);                                        \
+        } else if (y == 3) {                                                                          \
+            for (int64_t i = 0; i < n; i++) o[i] = X[i] * X[i] * X[i];                                \
+        } else if (y == -0.5) {                                                                       \
+            for (int64_t i = 0; i < n; i++) o[i] = (T)1 / SQRT(X[i]);                                 \
+        } else if (y == -1) {                                                                         \
+            for (int64_t i = 0; i < n; i++) o[i] = (T)1 / X[i];                                       \
+        } else if (y == -2) {                                                                         \
+            for (int64_t i = 0; i < n; i++) o[i] = (T)1 / (X[i] * X[i]);                              \
+        } else {                                                                                      \
+            fname##_gen(n, o_, in, bc, a, err);                                                       \
+        }                                                                                             \
+    }
+#define pow_f32_gen pow_any_f32
+#define pow_f64_gen pow_any_f64
+KE_POW_FLOAT(pow_f32, float, sqrtf)
+KE_POW_FLOAT(pow_f64, double, sqrt)
+KE_BINARY_IMPL(pow, KE_LOOPS_F(pow), KE_LOOPS_I(pow))
+
+/* ---- maximum, minimum, atan2 ------------------------------------------------------- */
+
+/* NaN wins. On ties (-0.0 vs 0.0) the second operand, as PyTorch's
+ * vectorized loops (max_ps) give; its scalar tail gives the first. */
+#define MAX_X(T, U) ((x > y || x != x) ? x : y)
+#define MIN_X(T, U) ((x < y || x != x) ? x : y)
+#define MAX_F(T) MAX_X(T, T)
+#define MIN_F(T) MIN_X(T, T)
+KE_GEN_F(KE_EW_BINARY, maximum, MAX_F)
+KE_GEN_I(KE_EW_BINARY, maximum, MAX_X)
+KE_EW_BINARY(maximum_b8, uint8_t, uint8_t, x | y)
+KE_BINARY_IMPL(maximum, KE_LOOPS_ALL(maximum))
+KE_GEN_F(KE_EW_BINARY, minimum, MIN_F)
+KE_GEN_I(KE_EW_BINARY, minimum, MIN_X)
+KE_EW_BINARY(minimum_b8, uint8_t, uint8_t, x & y)
+KE_BINARY_IMPL(minimum, KE_LOOPS_ALL(minimum))
+
+KE_EW_BINARY(atan2_f32, float, float, atan2f(x, y))
+KE_EW_BINARY(atan2_f64, double, double, atan2(x, y))
+KE_BINARY_IMPL(atan2, KE_LOOPS_F(atan2))
+
+/* ---- comparisons and logical ops: bool out, operands in the promoted dtype ------- */
+
+#define KE_COMPARE(name, X)                    \
+    KE_GEN_ALL_B(KE_EW_BINARY, name, X)        \
+    KE_BINARY_IMPL_B(name, KE_LOOPS_ALL(name))
+#define EQ_X(T, U) (x == y)
+#define NE_X(T, U) (x != y)
+#define LT_X(T, U) (x < y)
+#define LE_X(T, U) (x <= y)
+#define GT_X(T, U) (x > y)
+#define GE_X(T, U) (x >= y)
+#define LAND_X(T, U) ((x != 0) & (y != 0))
+#define LOR_X(T, U) ((x != 0) | (y != 0))
+#define LXOR_X(T, U) ((x != 0) ^ (y != 0))
+KE_COMPARE(eq, EQ_X)
+KE_COMPARE(ne, NE_X)
+KE_COMPARE(lt, LT_X)
+KE_COMPARE(le, LE_X)
+KE_COMPARE(gt, GT_X)
+KE_COMPARE(ge, GE_X)
+KE_COMPARE(logical_and, LAND_X)
+KE_COMPARE(logical_or, LOR_X)
+KE_COMPARE(logical_xor, LXOR_X)
+
+/* ---- bitwise: integers and bool ----------------------------------------------------- */
+
+#define KE_BITWISE(name, OP)                                   \
+    KE_GEN_I(KE_EW_BINARY, name, OP)                           \
+    KE_EW_BINARY(name##_b8, uint8_t, uint8_t, OP(uint8_t, unsigned)) \
+    KE_BINARY_IMPL(name, KE_LOOPS_I(name), KE_LOOPS_B(name))
+#define BAND_I(T, U) ((T)(x & y))
+#define BOR_I(T, U) ((T)(x | y))
+#define BXOR_I(T, U) ((T)(x ^ y))
+KE_BITWISE(bitwise_and, BAND_I)
+KE_BITWISE(bitwise_or, BOR_I)
+KE_BITWISE(bitwise_xor, BXOR_I)
+
+/* ---- shape rule of pow -------------------------------------------------------------- */
+
+/* PyTorch refuses an integer tensor to a negative integer C-scalar power
+ * (tensor exponents compute, see ipow). The wrapped scalar is host memory
+ * on every device, so reading it here is safe even for Meta inputs. */
+int ke_infer_pow(ke_call *c, ke_outspec *out) {
+    if (ke_infer_ew_bcast(c, out) < 0) return -1;
+    const kl_tensor *e = c->in[1];
+    if (!ke_is_float(out->dtype) && (e->flags & KE_TF_WRAPPED) && e->dtype == KL_I64 &&
+        *(const int64_t *)ke_data(e) < 0)
+        return ke_err(KL_ERR_ARG, ke_opname(c), "integers to negative integer powers are not allowed (exponent %lld)",
+                      (long long)*(const int64_t *)ke_data(e));
+    return 1;
+}
+
+/* ---- public wrappers ------------------------------------------------------------------ */
+
+#define KE_BINARY_WRAPPERS(name)                                                                           \
+    kl_tensor *kl_##name(kl_tensor *a, kl_tensor *b) { return ke_binary(KE_OP_##name, a, b, 0); }           \
+    kl_tensor *kl_##name##_inplace(kl_tensor *a, kl_tensor *b) { return ke_binary(KE_OP_##name, a, b, 1); } \
+    kl_tensor *kl_##name##_scalar(kl_tensor *a, double s) { return ke_binary_scalar(KE_OP_##name, a, s, 0); } \
+    kl_tensor *kl_##name##_scalar_inplace(kl_tensor *a, double s) {                                        \
+        return ke_binary_scalar(KE_OP_##name, a, s, 1);                                                    \
+    }
+KL_BINARY_OPS(KE_BINARY_WRAPPERS)
+
+/* s op a: the scalar as the first operand of sub / div (PyTorch's rsub and
+ * reciprocal-style division); promotion is the same in either order. */
+static kl_tensor *scalar_first(int op, kl_tensor *a, double s) {
+    if (ke_check_tensor(a, ke_ops[op].name, 1)) return NULL;
+    kl_tensor *w = ke_wrap_scalar(s);
+    if (!w) return NULL;
+    kl_tensor *r = ke_binary(op, w, a, 0);
+    ke_tensor_decref(w);
+    return r;
+}
+kl_tensor *kl_rsub_scalar(kl_tensor *a, double s) { return scalar_first(KE_OP_sub, a, s); }
+kl_tensor *kl_rdiv_scalar(kl_tensor *a, double s) { return scalar_first(KE_OP_div, a, s); }

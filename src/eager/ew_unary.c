@@ -1,28 +1,159 @@
 /*
  * ew_unary.c — inner loops of the unary elementwise ops (rows in
  * ops_unary.def), one formula per op expanded per compute dtype, and their
- * public wrappers. Float math uses vmath.h's vectorizable polynomials for
- * f32 and libm for f64.
+ * public wrappers, generated from kiln.h's op lists so an op without a row
+ * fails to compile. Float math uses vmath.h's vectorizable polynomials for
+ * f32 (f16/bf16 compute in f32) and libm for f64.
  */
+/* Kiln never reads FP exception flags. Without this GCC keeps the selects
+ * of vmath.h's log, log2, log1p, rsqrt, gelu, gelu_tanh and softplus as
+ * branches (if-converting them would speculate an FP op that may raise a
+ * flag) and those loops stay scalar. It precedes the includes so the inlined
+ * vmath functions carry the same options as the loops. */
+#pragma GCC optimize("no-trapping-math")
+
 #include "kernels_ew.h"
 #include "vmath.h"
 
 #include <math.h>
 
-/* neg: wraps for integers like PyTorch */
-KE_EW_UNARY(neg_f32, float, float, -x)
-KE_EW_UNARY(neg_f64, double, double, -x)
-KE_EW_UNARY(neg_i32, int32_t, int32_t, (int32_t)(0u - (uint32_t)x))
-KE_EW_UNARY(neg_i64, int64_t, int64_t, (int64_t)(0ull - (uint64_t)x))
-KE_EW_UNARY(neg_u8, uint8_t, uint8_t, (uint8_t)(0u - x))
-const ke_ew_impl ke_ew_neg = {.loop = {[KL_F32] = neg_f32, [KL_F64] = neg_f64, [KL_I32] = neg_i32,
-                                       [KL_I64] = neg_i64, [KL_U8] = neg_u8}};
+/* A float-only op: the f32 formula and the f64 one. */
+#define KE_UNARY_MATH(name, F32X, F64X)                 \
+    KE_EW_UNARY(name##_f32, float, float, F32X)        \
+    KE_EW_UNARY(name##_f64, double, double, F64X)      \
+    const ke_ew_impl ke_ew_##name = {.loop = {KE_LOOPS_F(name)}};
 
-KE_EW_UNARY(exp_f32, float, float, ke_vexpf(x))
-KE_EW_UNARY(exp_f64, double, double, exp(x))
-const ke_ew_impl ke_ew_exp = {.loop = {[KL_F32] = exp_f32, [KL_F64] = exp_f64}};
+/* Integer and bool loops shared by the ops that are the identity there
+ * (floor, ceil, round, trunc of integers; abs, relu of unsigned). */
+#define ID_X(T, U) x
+KE_GEN_I(KE_EW_UNARY, ident, ID_X)
+KE_EW_UNARY(ident_b8, uint8_t, uint8_t, x)
 
-kl_tensor *kl_neg(kl_tensor *x) { return ke_unary(KE_OP_neg, x, 0); }
-kl_tensor *kl_neg_inplace(kl_tensor *x) { return ke_unary(KE_OP_neg, x, 1); }
-kl_tensor *kl_exp(kl_tensor *x) { return ke_unary(KE_OP_exp, x, 0); }
-kl_tensor *kl_exp_inplace(kl_tensor *x) { return ke_unary(KE_OP_exp, x, 1); }
+/* ---- sign-aware arithmetic ---------------------------------------------------- */
+
+/* neg and abs wrap on the most negative integer, as PyTorch does. */
+#define NEG_F(T) (-x)
+#define NEG_I(T, U) ((T)((U)0 - (U)x))
+KE_GEN_F(KE_EW_UNARY, neg, NEG_F)
+KE_GEN_I(KE_EW_UNARY, neg, NEG_I)
+const ke_ew_impl ke_ew_neg = {.loop = {KE_LOOPS_F(neg), KE_LOOPS_I(neg)}};
+
+/* fabs, not a compare, so abs(-0.0) is +0.0 */
+KE_EW_UNARY(abs_f32, float, float, fabsf(x))
+KE_EW_UNARY(abs_f64, double, double, fabs(x))
+#define ABS_I(T, U) (x < 0 ? (T)((U)0 - (U)x) : x)
+KE_GEN_SI(KE_EW_UNARY, abs, ABS_I)
+const ke_ew_impl ke_ew_abs = {.loop = {KE_LOOPS_F(abs), KE_LOOPS_SI(abs), [KL_U8] = ident_u8}};
+
+/* sign(NaN) is 0 in PyTorch, which the comparisons give for free. */
+#define SIGN_X(T) ((T)((x > 0) - (x < 0)))
+#define SIGN_I(T, U) SIGN_X(T)
+KE_GEN_F(KE_EW_UNARY, sign, SIGN_X)
+KE_GEN_SI(KE_EW_UNARY, sign, SIGN_I)
+KE_EW_UNARY(sign_u8, uint8_t, uint8_t, x != 0)
+const ke_ew_impl ke_ew_sign = {.loop = {KE_LOOPS_F(sign), KE_LOOPS_I(sign), [KL_BOOL] = ident_b8}};
+
+/* square of bool is int64 (ke_infer_square), so there is no bool loop */
+#define SQUARE_F(T) (x * x)
+#define SQUARE_I(T, U) KE_WRAP_MUL(T, U, x, x)
+KE_GEN_F(KE_EW_UNARY, square, SQUARE_F)
+KE_GEN_I(KE_EW_UNARY, square, SQUARE_I)
+const ke_ew_impl ke_ew_square = {.loop = {KE_LOOPS_F(square), KE_LOOPS_I(square)}};
+
+/* relu keeps -0.0 and NaN as PyTorch's clamp_min(x, 0) does */
+#define RELU_X(T) (x < 0 ? (T)0 : x)
+#define RELU_I(T, U) RELU_X(T)
+KE_GEN_F(KE_EW_UNARY, relu, RELU_X)
+KE_GEN_SI(KE_EW_UNARY, relu, RELU_I)
+const ke_ew_impl ke_ew_relu = {.loop = {KE_LOOPS_F(relu), KE_LOOPS_SI(relu), [KL_U8] = ident_u8}};
+
+/* ---- math functions ---------------------------------------------------------------- */
+
+KE_UNARY_MATH(exp, ke_vexpf(x), exp(x))
+KE_UNARY_MATH(exp2, ke_vexp2f(x), exp2(x))
+KE_UNARY_MATH(expm1, ke_vexpm1f(x), expm1(x))
+KE_UNARY_MATH(log, ke_vlogf(x), log(x))
+KE_UNARY_MATH(log2, ke_vlog2f(x), log2(x))
+KE_UNARY_MATH(log1p, ke_vlog1pf(x), log1p(x))
+KE_UNARY_MATH(sqrt, sqrtf(x), sqrt(x))
+KE_UNARY_MATH(rsqrt, ke_vrsqrtf(x), 1.0 / sqrt(x))
+KE_UNARY_MATH(reciprocal, 1.0f / x, 1.0 / x)
+KE_UNARY_MATH(sin, ke_vsinf(x), sin(x))
+KE_UNARY_MATH(cos, ke_vcosf(x), cos(x))
+KE_UNARY_MATH(tan, ke_vtanf(x), tan(x))
+KE_UNARY_MATH(tanh, ke_vtanhf(x), tanh(x))
+KE_UNARY_MATH(sigmoid, ke_vsigmoidf(x), 1.0 / (1.0 + exp(-x)))
+KE_UNARY_MATH(erf, ke_verff(x), erf(x))
+/* gelu is the exact erf form; gelu_tanh PyTorch's approximate='tanh'. Their
+ * and silu's PyTorch formulas give NaN at -inf (-inf * 0); vmath gives the
+ * limit 0, so the f32 loops select NaN there to match. */
+#define NAN_AT_NEG_INF(x, v) ((x) == -INFINITY ? NAN : (v))
+KE_UNARY_MATH(gelu, NAN_AT_NEG_INF(x, ke_vgelu_erff(x)), 0.5 * x * (1.0 + erf(x * M_SQRT1_2)))
+KE_UNARY_MATH(gelu_tanh, NAN_AT_NEG_INF(x, ke_vgelu_tanhf(x)),
+              0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x))))
+KE_UNARY_MATH(silu, NAN_AT_NEG_INF(x, ke_vsiluf(x)), x / (1.0 + exp(-x)))
+/* beta 1, threshold 20: above it softplus(x) is x to working precision */
+KE_UNARY_MATH(softplus, ke_vsoftplusf(x), x > 20.0 ? x : log1p(exp(x)))
+
+/* ---- rounding: the identity on integers ------------------------------------------- */
+
+#define KE_UNARY_ROUNDING(name, F32X, F64X)                                            \
+    KE_EW_UNARY(name##_f32, float, float, F32X)                                       \
+    KE_EW_UNARY(name##_f64, double, double, F64X)                                     \
+    const ke_ew_impl ke_ew_##name = {.loop = {KE_LOOPS_F(name), KE_LOOPS_I(ident)}};
+KE_UNARY_ROUNDING(floor, floorf(x), floor(x))
+KE_UNARY_ROUNDING(ceil, ceilf(x), ceil(x))
+/* rint rounds half to even in the default rounding mode, as torch.round */
+KE_UNARY_ROUNDING(round, rintf(x), rint(x))
+KE_UNARY_ROUNDING(trunc, truncf(x), trunc(x))
+
+/* ---- bool results --------------------------------------------------------------------- */
+
+#define NOT_X(T, U) (x == 0)
+KE_GEN_ALL_B(KE_EW_UNARY, logical_not, NOT_X)
+const ke_ew_impl ke_ew_logical_not = {.loop = {KE_LOOPS_ALL(logical_not)}, .out_bool = 1};
+
+/* Integers are never NaN or infinite: one constant loop serves every
+ * integer dtype (bool included) of the three predicates. (It reads its
+ * input as bytes, which stays within any dtype's n elements.) */
+KE_EW_UNARY(false_any, uint8_t, uint8_t, ((void)x, 0))
+KE_EW_UNARY(true_any, uint8_t, uint8_t, ((void)x, 1))
+#define KE_LOOPS_INTCONST(fn) [KL_I32] = fn, [KL_I64] = fn, [KL_U8] = fn, [KL_BOOL] = fn
+KE_EW_UNARY(isnan_f32, float, uint8_t, x != x)
+KE_EW_UNARY(isnan_f64, double, uint8_t, x != x)
+KE_EW_UNARY(isinf_f32, float, uint8_t, fabsf(x) == INFINITY)
+KE_EW_UNARY(isinf_f64, double, uint8_t, fabs(x) == INFINITY)
+KE_EW_UNARY(isfinite_f32, float, uint8_t, fabsf(x) < INFINITY)
+KE_EW_UNARY(isfinite_f64, double, uint8_t, fabs(x) < INFINITY)
+const ke_ew_impl ke_ew_isnan = {.loop = {KE_LOOPS_F(isnan), KE_LOOPS_INTCONST(false_any)}, .out_bool = 1};
+const ke_ew_impl ke_ew_isinf = {.loop = {KE_LOOPS_F(isinf), KE_LOOPS_INTCONST(false_any)}, .out_bool = 1};
+const ke_ew_impl ke_ew_isfinite = {.loop = {KE_LOOPS_F(isfinite), KE_LOOPS_INTCONST(true_any)}, .out_bool = 1};
+
+#define BNOT_I(T, U) ((T)~(U)x)
+KE_GEN_I(KE_EW_UNARY, bitwise_not, BNOT_I)
+KE_EW_UNARY(bitwise_not_b8, uint8_t, uint8_t, !x)
+const ke_ew_impl ke_ew_bitwise_not = {.loop = {KE_LOOPS_I(bitwise_not), KE_LOOPS_B(bitwise_not)}};
+
+/* ---- shape rules ---------------------------------------------------------------------- */
+
+/* square is pow(x, 2): bool squares to int64 as PyTorch's promotion of a
+ * bool tensor with an integer scalar gives. */
+int ke_infer_square(ke_call *c, ke_outspec *out) {
+    const kl_tensor *x = c->in[0];
+    kl_dtype d = (kl_dtype)x->dtype;
+    if (d == KL_BOOL) d = KL_I64;
+    out->dtype = d;
+    c->compute = ke_compute_dtype(d);
+    out->ndim = x->ndim;
+    memcpy(out->shape, x->shape, sizeof(int64_t) * x->ndim);
+    return 1;
+}
+
+/* ---- public wrappers -------------------------------------------------------------------- */
+
+#define KE_UNARY_WRAPPER(name) \
+    kl_tensor *kl_##name(kl_tensor *x) { return ke_unary(KE_OP_##name, x, 0); }
+#define KE_UNARY_INPLACE_WRAPPER(name) \
+    kl_tensor *kl_##name##_inplace(kl_tensor *x) { return ke_unary(KE_OP_##name, x, 1); }
+KL_UNARY_OPS(KE_UNARY_WRAPPER)
+KL_UNARY_INPLACE_OPS(KE_UNARY_INPLACE_WRAPPER)

@@ -1,6 +1,73 @@
-/* kernels_index.h — declarations for the rows of the index family of the op table. */
+/* kernels_index.h — shape rules, kernels and decompositions named by the rows
+ * of ops_index.def (join.c, index.c), and the strided-copy machinery the two
+ * files share: every op of the family only moves elements, so one row walker
+ * over element offsets and one copy routine generic over element size serve
+ * them all. */
 #ifndef KE_KERNELS_INDEX_H
 #define KE_KERNELS_INDEX_H
 #include "ew.h"
+
+/* ---- rows (join.c) ---- */
+int ke_infer_cat(ke_call *c, ke_outspec *out);
+int ke_cpu_cat(ke_call *c);
+int ke_decomp_stack(ke_call *c);
+int ke_decomp_split(ke_call *c);
+int ke_decomp_chunk(ke_call *c);
+int ke_infer_repeat(ke_call *c, ke_outspec *out);
+int ke_cpu_repeat(ke_call *c);
+int ke_infer_pad(ke_call *c, ke_outspec *out);
+int ke_cpu_pad(ke_call *c);
+
+/* ---- rows (index.c) ---- */
+int ke_infer_index_select(ke_call *c, ke_outspec *out);
+int ke_cpu_index_select(ke_call *c);
+int ke_infer_gather(ke_call *c, ke_outspec *out);
+int ke_cpu_gather(ke_call *c);
+int ke_infer_scatter_add(ke_call *c, ke_outspec *out);
+int ke_cpu_scatter_add(ke_call *c);
+int ke_decomp_take_along_dim(ke_call *c);
+int ke_infer_embedding(ke_call *c, ke_outspec *out);
+int ke_cpu_embedding(ke_call *c);
+
+/* ---- the row walker (join.c) ----
+ * An n-d iteration space (up to 16 dims: repeat views each dim as two) over
+ * up to 2 operands with element strides. The callback gets runs of
+ * consecutive positions along the last dim: coord[] is the position of the
+ * run's first element, off[k] operand k's element offset there, n the run
+ * length. */
+#define KE_ROWS_MAXD (2 * KL_MAX_DIMS)
+#define KE_ROWS_MAXOPS 2
+#define KE_ROWS_GRAIN 32768 /* elements per thread chunk, as the ew engine */
+
+typedef struct ke_rows {
+    int nd; /* >= 1 */
+    int nops;
+    int64_t shape[KE_ROWS_MAXD];
+    int64_t stride[KE_ROWS_MAXOPS][KE_ROWS_MAXD];
+} ke_rows;
+
+typedef void (*ke_row_fn)(void *ctx, const int64_t *coord, const int64_t *off, int64_t n);
+
+/* Runs fn over the whole space, split across the pool above `grain` elements. */
+void ke_rows_run(const ke_rows *r, int64_t grain, ke_row_fn fn, void *ctx);
+
+/* Element moves by size: BODY runs with T an unsigned type of es bytes that
+ * may alias any element type (every dtype is 1, 2, 4 or 8 bytes). */
+typedef uint16_t __attribute__((may_alias)) ke_m16;
+typedef uint32_t __attribute__((may_alias)) ke_m32;
+typedef uint64_t __attribute__((may_alias)) ke_m64;
+#define KE_BY_SIZE(es, ...)                                                                                    \
+    switch (es) {                                                                                              \
+    case 1: { typedef uint8_t T; __VA_ARGS__ } break;                                                          \
+    case 2: { typedef ke_m16 T; __VA_ARGS__ } break;                                                           \
+    case 4: { typedef ke_m32 T; __VA_ARGS__ } break;                                                           \
+    default: { typedef ke_m64 T; __VA_ARGS__ } break;                                                          \
+    }
+
+/* dst[i] = src[i] over an n-d shape (strides in elements; 0 broadcasts),
+ * converting dtype when st != dt. Same-dtype runs move bytes (memcpy where
+ * both are contiguous). */
+void ke_copy_nd(int nd, const int64_t *shape, char *dst, kl_dtype dt, const int64_t *dstride, const char *src,
+                kl_dtype st, const int64_t *sstride);
 
 #endif

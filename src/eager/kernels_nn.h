@@ -1,6 +1,69 @@
-/* kernels_nn.h — declarations for the rows of the nn family of the op table. */
+/* kernels_nn.h — shape rules, kernels and decompositions named by the rows of
+ * ops_linalg.def and ops_nn.def (linalg.c, nn.c, loss.c, conv.c), plus the
+ * small GEMM interface those files share. */
 #ifndef KE_KERNELS_NN_H
 #define KE_KERNELS_NN_H
 #include "ew.h"
 
+/* ---- GEMM shared by matmul, linear and conv2d (linalg.c) ------------------
+ * C[M,N] = alpha * A[M,K] @ B[K,N] + beta * C for one matrix triple, each
+ * operand given by row and column strides in elements (C by ldc, columns
+ * contiguous). f32/f64 go to OpenBLAS when the strides allow it (either
+ * orientation), else a plain loop; integers use a blocked loop that wraps
+ * like PyTorch. beta == 0 never reads C. Half types are not accepted here:
+ * callers convert to f32. Safe to call from ke_parallel_for workers. */
+void ke_gemm(kl_dtype dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t ars,
+             int64_t acs, const void *B, int64_t brs, int64_t bcs, double beta, void *C, int64_t ldc);
+/* Call once before a top-level (not batch-parallel) run of ke_gemm calls:
+ * parks Kiln's spinning helpers and gives OpenBLAS Kiln's thread count. */
+void ke_blas_prepare(void);
+/* Below this M*N*K OpenBLAS runs a GEMM on one thread, so callers spread
+ * independent GEMMs over Kiln's pool instead. */
+#define KE_GEMM_SMALL 262144
+
+/* ---- linalg rows ---------------------------------------------------------- */
+int ke_infer_matmul(ke_call *c, ke_outspec *out);
+int ke_infer_addmm(ke_call *c, ke_outspec *out);
+int ke_infer_linear(ke_call *c, ke_outspec *out);
+int ke_cpu_matmul(ke_call *c);
+int ke_cpu_addmm(ke_call *c);
+int ke_cpu_linear(ke_call *c);
+int ke_decomp_linear(ke_call *c);
+
+/* Row helpers from nn.c, shared with loss.c: log(sum(exp(x))) computed
+ * stably, and the plain sum (in double), of n contiguous values. */
+float ke_row_logsumexp_f32(const float *x, int64_t n);
+double ke_row_logsumexp_f64(const double *x, int64_t n);
+double ke_row_sum_f32(const float *x, int64_t n);
+double ke_row_sum_f64(const double *x, int64_t n);
+
+/* ---- nn rows --------------------------------------------------------------- */
+int ke_infer_softmax(ke_call *c, ke_outspec *out);
+int ke_cpu_softmax(ke_call *c);
+int ke_decomp_softmax(ke_call *c);
+int ke_infer_norm(ke_call *c, ke_outspec *out);
+int ke_cpu_layer_norm(ke_call *c);
+int ke_cpu_rms_norm(ke_call *c);
+int ke_decomp_layer_norm(ke_call *c);
+int ke_decomp_rms_norm(ke_call *c);
+int ke_cpu_dropout(ke_call *c);
+int ke_infer_sdpa(ke_call *c, ke_outspec *out);
+int ke_decomp_sdpa(ke_call *c);
+
+/* ---- losses (loss.c) -------------------------------------------------------- */
+int ke_infer_class_loss(ke_call *c, ke_outspec *out);
+int ke_cpu_cross_entropy(ke_call *c);
+int ke_cpu_nll_loss(ke_call *c);
+int ke_decomp_cross_entropy(ke_call *c);
+int ke_decomp_nll_loss(ke_call *c);
+int ke_infer_pair_loss(ke_call *c, ke_outspec *out);
+int ke_decomp_mse_loss(ke_call *c);
+int ke_decomp_bce_logits(ke_call *c);
+
+/* ---- convolution and pooling (conv.c) ----------------------------------------- */
+int ke_infer_conv2d(ke_call *c, ke_outspec *out);
+int ke_cpu_conv2d(ke_call *c);
+int ke_infer_pool2d(ke_call *c, ke_outspec *out);
+int ke_cpu_max_pool2d(ke_call *c);
+int ke_cpu_avg_pool2d(ke_call *c);
 #endif

@@ -8,17 +8,28 @@
 #include <pthread.h>
 #include <string.h>
 
-/* fp-contract=off for this file: a*b+c must not be fused into an FMA on
- * some targets and not on others (or in the vectorized body but not in the
- * scalar edge path), or the same (seed, offset, i) would give different last
- * bits.  Set here rather than in the build so the guarantee holds however
- * the file is compiled; file scope so every function has identical options
- * and inlining between them is unaffected.  Costs a few % in the
- * polynomials below. */
+/* Floating-point semantics for this file, pinned here rather than in the
+ * build so the guarantees hold however the file is compiled:
+ *  - fp-contract=off: a*b+c must not be fused into an FMA on some targets
+ *    and not on others (or in the vectorized body but not in the scalar
+ *    edge path), or the same (seed, offset, i) would give different last
+ *    bits.  Costs a few % in the polynomials below.
+ *  - no-fast-math: the Box-Muller code relies on IEEE rounding, e.g.
+ *    (x + 1.5*2^23) - 1.5*2^23 rounds x to an integer; reassociation would
+ *    fold it to x and destroy the quadrant reduction.
+ * With these, GCC and Clang produce bit-identical streams at -O0..-Ofast
+ * and for SSE2/AVX2/AVX-512 (checked).  File scope, so every function has
+ * the same options and inlining between them is unaffected.  Clang cannot
+ * override -ffast-math / -ffp-contract=fast from inside the file (its
+ * "fast" contraction ignores pragmas), hence the #error; do not pass
+ * -ffp-contract=fast to Clang for this file either. */
 #if defined(__clang__)
+#if defined(__FAST_MATH__)
+#error "philox.c needs IEEE semantics: compile it without -ffast-math"
+#endif
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
+#pragma GCC optimize("no-fast-math", "fp-contract=off")
 #endif
 
 /* The per-element transforms must be inlined into the block loop even at
@@ -32,11 +43,11 @@
 #define KE_PHILOX_W1 UINT32_C(0xBB67AE85) /* sqrt(3) - 1 */
 #define KE_PHILOX_ROUNDS 10
 
-/* Blocks computed per batch in the vectorized body.  The batch is always
- * computed in full (constant trip count) because GCC's -O2 "very cheap" cost
- * model only vectorizes loops whose trip count it knows; a short last batch
- * wastes at most KE_CHUNK-1 block evaluations, which is noise next to an
- * op's dispatch cost.  4 lane arrays of 32 uint32 = 512 bytes of stack. */
+/* Blocks per batch in the vectorized body.  A batch is always computed and
+ * transformed in full (constant trip count, see KE_FILL_DRIVER); a short
+ * last batch wastes at most KE_CHUNK-1 block evaluations (~100 ns), noise
+ * next to an op's dispatch cost.  Stack: 4 lane arrays of 32 uint32 plus at
+ * most a 512-byte output buffer. */
 #define KE_CHUNK 32
 
 /* Round keys are the same for every block of a fill, so compute them once
@@ -98,8 +109,8 @@ KE_INLINE void ke_block(const ke_keysched *ks, uint64_t c, uint32_t l[4])
  * structure-of-arrays so the loop over j is a plain SIMD loop (each vector
  * lane is a different counter); the AoS alternative needs gathers. */
 KE_INLINE void ke_blocks(const ke_keysched *ks, uint64_t base,
-                             uint32_t *restrict L0, uint32_t *restrict L1,
-                             uint32_t *restrict L2, uint32_t *restrict L3)
+                         uint32_t *restrict L0, uint32_t *restrict L1,
+                         uint32_t *restrict L2, uint32_t *restrict L3)
 {
     for (int j = 0; j < KE_CHUNK; j++) {
         uint32_t l[4];
@@ -117,7 +128,11 @@ KE_INLINE void ke_blocks(const ke_keysched *ks, uint64_t base,
  * block) and the batched body call the same XFORM on the same lanes, which is
  * what makes the result independent of how [begin, end) was split.
  *   head: begin not on a block boundary -> compute that block, copy lanes
- *   body: whole blocks, KE_CHUNK at a time, written straight into dst
+ *   body: whole blocks, KE_CHUNK at a time, written straight into dst; a
+ *         short last batch is transformed in full into a stack buffer and
+ *         copied.  Every transform loop thus has the constant trip count
+ *         KE_CHUNK: with a variable one, GCC's runtime profitability check
+ *         (AVX2, f64) or its -O2 cost model keeps the scalar loop.
  *   tail: trailing partial block
  */
 #define KE_FILL_DRIVER(T, P, XFORM)                                              \
@@ -141,10 +156,19 @@ KE_INLINE void ke_blocks(const ke_keysched *ks, uint64_t base,
             if (nblk > KE_CHUNK)                                                 \
                 nblk = KE_CHUNK;                                                 \
             ke_blocks(&ks, offset + (uint64_t)(i / (P)), L0, L1, L2, L3);        \
-            T *d_ = dst + i;                                                     \
-            for (int64_t j = 0; j < nblk; j++) {                                 \
-                uint32_t l_[4] = {L0[j], L1[j], L2[j], L3[j]};                   \
-                XFORM(l_, d_ + (P) * j);                                         \
+            if (nblk == KE_CHUNK) {                                              \
+                T *d_ = dst + i;                                                 \
+                for (int j = 0; j < KE_CHUNK; j++) {                             \
+                    uint32_t l_[4] = {L0[j], L1[j], L2[j], L3[j]};               \
+                    XFORM(l_, d_ + (P) * j);                                     \
+                }                                                                \
+            } else {                                                             \
+                T b_[KE_CHUNK * (P)];                                            \
+                for (int j = 0; j < KE_CHUNK; j++) {                             \
+                    uint32_t l_[4] = {L0[j], L1[j], L2[j], L3[j]};               \
+                    XFORM(l_, b_ + (P) * j);                                     \
+                }                                                                \
+                memcpy(dst + i, b_, (size_t)(nblk * (P)) * sizeof(T));           \
             }                                                                    \
             i += nblk * (P);                                                     \
         }                                                                        \
@@ -198,8 +222,12 @@ KE_INLINE double ke_u53_to_f64(uint64_t v)
 {
     double lo = ke_f64_from_bits(UINT64_C(0x4330000000000000) |
                                  (v & ((UINT64_C(1) << 52) - 1))) -
-                0x1p52;                              /* = v mod 2^52, exact */
-    return (v >> 52) ? lo + 0x1p52 : lo;            /* exact: < 2^53 */
+                0x1p52; /* = v mod 2^52, exact */
+    /* + 2^52 if bit 52 is set, as a bit mask rather than ?: (GCC does not
+     * if-convert that select for AVX2, which left the f64 loops scalar) */
+    double top = ke_f64_from_bits((UINT64_C(0) - ((v >> 52) & 1)) &
+                                  UINT64_C(0x4330000000000000));
+    return lo + top; /* exact: < 2^53 */
 }
 
 /* ---- uniform ------------------------------------------------------------- */
@@ -210,7 +238,7 @@ KE_INLINE double ke_u53_to_f64(uint64_t v)
  * [-FLT_MAX, FLT_MAX].  (u >> 8) < 2^24 so the int32 conversion is exact and
  * vectorizes (there is no packed uint32->double convert before AVX-512). */
 KE_INLINE void ke_xf_uniform_f32(const uint32_t l[4], float *out, double lo,
-                                     double span, float cap)
+                                 double span, float cap)
 {
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
@@ -233,7 +261,7 @@ void ke_philox_uniform_f32(uint64_t seed, uint64_t offset, float *dst,
 }
 
 KE_INLINE void ke_xf_uniform_f64(const uint32_t l[4], double *out, double lo,
-                                     double span, double cap)
+                                 double span, double cap)
 {
 #pragma GCC unroll 4
     for (int k = 0; k < 2; k++) {
@@ -257,9 +285,9 @@ void ke_philox_uniform_f64(uint64_t seed, uint64_t offset, double *dst,
 /* ---- elementary functions for Box-Muller ----------------------------------
  *
  * Why not libm: glibc only exposes vector logf/sincosf under -ffast-math, so
- * calling libm keeps the normal fills scalar (~15-20 ns/element measured, vs
- * ~1 ns with the code below), and libm results differ between versions and
- * platforms.  These use only +, -, *, / (IEEE correctly rounded) and bit
+ * calling libm keeps the normal fills scalar (normal_f32 measured ~4-6x
+ * slower that way at -O3 -march=native), and libm results differ between
+ * versions and platforms.  These use only +, -, *, / (IEEE correctly rounded) and bit
  * operations, so with fp-contract off they give the same bits on every
  * conforming target.
  *
@@ -267,7 +295,8 @@ void ke_philox_uniform_f64(uint64_t seed, uint64_t offset, double *dst,
  * and sin/cos only see 2*pi*u with u in (0, 1], where quadrant reduction is
  * exact arithmetic on u (no Cody-Waite / Payne-Hanek needed).  Taylor
  * coefficients are used for readability; the truncation terms are below
- * 2^-27 (f32) and 2^-60 (f64) relative. */
+ * 2^-27 (f32) and 2^-60 (f64) relative.  sin/cos max error: 1.64 * 2^-24
+ * (f32, exhaustive) and 1.59 * 2^-53 (f64, 20M inputs) absolute. */
 
 #define KE_LN2_HI_F 0.693145751953125f          /* 16 bits: e*hi is exact */
 #define KE_LN2_LO_F 1.428606765330187045e-06f   /* ln 2 - hi */
@@ -278,13 +307,14 @@ void ke_philox_uniform_f64(uint64_t seed, uint64_t offset, double *dst,
 
 /* -2 ln(x) for x in (0, 1] (normal floats).  x = 2^e * m with m in
  * [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s), s = (m-1)/(m+1), |s| <= 0.1716.
- * Max error vs. the exact value ~3.5 ulp (checked exhaustively over all
- * 2^24 inputs the f32 fill can produce). */
+ * Max error 2.5 ulp (exhaustive over the 2^24 inputs the f32 fill can
+ * produce; the f64 version below measured 2.6 ulp on 20M inputs). */
 KE_INLINE float ke_neg2log_f32(float x)
 {
     uint32_t b = ke_f32_bits(x);
-    /* Adding (1.0 - sqrt(1/2)) in the bit domain bumps the exponent exactly
-     * when the mantissa is >= sqrt(2)/2's, centring m around 1. */
+    /* Adding bits(1.0) - bits(sqrt(1/2)) carries into the exponent field
+     * exactly when x's significand (in [1, 2)) is >= sqrt(2), so e is chosen
+     * with m = x / 2^e in [sqrt(1/2), sqrt(2)). */
     int32_t e = (int32_t)((b + (UINT32_C(0x3f800000) - UINT32_C(0x3f3504f3))) >> 23) - 127;
     float m = ke_f32_from_bits(b - ((uint32_t)e << 23));
     float s = (m - 1.0f) / (m + 1.0f), z = s * s;
@@ -307,11 +337,17 @@ KE_INLINE void ke_sincos2pi_f32(float u, float *c, float *s)
                                                    a2 * (1.0f / 362880)))));
     float cs = 1.0f + a2 * (-0.5f + a2 * (1.0f / 24 + a2 * (-1.0f / 720 +
                                           a2 * (1.0f / 40320 + a2 * (-1.0f / 3628800)))));
-    /* rotate by q quarter turns */
-    float cc = (qi & 1) ? -sn : cs;
-    float ss = (qi & 1) ? cs : sn;
-    *c = (qi & 2) ? -cc : cc;
-    *s = (qi & 2) ? -ss : ss;
+    /* Rotate by q quarter turns: (c, s) -> (-s, c) -> (-c, -s) -> (s, -c).
+     * Done with bit masks rather than ?: because GCC fails to if-convert
+     * the float selects for AVX2 and then leaves the whole loop scalar. */
+    uint32_t swap = UINT32_C(0) - (qi & 1);                 /* all ones if odd */
+    uint32_t cb = ke_f32_bits(cs), sb = ke_f32_bits(sn);
+    uint32_t ccb = (sb & swap) | (cb & ~swap);
+    uint32_t ssb = (cb & swap) | (sb & ~swap);
+    ccb ^= ((qi ^ (qi >> 1)) & 1) << 31;                    /* q = 1, 2 */
+    ssb ^= ((qi >> 1) & 1) << 31;                           /* q = 2, 3 */
+    *c = ke_f32_from_bits(ccb);
+    *s = ke_f32_from_bits(ssb);
 }
 
 KE_INLINE double ke_neg2log_f64(double x)
@@ -364,39 +400,49 @@ KE_INLINE void ke_sincos2pi_f64(double u, double *c, double *s)
     cp = -1.0 / 24.0 + a2 * cp;
     cp = 0.5 + a2 * cp;
     double cs = 1.0 - a2 * cp;
-    double cc = (qi & 1) ? -sn : cs;
-    double ss = (qi & 1) ? cs : sn;
-    *c = (qi & 2) ? -cc : cc;
-    *s = (qi & 2) ? -ss : ss;
+    uint64_t swap = UINT64_C(0) - (qi & 1); /* see ke_sincos2pi_f32 */
+    uint64_t cb = ke_f64_bits(cs), sb = ke_f64_bits(sn);
+    uint64_t ccb = (sb & swap) | (cb & ~swap);
+    uint64_t ssb = (cb & swap) | (sb & ~swap);
+    ccb ^= ((qi ^ (qi >> 1)) & 1) << 63;
+    ssb ^= ((qi >> 1) & 1) << 63;
+    *c = ke_f64_from_bits(ccb);
+    *s = ke_f64_from_bits(ssb);
 }
 
 /* sqrt(t) for t in [0, 74] from an rsqrt bit-trick guess (Lomont's
- * constant, <= 3.5% error) and Newton steps y <- y (1.5 - t/2 y^2), each of
- * which squares the relative error, then sqrt = t * y.  Why not sqrtf():
- * without -fno-math-errno GCC guards every sqrt call with an errno branch,
- * and a pragma cannot lift that (builtin attributes are fixed from the
- * command line), so the whole normal loop would stay scalar.  Max error vs.
- * the correctly rounded sqrt: ~2 ulp (measured).  t = 0 (u1 = 1) would
- * make y overflow and 0 * inf = NaN, hence the select. */
+ * constant, <= 3.5% error), Newton steps y <- y (1.5 - t/2 y^2) (each
+ * squares the relative error), then r = t*y and one residual correction
+ * r += (y/2)(t - r^2).  Max error vs. the correctly rounded sqrt: 1 ulp
+ * (exhaustive over the 2^24 f32 inputs; 20M random f64 inputs).  Why not
+ * sqrtf(): without -fno-math-errno GCC guards every sqrt call with an errno
+ * branch, and a pragma cannot lift that (builtin attributes are fixed from
+ * the command line), so the whole normal loop would stay scalar. */
 KE_INLINE float ke_sqrt_f32(float t)
 {
-    float y = ke_f32_from_bits(UINT32_C(0x5f375a86) - (ke_f32_bits(t) >> 1));
-    float h = 0.5f * t;
-    y = y * (1.5f - h * y * y); /* 1.8e-3 */
-    y = y * (1.5f - h * y * y); /* 4.7e-6 */
-    y = y * (1.5f - h * y * y); /* 3e-11: rounding-limited from here */
-    return t > 0.0f ? t * y : 0.0f;
+    /* tiny is absorbed for every t the fill produces (t >= 1.19e-7) and
+     * only matters for t == 0, where it keeps y finite (2^50) so the result
+     * is exactly 0 instead of 0 * inf = NaN.  Cheaper than a select, which
+     * AVX2 code would need if-converted (see ke_sincos2pi_f32). */
+    float tt = t + 0x1p-100f;
+    float y = ke_f32_from_bits(UINT32_C(0x5f375a86) - (ke_f32_bits(tt) >> 1));
+    float h = 0.5f * tt;
+    y = y * (1.5f - h * y * y); /* rel. error 1.8e-3 */
+    y = y * (1.5f - h * y * y); /* 4.9e-6 */
+    float r = t * y;
+    return r + (0.5f * y) * (t - r * r); /* ~1e-11: rounding-limited */
 }
 
 KE_INLINE double ke_sqrt_f64(double t)
 {
-    double y = ke_f64_from_bits(UINT64_C(0x5fe6eb50c7b537a9) - (ke_f64_bits(t) >> 1));
-    double h = 0.5 * t;
-    y = y * (1.5 - h * y * y);
-    y = y * (1.5 - h * y * y);
-    y = y * (1.5 - h * y * y);
-    y = y * (1.5 - h * y * y); /* ~1e-21: rounding-limited */
-    return t > 0.0 ? t * y : 0.0;
+    double tt = t + 0x1p-600; /* as above; t >= 2.2e-16 or t == 0 */
+    double y = ke_f64_from_bits(UINT64_C(0x5fe6eb50c7b537a9) - (ke_f64_bits(tt) >> 1));
+    double h = 0.5 * tt;
+    y = y * (1.5 - h * y * y); /* 1.8e-3 */
+    y = y * (1.5 - h * y * y); /* 4.9e-6 */
+    y = y * (1.5 - h * y * y); /* 3.6e-11 */
+    double r = t * y;
+    return r + (0.5 * y) * (t - r * r); /* ~1e-21: rounding-limited */
 }
 
 /* ---- normal -------------------------------------------------------------- */
@@ -406,7 +452,7 @@ KE_INLINE double ke_sqrt_f64(double t)
  * yields two independent normals (cos and sin branch), so no random bits
  * are discarded. */
 KE_INLINE void ke_xf_normal_f32(const uint32_t l[4], float *out, float mean,
-                                    float std)
+                                float std)
 {
 #pragma GCC unroll 4
     for (int k = 0; k < 2; k++) {
@@ -429,7 +475,7 @@ void ke_philox_normal_f32(uint64_t seed, uint64_t offset, float *dst,
 }
 
 KE_INLINE void ke_xf_normal_f64(const uint32_t l[4], double *out, double mean,
-                                    double std)
+                                double std)
 {
     double u1 = (ke_u53_to_f64(ke_join(l[0], l[1]) >> 11) + 1.0) * 0x1p-53;
     double u2 = (ke_u53_to_f64(ke_join(l[2], l[3]) >> 11) + 1.0) * 0x1p-53;
@@ -450,6 +496,21 @@ void ke_philox_normal_f64(uint64_t seed, uint64_t offset, double *dst,
 
 /* ---- randint ------------------------------------------------------------- */
 
+/* High 64 bits of a 64x64 product: one MUL with __int128, portable
+ * 32-bit-limb version otherwise (same result, so the fallback is exact). */
+KE_INLINE uint64_t ke_mulhi64(uint64_t a, uint64_t b)
+{
+#ifdef __SIZEOF_INT128__
+    __extension__ typedef unsigned __int128 ke_u128;
+    return (uint64_t)(((ke_u128)a * b) >> 64);
+#else
+    uint64_t al = (uint32_t)a, ah = a >> 32, bl = (uint32_t)b, bh = b >> 32;
+    uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
+    uint64_t mid = (ll >> 32) + (uint32_t)lh + (uint32_t)hl;
+    return hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+#endif
+}
+
 /* range is computed in uint64 so negative bounds and spans up to 2^64 - 1
  * (e.g. [INT64_MIN, INT64_MAX)) work; low + v wraps back into int64 via
  * unsigned arithmetic (GCC defines the final conversion as modular). */
@@ -459,7 +520,7 @@ KE_INLINE void ke_xf_randint(const uint32_t l[4], int64_t *out, uint64_t low,
 #pragma GCC unroll 4
     for (int k = 0; k < 2; k++) {
         uint64_t r = ke_join(l[2 * k], l[2 * k + 1]);
-        uint64_t v = (uint64_t)(((unsigned __int128)r * range) >> 64);
+        uint64_t v = ke_mulhi64(r, range);
         out[k] = (int64_t)(low + v);
     }
 }

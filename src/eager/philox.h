@@ -4,9 +4,10 @@
  * Why counter-based: with Philox4x32-10 the random bits of element i are a
  * pure function of (seed, offset, i).  There is no sequential state to carry
  * from one element to the next, so a fill can be split across any number of
- * threads, in any chunking, and still produce bit-identical tensors.  The
- * same scheme is used by cuRAND / PyTorch's CUDA generator, which keeps the
- * door open for a GPU backend producing the same streams.
+ * threads, in any chunking, and still produce bit-identical tensors.  It is
+ * also the generator cuRAND and PyTorch's CUDA backend use, and since the
+ * transforms below are plain IEEE arithmetic a GPU kernel can reproduce
+ * these streams bit for bit.
  *
  * Stream layout (the contract every fill function follows):
  *   key     = { lo32(seed), hi32(seed) }
@@ -27,13 +28,13 @@
  * Fill functions write dst[begin..end) where dst points at element 0 of the
  * whole fill; a parallel-for may hand out arbitrary sub-ranges.
  *
- * Reproducibility: within one build the results are bit-identical for any
- * range split (the scalar edge path and the vectorized body share the same
- * per-block transform).  Across builds for different ISAs the float
- * transforms may differ in the last bit if the compiler contracts a*b+c into
- * an FMA differently, and the normal fills call libm (logf/sinf/cosf/log/
- * sin/cos), whose results are not guaranteed identical across libm versions.
- * The raw Philox integers (and therefore randint) are exact everywhere.
+ * Reproducibility: results are bit-identical for any range split / thread
+ * count (the scalar edge path and the vectorized body run the same per-block
+ * transform), and also across optimization levels, SSE2/AVX2/AVX-512 and
+ * GCC/Clang: the fills use no libm (Box-Muller's log/sqrt/sin/cos are
+ * in-house, built from IEEE +,-,*,/ only) and philox.c pins fp-contract=off
+ * and no-fast-math for itself.  The raw Philox integers (and therefore
+ * randint) are exact everywhere.
  */
 #ifndef KILN_EAGER_PHILOX_H
 #define KILN_EAGER_PHILOX_H
@@ -61,7 +62,9 @@ void ke_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]
 
 /* Uniform in [lo, hi) from 24 random bits: x = (u >> 8) * 2^-24 in
  * [0, 1 - 2^-24], r = lo + (hi - lo) * x.  Rounding can still land exactly
- * on hi, so the result is clamped to the largest float below hi. */
+ * on hi, so the result is clamped to the largest float below hi (which
+ * therefore gets a little extra mass; visible only for ranges a few ulps
+ * wide, e.g. [1, 1 + 2 ulp) splits 1/4 : 3/4). */
 void ke_philox_uniform_f32(uint64_t seed, uint64_t offset, float *dst,
                            int64_t begin, int64_t end, float lo, float hi);
 

@@ -97,6 +97,10 @@ void ke_register_device_allocator(kl_device_type type, const ke_device_allocator
     device_allocators[type] = *a;
 }
 
+int ke_device_available(kl_device_type type) {
+    return type == KL_CPU || type == KL_META || ((unsigned)type < 3 && device_allocators[type].alloc != NULL);
+}
+
 static void storage_init(ke_storage *s, void *data, size_t nbytes, kl_device dev, ke_alloc_kind kind) {
     atomic_init(&s->refcount, 1);
     atomic_init(&s->version, 0);
@@ -274,7 +278,10 @@ int ke_check_shape(const char *op, int ndim, const int64_t *shape, kl_dtype dt) 
             return ke_err(KL_ERR_SHAPE, op, "negative dimension %lld in shape %s", (long long)shape[i],
                           ke_fmt_shape(b, sizeof b, ndim, shape));
         }
-        if (shape[i] && n > INT64_MAX / 16 / shape[i]) {
+        /* nonzero dims only (numpy's rule): strides multiply them even when
+         * another dim makes the tensor empty */
+        if (shape[i] == 0) continue;
+        if (n > INT64_MAX / 16 / shape[i]) {
             char b[200];
             return ke_err(KL_ERR_OVERFLOW, op, "shape %s has too many elements",
                           ke_fmt_shape(b, sizeof b, ndim, shape));

@@ -37,27 +37,30 @@ static _Atomic uint64_t ke_spin_ns = KE_POOL_SPIN_NS;
 #define KE_CHUNK_ALIGN 64
 
 typedef struct {
-    /* One cache line holds everything a helper needs to start a task, so a
-     * dispatch costs it a single line transfer.  Only the dispatcher writes
-     * here.  The task fields are plain: they are written before the release
-     * increment of gen and rewritten only after every helper has reported
-     * through done, so helpers read them race-free. */
+    /* Everything a dispatch touches lives in one cache line, so starting a
+     * helper and hearing back from it costs few line transfers.
+     *
+     * claim packs (gen:32 | nchunks:16 | next chunk:16).  A thread owns a
+     * chunk only by advancing claim with a CAS that also matches gen, so a
+     * helper that wakes late for an old task changes nothing and never reads
+     * the task.  The task fields are plain: they are written before the
+     * release increment of gen and rewritten only after every claimed chunk
+     * has been reported through done (release), so claimants read them
+     * race-free. */
     _Alignas(64) atomic_uint gen;
     atomic_int quiesced;
+    _Atomic uint64_t claim;
+    atomic_uint done; /* chunks finished by helpers, ever; only grows */
+    atomic_int join_waiting;
     ke_range_fn fn;
     void *ctx;
     int64_t n;
-    int nchunks;
-    int shutdown;
-    unsigned done_target; /* value of done once this task is finished */
-
-    /* Helpers count finished tasks here.  It only grows, so the dispatcher
-     * never has to write (and steal) this line to start a task. */
-    _Alignas(64) atomic_uint done;
-    atomic_int join_waiting;
 
     _Alignas(64) atomic_int sleepers;
 
+    /* Atomic because a helper that found no chunk to claim may still be
+     * reading it when the pool is stopped. */
+    atomic_int shutdown;
     unsigned start_gen;
     pthread_t *threads;
     int nworkers; /* helpers running */
@@ -136,9 +139,9 @@ static int64_t ke_chunk_bound(int64_t n, int nchunks, int i) {
         return 0;
     if (i >= nchunks)
         return n;
-    int64_t b = n <= INT64_MAX / nchunks
-                    ? n * i / nchunks
-                    : (int64_t)((__int128)n * i / nchunks);
+    /* floor(n*i/nchunks) without the overflow of n*i (r*i < 2^20). */
+    int64_t q = n / nchunks, r = n % nchunks;
+    int64_t b = q * i + r * i / nchunks;
     /* Exact bounds are >= n/nchunks >= 64 apart, so rounding each to the
      * nearest multiple of 64 keeps every chunk non-empty and in order. */
     if (n / nchunks >= KE_CHUNK_ALIGN)
@@ -146,10 +149,32 @@ static int64_t ke_chunk_bound(int64_t n, int nchunks, int i) {
     return b;
 }
 
-static void ke_run_chunk(int idx) {
-    if (idx < P.nchunks)
-        P.fn(P.ctx, ke_chunk_bound(P.n, P.nchunks, idx),
-             ke_chunk_bound(P.n, P.nchunks, idx + 1));
+static uint64_t ke_claim_word(unsigned gen, int nchunks, int next) {
+    return (uint64_t)gen << 32 | (uint64_t)nchunks << 16 | (uint64_t)next;
+}
+
+static void ke_run_chunk(int nchunks, int idx) {
+    P.fn(P.ctx, ke_chunk_bound(P.n, nchunks, idx),
+         ke_chunk_bound(P.n, nchunks, idx + 1));
+}
+
+/* Claims and runs chunks of task g until none are left; returns how many
+ * this thread ran. */
+static int ke_claim_and_run(unsigned g) {
+    int ran = 0;
+    uint64_t w = atomic_load_explicit(&P.claim, memory_order_acquire);
+    for (;;) {
+        int nchunks = (int)(w >> 16 & 0xffff), next = (int)(w & 0xffff);
+        if ((unsigned)(w >> 32) != g || next >= nchunks)
+            return ran;
+        if (atomic_compare_exchange_weak_explicit(&P.claim, &w, w + 1,
+                                                  memory_order_acquire,
+                                                  memory_order_acquire)) {
+            ke_run_chunk(nchunks, next);
+            ran++;
+            w = atomic_load_explicit(&P.claim, memory_order_acquire);
+        }
+    }
 }
 
 static unsigned ke_worker_wait(unsigned seen) {
@@ -170,19 +195,20 @@ static unsigned ke_worker_wait(unsigned seen) {
 }
 
 static void *ke_worker_main(void *arg) {
-    int idx = (int)(intptr_t)arg;
     ke_tls_is_worker = 1;
     ke_tls_in_parallel = 1;
+    (void)arg;
     unsigned seen = P.start_gen;
     for (;;) {
         seen = ke_worker_wait(seen);
-        if (P.shutdown)
+        if (atomic_load_explicit(&P.shutdown, memory_order_relaxed))
             return NULL;
-        unsigned target = P.done_target; /* task may change once we report */
-        ke_run_chunk(idx);
+        int ran = ke_claim_and_run(seen);
+        if (ran == 0)
+            continue;
         /* Same seq_cst pairing as sleepers/gen, for the caller's join. */
-        if (atomic_fetch_add(&P.done, 1) + 1 == target &&
-            atomic_load(&P.join_waiting))
+        atomic_fetch_add(&P.done, (unsigned)ran);
+        if (atomic_load(&P.join_waiting))
             ke_futex_wake(&P.done, 1);
     }
 }
@@ -191,7 +217,7 @@ static void ke_pool_stop_locked(void) {
     P.wanted = 0;
     if (P.nworkers == 0)
         return;
-    P.shutdown = 1;
+    atomic_store_explicit(&P.shutdown, 1, memory_order_relaxed);
     atomic_fetch_add(&P.gen, 1);
     ke_futex_wake(&P.gen, INT_MAX);
     for (int i = 0; i < P.nworkers; i++)
@@ -199,7 +225,7 @@ static void ke_pool_stop_locked(void) {
     free(P.threads);
     P.threads = NULL;
     P.nworkers = 0;
-    P.shutdown = 0;
+    atomic_store(&P.shutdown, 0);
     atomic_store(&P.sleepers, 0);
     atomic_store(&ke_live_workers, 0);
 }
@@ -228,7 +254,7 @@ static void ke_atfork_child(void) {
     P.threads = NULL;
     P.nworkers = 0;
     P.wanted = 0;
-    P.shutdown = 0;
+    atomic_store(&P.shutdown, 0);
     atomic_store(&P.sleepers, 0);
     atomic_store(&P.done, 0);
     atomic_store(&P.join_waiting, 0);
@@ -253,8 +279,7 @@ static void ke_pool_start_locked(int want) {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int made = 0;
     for (; made < want; made++) {
-        if (pthread_create(&P.threads[made], NULL, ke_worker_main,
-                           (void *)(intptr_t)(made + 1)) != 0)
+        if (pthread_create(&P.threads[made], NULL, ke_worker_main, NULL) != 0)
             break;
         pthread_setname_np(P.threads[made], "kiln-worker");
     }
@@ -301,27 +326,32 @@ void ke_parallel_for(int64_t n, int64_t grain, ke_range_fn fn, void *ctx) {
     }
 
     int64_t maxc = n / grain;
-    P.nchunks = maxc < P.nworkers + 1 ? (int)maxc : P.nworkers + 1;
+    int nchunks = maxc < P.nworkers + 1 ? (int)maxc : P.nworkers + 1;
     P.fn = fn;
     P.ctx = ctx;
     P.n = n;
-    /* Every helper wakes and reports, even ones without a chunk: a helper
-     * that skipped reporting could still be reading the task while the next
-     * dispatch overwrites it. */
-    unsigned target =
-        atomic_load_explicit(&P.done, memory_order_relaxed) + (unsigned)P.nworkers;
-    P.done_target = target;
+    unsigned base = atomic_load_explicit(&P.done, memory_order_relaxed);
+    unsigned g = atomic_load_explicit(&P.gen, memory_order_relaxed) + 1;
+    /* Chunk 0 is the caller's from the start: it needs no CAS, and a cold
+     * pool cannot delay the first chunk. */
+    atomic_store_explicit(&P.claim, ke_claim_word(g, nchunks, 1),
+                          memory_order_relaxed);
     if (atomic_load_explicit(&P.quiesced, memory_order_relaxed))
         atomic_store_explicit(&P.quiesced, 0, memory_order_relaxed);
-    atomic_fetch_add(&P.gen, 1);
+    atomic_store(&P.gen, g);
     if (atomic_load(&P.sleepers) > 0)
-        ke_futex_wake(&P.gen, INT_MAX);
+        ke_futex_wake(&P.gen, nchunks - 1);
 
+    /* The caller also takes whatever chunks helpers have not claimed yet,
+     * so parked helpers (a ~50 us wake-up) or a preempted one delay the
+     * call only by the chunks they actually started. */
     ke_tls_in_parallel = 1;
-    ke_run_chunk(0);
+    ke_run_chunk(nchunks, 0);
+    int mine = 1 + ke_claim_and_run(g);
     ke_tls_in_parallel = 0;
 
-    if (!ke_spin(&P.done, target, 1, 0)) {
+    unsigned target = base + (unsigned)(nchunks - mine);
+    if (target != base && !ke_spin(&P.done, target, 1, 0)) {
         atomic_store(&P.join_waiting, 1);
         unsigned cur;
         while ((cur = atomic_load(&P.done)) != target)

@@ -4,7 +4,8 @@
  * worker 0, so a pool configured for N threads owns N-1 helper threads.
  * Helpers are started on first parallel use, spin briefly after each task
  * (dispatch to a hot helper is sub-microsecond, while waking a parked one
- * costs tens of microseconds), then park on a futex.
+ * costs tens of microseconds), then park on a futex.  ke_pool_quiesce
+ * parks them at once.
  */
 #ifndef KILN_EAGER_THREADPOOL_H
 #define KILN_EAGER_THREADPOOL_H
@@ -29,15 +30,20 @@ typedef void (*ke_range_fn)(void *ctx, int64_t begin, int64_t end);
  * runs once, inline, as fn(ctx, 0, n).  n <= 0 does nothing.
  *
  * When parallel, [0, n) is cut into min(threads, n / grain) contiguous
- * non-empty chunks, chunk i going to worker i (the caller runs chunk 0).
- * Interior boundaries are multiples of 64 whenever chunks are at least 64
- * long.  The cut depends only on (n, grain, threads), so it is repeatable,
- * but fn must still give the same result for the inline single-chunk case.
+ * non-empty chunks.  Interior boundaries are multiples of 64 whenever
+ * chunks are at least 64 long.  The cut depends only on (n, grain,
+ * threads) -- threads being kl_get_num_threads() unless helpers could not
+ * be created -- so it is repeatable; which thread runs which chunk is not,
+ * except that the caller always runs the chunk starting at 0.  Helpers and
+ * the caller claim the remaining chunks first come, first served, so a
+ * parked or preempted helper never holds up a chunk it has not started.
+ * fn must give the same result for the inline single-chunk case, and must
+ * not wait for other chunks of the same call (they may run after it, on
+ * this very thread).
  *
  * fn runs with ke_in_parallel_region() == 1; a ke_parallel_for issued from
- * inside fn runs inline.  fn must not block waiting on another thread that
- * itself needs the pool, and must not call kl_set_num_threads expecting an
- * immediate effect (it applies from the next top-level call). */
+ * inside fn runs inline.  kl_set_num_threads called inside fn applies from
+ * the next top-level call. */
 void ke_parallel_for(int64_t n, int64_t grain, ke_range_fn fn, void *ctx);
 
 /* Tells spinning helpers to park now instead of finishing their spin.

@@ -22,7 +22,7 @@ static int make_view(ke_call *c, int ndim, const int64_t *shape, const int64_t *
  * (PyTorch's computeStride: split/merge dims only within contiguous chunks). */
 static int view_strides(const kl_tensor *x, int ndim, const int64_t *shape, int64_t *stride) {
     int64_t numel = ke_numel(x->ndim, x->shape);
-    if (numel == 0) {
+    if (numel == 0 || x->ndim == 0) { /* no element, or one: any strides work */
         ke_contiguous_strides(ndim, shape, stride);
         return 0;
     }

@@ -1,0 +1,426 @@
+/*
+ * conv.c — conv2d, max_pool2d and avg_pool2d (rows in ops_nn.def) and their
+ * option defaults.
+ *
+ * conv2d lowers each sample and group to one GEMM: im2col lays the receptive
+ * fields out as a [C/groups * kh * kw, OH * OW] matrix (skipped for 1x1
+ * stride-1 unpadded kernels, where the input already is that matrix) and
+ * ke_gemm multiplies the group's [O/groups, C/groups * kh * kw] weights by
+ * it. Small per-sample products run in parallel over the batch; large ones
+ * run one after another with im2col split over the pool and OpenBLAS
+ * threading the GEMM. Shapes, padding rules and output sizes follow PyTorch.
+ */
+#include "alloc.h"
+#include "kernels_nn.h"
+#include "threadpool.h"
+
+#include <math.h>
+#include <stdatomic.h>
+
+kl_conv2d_options kl_conv2d_options_default(void) {
+    return (kl_conv2d_options){.stride = {1, 1}, .padding = {0, 0}, .dilation = {1, 1}, .groups = 1};
+}
+
+kl_pool2d_options kl_pool2d_options_default(int64_t k) {
+    return (kl_pool2d_options){.kernel = {k, k}, .stride = {k, k}, .padding = {0, 0}, .dilation = {1, 1},
+                               .ceil_mode = false, .count_include_pad = true};
+}
+
+/* Runs fn with the inputs as contiguous tensors of the compute dtype and an
+ * output of that dtype (out itself, or an f32 temporary for f16/bf16). */
+typedef int (*compute_fn)(ke_call *c, kl_tensor *const *xs, kl_tensor *y);
+static int with_compute_dtype(ke_call *c, compute_fn fn) {
+    kl_tensor *out = c->out[0];
+    int64_t n = ke_numel(out->ndim, out->shape);
+    if (n == 0) return 0;
+    kl_dtype ct = c->compute;
+    kl_scope_begin();
+    kl_tensor *xs[4] = {0};
+    int ok = 1;
+    for (int i = 0; i < c->nin && ok; i++) {
+        xs[i] = kl_contiguous(kl_to_dtype(c->in[i], ct));
+        ok = xs[i] != NULL;
+    }
+    kl_tensor *y = out->dtype == ct ? out : kl_empty_on(out->ndim, out->shape, ct, KL_DEVICE_CPU);
+    int rc = ok && y ? fn(c, xs, y) : -1;
+    if (!rc && y != out) ke_convert(ke_data(out), (kl_dtype)out->dtype, ke_data(y), ct, n);
+    kl_scope_end();
+    return rc;
+}
+
+/* ---- conv2d --------------------------------------------------------------------------- */
+
+typedef struct conv_geom {
+    int64_t N, C, H, W, O, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw, G, Cg, Og, Kc, P;
+} conv_geom;
+
+static void conv_geom_of(const ke_call *c, const kl_tensor *x, const kl_tensor *w, int64_t oh, int64_t ow,
+                         conv_geom *g) {
+    int b = x->ndim == 4;
+    g->N = b ? x->shape[0] : 1;
+    g->C = x->shape[b], g->H = x->shape[b + 1], g->W = x->shape[b + 2];
+    g->O = w->shape[0], g->kh = w->shape[2], g->kw = w->shape[3];
+    g->sh = c->a.list[0], g->sw = c->a.list[1], g->ph = c->a.list[2], g->pw = c->a.list[3];
+    g->dh = c->a.list[4], g->dw = c->a.list[5], g->G = c->a.i[0];
+    g->Cg = g->C / g->G, g->Og = g->O / g->G, g->Kc = g->Cg * g->kh * g->kw;
+    g->OH = oh, g->OW = ow, g->P = oh * ow;
+}
+
+int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    char b1[256], b2[256];
+    if (c->nin != 2 + (c->a.i[1] != 0)) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
+    const kl_tensor *x = c->in[0], *w = c->in[1], *bias = c->a.i[1] ? c->in[2] : NULL;
+    for (int i = 1; i < c->nin; i++)
+        if (c->in[i]->dtype != x->dtype)
+            return ke_err(KL_ERR_DTYPE, op, "input %s and %s %s must have one dtype", ke_fmt_tensor(b1, sizeof b1, x),
+                          i == 1 ? "weight" : "bias", ke_fmt_tensor(b2, sizeof b2, c->in[i]));
+    if (x->dtype == KL_BOOL) return ke_err(KL_ERR_DTYPE, op, "not implemented for bool tensors");
+    const int64_t *st = c->a.list, *pad = c->a.list + 2, *dil = c->a.list + 4, groups = c->a.i[0];
+    if (c->a.nlist != 6) return ke_err(KL_ERR_INTERNAL, op, "expected 6 option values");
+    if (st[0] < 1 || st[1] < 1 || pad[0] < 0 || pad[1] < 0 || dil[0] < 1 || dil[1] < 1 || groups < 1)
+        return ke_err(KL_ERR_ARG, op,
+                      "stride (%lld, %lld) and dilation (%lld, %lld) must be positive, padding (%lld, %lld) "
+                      "non-negative and groups (%lld) positive",
+                      (long long)st[0], (long long)st[1], (long long)dil[0], (long long)dil[1], (long long)pad[0],
+                      (long long)pad[1], (long long)groups);
+    if (x->ndim != 3 && x->ndim != 4)
+        return ke_err(KL_ERR_SHAPE, op, "expects a 3-D [C,H,W] or 4-D [N,C,H,W] input, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, x));
+    if (w->ndim != 4 || w->shape[2] < 1 || w->shape[3] < 1)
+        return ke_err(KL_ERR_SHAPE, op, "expects a 4-D weight [O,C/groups,kh,kw] with a non-empty kernel, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, w));
+    int b = x->ndim == 4;
+    int64_t C = x->shape[b], O = w->shape[0];
+    if (O % groups)
+        return ke_err(KL_ERR_ARG, op, "out channels (%lld) must be divisible by groups (%lld)", (long long)O,
+                      (long long)groups);
+    if (C != w->shape[1] * groups)
+        return ke_err(KL_ERR_SHAPE, op, "weight %s with groups = %lld expects input with %lld channels, got %s",
+                      ke_fmt_shape(b2, sizeof b2, w->ndim, w->shape), (long long)groups,
+                      (long long)(w->shape[1] * groups), ke_fmt_tensor(b1, sizeof b1, x));
+    if (bias && (bias->ndim != 1 || bias->shape[0] != O))
+        return ke_err(KL_ERR_SHAPE, op, "bias %s must have shape [%lld]", ke_fmt_tensor(b1, sizeof b1, bias),
+                      (long long)O);
+    int64_t o[2];
+    for (int d = 0; d < 2; d++) {
+        int64_t in = x->shape[b + 1 + d] + 2 * pad[d], k = dil[d] * (w->shape[2 + d] - 1) + 1;
+        if (k > in)
+            return ke_err(KL_ERR_SHAPE, op, "padded input %lldx%lld is smaller than the dilated kernel %lldx%lld (input %s)",
+                          (long long)(x->shape[b + 1] + 2 * pad[0]), (long long)(x->shape[b + 2] + 2 * pad[1]),
+                          (long long)(dil[0] * (w->shape[2] - 1) + 1), (long long)(dil[1] * (w->shape[3] - 1) + 1),
+                          ke_fmt_tensor(b1, sizeof b1, x));
+        o[d] = (in - k) / st[d] + 1;
+    }
+    out->ndim = 0;
+    if (b) out->shape[out->ndim++] = x->shape[0];
+    out->shape[out->ndim++] = O;
+    out->shape[out->ndim++] = o[0];
+    out->shape[out->ndim++] = o[1];
+    out->dtype = (kl_dtype)x->dtype;
+    c->compute = ke_compute_dtype(out->dtype);
+    return 1;
+}
+
+/* Rows [r0, r1) of the im2col matrix of one sample's group: row r is
+ * (channel, ki, kj); column (oh, ow) holds x[ch, oh*sh - ph + ki*dh,
+ * ow*sw - pw + kj*dw], 0 in the padding. Only bits move, so one copy per
+ * element size serves every dtype. */
+#define KE_IM2COL(T, sfx)                                                                                 \
+    static void im2col_##sfx(const conv_geom *g, const T *x, T *col, int64_t r0, int64_t r1) {             \
+        for (int64_t r = r0; r < r1; r++) {                                                                \
+            int64_t kj = r % g->kw, ki = (r / g->kw) % g->kh, ch = r / (g->kw * g->kh);                    \
+            const T *xp = x + ch * g->H * g->W;                                                            \
+            int64_t off = kj * g->dw - g->pw;                                                              \
+            int64_t lo = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;                                        \
+            int64_t hi = g->W - 1 - off < 0 ? 0 : (g->W - 1 - off) / g->sw + 1;                            \
+            if (hi > g->OW) hi = g->OW;                                                                    \
+            if (lo > hi) lo = hi;                                                                          \
+            for (int64_t oh = 0; oh < g->OH; oh++) {                                                       \
+                T *restrict row = col + r * g->P + oh * g->OW;                                             \
+                int64_t ih = oh * g->sh - g->ph + ki * g->dh;                                              \
+                if (ih < 0 || ih >= g->H) {                                                                \
+                    for (int64_t ow = 0; ow < g->OW; ow++) row[ow] = 0;                                    \
+                    continue;                                                                              \
+                }                                                                                          \
+                const T *restrict xr = xp + ih * g->W;                                                     \
+                for (int64_t ow = 0; ow < lo; ow++) row[ow] = 0;                                           \
+                if (g->sw == 1)                                                                            \
+                    for (int64_t ow = lo; ow < hi; ow++) row[ow] = xr[ow + off];                           \
+                else                                                                                       \
+                    for (int64_t ow = lo; ow < hi; ow++) row[ow] = xr[ow * g->sw + off];                   \
+                for (int64_t ow = hi; ow < g->OW; ow++) row[ow] = 0;                                       \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+KE_IM2COL(uint8_t, b1)
+KE_IM2COL(uint32_t, b4)
+KE_IM2COL(uint64_t, b8)
+
+typedef struct conv_ctx {
+    conv_geom g;
+    kl_dtype dt;
+    int64_t es;
+    int direct;                /* 1x1, stride 1, no padding: the input is the column matrix */
+    const char *x, *w, *b;
+    char *y, *col;             /* col: the shared buffer of the sequential path */
+    const char *xs;            /* im2col source of the sequential path */
+    _Atomic int oom;
+} conv_ctx;
+
+static void im2col(const conv_ctx *p, const char *x, char *col, int64_t r0, int64_t r1) {
+    switch (p->es) {
+    case 1: im2col_b1(&p->g, (const uint8_t *)x, (uint8_t *)col, r0, r1); break;
+    case 4: im2col_b4(&p->g, (const uint32_t *)x, (uint32_t *)col, r0, r1); break;
+    default: im2col_b8(&p->g, (const uint64_t *)x, (uint64_t *)col, r0, r1); break;
+    }
+}
+
+static void im2col_range(void *ctx, int64_t r0, int64_t r1) {
+    const conv_ctx *p = ctx;
+    im2col(p, p->xs, p->col, r0, r1);
+}
+
+/* Output rows of sample n start as the bias (GEMM then adds with beta 1). */
+static void fill_bias(const conv_ctx *p, int64_t n) {
+    const conv_geom *g = &p->g;
+    for (int64_t o = 0; o < g->O; o++) {
+        char *row = p->y + (n * g->O + o) * g->P * p->es;
+        const char *v = p->b + o * p->es;
+        for (int64_t i = 0; i < g->P; i++) memcpy(row + i * p->es, v, (size_t)p->es);
+    }
+}
+
+/* One sample, one group: y[n, g*Og:(g+1)*Og] (+)= W_g @ columns. */
+static void conv_gemm(const conv_ctx *p, int64_t n, int64_t grp, const char *cols) {
+    const conv_geom *g = &p->g;
+    const char *wg = p->w + grp * g->Og * g->Kc * p->es;
+    char *yg = p->y + (n * g->O + grp * g->Og) * g->P * p->es;
+    ke_gemm(p->dt, g->Og, g->P, g->Kc, 1, wg, g->Kc, 1, cols, g->P, 1, p->b ? 1 : 0, yg, g->P);
+}
+
+static const char *sample_group(const conv_ctx *p, int64_t n, int64_t grp) {
+    return p->x + (n * p->g.C + grp * p->g.Cg) * p->g.H * p->g.W * p->es;
+}
+
+/* Batch-parallel path: each chunk of samples uses its own column buffer. */
+static void conv_batch_range(void *ctx, int64_t n0, int64_t n1) {
+    conv_ctx *p = ctx;
+    const conv_geom *g = &p->g;
+    size_t bytes = p->direct ? 0 : (size_t)(g->Kc * g->P * p->es);
+    char *col = bytes ? ke_cpu_alloc(bytes) : NULL;
+    if (bytes && !col) {
+        atomic_store(&p->oom, 1);
+        return;
+    }
+    for (int64_t n = n0; n < n1; n++) {
+        if (p->b) fill_bias(p, n);
+        for (int64_t grp = 0; grp < g->G; grp++) {
+            const char *xs = sample_group(p, n, grp);
+            if (!p->direct) im2col(p, xs, col, 0, g->Kc);
+            conv_gemm(p, n, grp, p->direct ? xs : col);
+        }
+    }
+    ke_cpu_free(col, bytes);
+}
+
+static int conv_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
+    conv_ctx p = {.dt = (kl_dtype)y->dtype, .es = (int64_t)ke_dtypes[y->dtype].size, .x = ke_data(xs[0]),
+                  .w = ke_data(xs[1]), .b = c->a.i[1] ? ke_data(xs[2]) : NULL, .y = ke_data(y)};
+    conv_geom_of(c, xs[0], xs[1], y->shape[y->ndim - 2], y->shape[y->ndim - 1], &p.g);
+    const conv_geom *g = &p.g;
+    atomic_init(&p.oom, 0);
+    p.direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+    if (g->Kc == 0) { /* no input channels: the output is the bias (or 0) */
+        for (int64_t n = 0; n < g->N; n++) {
+            if (p.b) fill_bias(&p, n);
+            else memset(p.y + n * g->O * g->P * p.es, 0, (size_t)(g->O * g->P * p.es));
+        }
+        return 0;
+    }
+    double work = (double)g->O * (double)g->P * (double)g->Kc;
+    if (g->N > 1 && work < KE_GEMM_SMALL) {
+        ke_parallel_for(g->N, (int64_t)(KE_GEMM_SMALL / work) + 1, conv_batch_range, &p);
+    } else {
+        size_t bytes = p.direct ? 0 : (size_t)(g->Kc * g->P * p.es);
+        p.col = bytes ? ke_cpu_alloc(bytes) : NULL;
+        if (bytes && !p.col) return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for a %zu-byte column buffer", bytes);
+        for (int64_t n = 0; n < g->N; n++) {
+            if (p.b) fill_bias(&p, n);
+            for (int64_t grp = 0; grp < g->G; grp++) {
+                p.xs = sample_group(&p, n, grp);
+                if (!p.direct) {
+                    int64_t per = g->P ? g->P : 1;
+                    ke_parallel_for(g->Kc, per >= 16384 ? 1 : 16384 / per, im2col_range, &p);
+                }
+                if (p.dt == KL_F32 || p.dt == KL_F64) ke_blas_prepare();
+                conv_gemm(&p, n, grp, p.direct ? p.xs : p.col);
+            }
+        }
+        ke_cpu_free(p.col, bytes);
+    }
+    if (atomic_load(&p.oom)) return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for a column buffer");
+    return 0;
+}
+
+int ke_cpu_conv2d(ke_call *c) { return with_compute_dtype(c, conv_compute); }
+
+kl_tensor *kl_conv2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv2d_options *opts) {
+    kl_conv2d_options o = opts ? *opts : kl_conv2d_options_default();
+    kl_tensor *in[3] = {x, w, bias};
+    ke_call c = {.op = KE_OP_conv2d, .nin = bias ? 3 : 2, .in = in};
+    int64_t list[6] = {o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
+    ke_set_list(&c, 6, list);
+    c.a.i[0] = o.groups;
+    c.a.i[1] = bias != NULL;
+    return ke_call1(&c);
+}
+
+/* ---- pooling ------------------------------------------------------------------------------ */
+
+/* PyTorch's pooling_output_shape: floor or ceil division, and with ceil_mode
+ * the last window must start inside the input or its left padding. */
+static int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t s, int64_t d, int ceil_mode) {
+    int64_t num = in + 2 * pad - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+    int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+    if (ceil_mode && (o - 1) * s >= in + pad) o--;
+    return o;
+}
+
+int ke_infer_pool2d(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    char b1[256];
+    if (ke_infer_same(c, out) < 0) return -1;
+    const kl_tensor *x = c->in[0];
+    const int64_t *k = c->a.list, *s = c->a.list + 2, *pad = c->a.list + 4, *dil = c->a.list + 6;
+    if (c->a.nlist != 8) return ke_err(KL_ERR_INTERNAL, op, "expected 8 option values");
+    if (k[0] < 1 || k[1] < 1 || s[0] < 1 || s[1] < 1 || dil[0] < 1 || dil[1] < 1 || pad[0] < 0 || pad[1] < 0)
+        return ke_err(KL_ERR_ARG, op,
+                      "kernel (%lld, %lld), stride (%lld, %lld) and dilation (%lld, %lld) must be positive and "
+                      "padding (%lld, %lld) non-negative",
+                      (long long)k[0], (long long)k[1], (long long)s[0], (long long)s[1], (long long)dil[0],
+                      (long long)dil[1], (long long)pad[0], (long long)pad[1]);
+    if (c->op == KE_OP_avg_pool2d && (dil[0] != 1 || dil[1] != 1))
+        return ke_err(KL_ERR_ARG, op, "dilation must be 1, got (%lld, %lld)", (long long)dil[0], (long long)dil[1]);
+    if (pad[0] > k[0] / 2 || pad[1] > k[1] / 2)
+        return ke_err(KL_ERR_ARG, op, "padding (%lld, %lld) should be at most half of the kernel size (%lld, %lld)",
+                      (long long)pad[0], (long long)pad[1], (long long)k[0], (long long)k[1]);
+    if (x->ndim != 3 && x->ndim != 4)
+        return ke_err(KL_ERR_SHAPE, op, "expects a 3-D [C,H,W] or 4-D [N,C,H,W] input, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, x));
+    int b = x->ndim == 4;
+    int64_t o[2];
+    for (int d = 0; d < 2; d++)
+        o[d] = pool_out(x->shape[b + 1 + d], k[d], pad[d], s[d], dil[d], c->a.i[0] != 0);
+    if (x->shape[b] == 0 || o[0] < 1 || o[1] < 1)
+        return ke_err(KL_ERR_SHAPE, op, "output size %lldx%lld is too small for input %s", (long long)o[0],
+                      (long long)o[1], ke_fmt_tensor(b1, sizeof b1, x));
+    out->shape[b + 1] = o[0];
+    out->shape[b + 2] = o[1];
+    return 1;
+}
+
+typedef struct pool_ctx {
+    const char *x;
+    char *y;
+    int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
+    int count_include_pad;
+} pool_ctx;
+
+/* One plane per task. Max: NaN wins, padding never counts. Avg: PyTorch's
+ * divisor (the window clipped to the padded input when count_include_pad,
+ * else to the input); integer averages truncate toward zero as in C++. */
+#define KE_POOL(T, A, sfx, LOWEST, ISNAN, ADD)                                                               \
+    static void maxpool_##sfx(void *ctx, int64_t p0, int64_t p1) {                                           \
+        const pool_ctx *p = ctx;                                                                             \
+        for (int64_t pl = p0; pl < p1; pl++) {                                                               \
+            const T *x = (const T *)p->x + pl * p->H * p->W;                                                 \
+            T *y = (T *)p->y + pl * p->OH * p->OW;                                                           \
+            for (int64_t oh = 0; oh < p->OH; oh++)                                                           \
+                for (int64_t ow = 0; ow < p->OW; ow++) {                                                     \
+                    T m = LOWEST;                                                                            \
+                    for (int64_t i = 0; i < p->kh; i++) {                                                    \
+                        int64_t ih = oh * p->sh - p->ph + i * p->dh;                                         \
+                        if (ih < 0 || ih >= p->H) continue;                                                  \
+                        for (int64_t j = 0; j < p->kw; j++) {                                                \
+                            int64_t iw = ow * p->sw - p->pw + j * p->dw;                                     \
+                            if (iw < 0 || iw >= p->W) continue;                                              \
+                            T v = x[ih * p->W + iw];                                                         \
+                            if (v > m || ISNAN(v)) m = v;                                                    \
+                        }                                                                                    \
+                    }                                                                                        \
+                    y[oh * p->OW + ow] = m;                                                                  \
+                }                                                                                            \
+        }                                                                                                    \
+    }                                                                                                        \
+    static void avgpool_##sfx(void *ctx, int64_t p0, int64_t p1) {                                           \
+        const pool_ctx *p = ctx;                                                                             \
+        for (int64_t pl = p0; pl < p1; pl++) {                                                               \
+            const T *x = (const T *)p->x + pl * p->H * p->W;                                                 \
+            T *y = (T *)p->y + pl * p->OH * p->OW;                                                           \
+            for (int64_t oh = 0; oh < p->OH; oh++)                                                           \
+                for (int64_t ow = 0; ow < p->OW; ow++) {                                                     \
+                    int64_t hs = oh * p->sh - p->ph, ws = ow * p->sw - p->pw;                                \
+                    int64_t he = hs + p->kh < p->H + p->ph ? hs + p->kh : p->H + p->ph;                      \
+                    int64_t we = ws + p->kw < p->W + p->pw ? ws + p->kw : p->W + p->pw;                      \
+                    int64_t pool = (he - hs) * (we - ws);                                                    \
+                    hs = hs < 0 ? 0 : hs, ws = ws < 0 ? 0 : ws;                                              \
+                    he = he > p->H ? p->H : he, we = we > p->W ? p->W : we;                                  \
+                    if (hs >= he || ws >= we) {                                                              \
+                        y[oh * p->OW + ow] = 0;                                                              \
+                        continue;                                                                            \
+                    }                                                                                        \
+                    A sum = 0;                                                                               \
+                    for (int64_t ih = hs; ih < he; ih++)                                                     \
+                        for (int64_t iw = ws; iw < we; iw++) sum = ADD(sum, x[ih * p->W + iw]);              \
+                    A div = (A)(p->count_include_pad ? pool : (he - hs) * (we - ws));                        \
+                    y[oh * p->OW + ow] = (T)(sum / div);                                                     \
+                }                                                                                            \
+        }                                                                                                    \
+    }
+#define KE_FADD(s, v) ((s) + (v))
+#define KE_IADD(s, v) ((int64_t)((uint64_t)(s) + (uint64_t)(int64_t)(v)))
+#define KE_NONAN(v) 0
+KE_POOL(float, float, f32, -INFINITY, isnan, KE_FADD)
+KE_POOL(double, double, f64, -INFINITY, isnan, KE_FADD)
+KE_POOL(int32_t, int64_t, i32, INT32_MIN, KE_NONAN, KE_IADD)
+KE_POOL(int64_t, int64_t, i64, INT64_MIN, KE_NONAN, KE_IADD)
+KE_POOL(uint8_t, int64_t, u8, 0, KE_NONAN, KE_IADD)
+
+static const ke_range_fn max_pools[KL_NUM_DTYPES] = {
+    [KL_F32] = maxpool_f32, [KL_F64] = maxpool_f64, [KL_I32] = maxpool_i32, [KL_I64] = maxpool_i64, [KL_U8] = maxpool_u8};
+static const ke_range_fn avg_pools[KL_NUM_DTYPES] = {
+    [KL_F32] = avgpool_f32, [KL_F64] = avgpool_f64, [KL_I32] = avgpool_i32, [KL_I64] = avgpool_i64, [KL_U8] = avgpool_u8};
+
+static int pool_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
+    const kl_tensor *x = xs[0];
+    int b = x->ndim == 4;
+    const int64_t *l = c->a.list;
+    pool_ctx p = {ke_data(x), ke_data(y), x->shape[b + 1], x->shape[b + 2], y->shape[b + 1], y->shape[b + 2],
+                  l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], (int)c->a.i[1]};
+    int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per = p.OH * p.OW * p.kh * p.kw;
+    const ke_range_fn *fns = c->op == KE_OP_max_pool2d ? max_pools : avg_pools;
+    ke_parallel_for(planes, per >= 16384 ? 1 : 16384 / (per ? per : 1), fns[x->dtype], &p);
+    return 0;
+}
+
+int ke_cpu_max_pool2d(ke_call *c) { return with_compute_dtype(c, pool_compute); }
+int ke_cpu_avg_pool2d(ke_call *c) { return with_compute_dtype(c, pool_compute); }
+
+static kl_tensor *pool_call(int op, kl_tensor *x, const kl_pool2d_options *o) {
+    if (!o) {
+        ke_err(KL_ERR_NULL_ARG, ke_ops[op].name, "options pointer is NULL (use kl_pool2d_options_default)");
+        return NULL;
+    }
+    kl_tensor *in[1] = {x};
+    ke_call c = {.op = op, .nin = 1, .in = in};
+    int64_t list[8] = {o->kernel[0], o->kernel[1], o->stride[0],   o->stride[1],
+                       o->padding[0], o->padding[1], o->dilation[0], o->dilation[1]};
+    ke_set_list(&c, 8, list);
+    c.a.i[0] = o->ceil_mode;
+    c.a.i[1] = o->count_include_pad;
+    return ke_call1(&c);
+}
+
+kl_tensor *kl_max_pool2d(kl_tensor *x, const kl_pool2d_options *opts) { return pool_call(KE_OP_max_pool2d, x, opts); }
+kl_tensor *kl_avg_pool2d(kl_tensor *x, const kl_pool2d_options *opts) { return pool_call(KE_OP_avg_pool2d, x, opts); }

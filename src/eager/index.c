@@ -1,0 +1,514 @@
+/*
+ * index.c — indexing ops (rows in ops_index.def): index_select, gather,
+ * scatter_add (out of place and in place), take_along_dim and embedding,
+ * with their public wrappers.
+ *
+ * Shape rules check shapes and dtypes only (they also run on Meta tensors);
+ * index values are checked by the CPU kernels, all of them before anything
+ * is written, so a bad index is a KL_ERR_INDEX and never an out-of-bounds
+ * access or a half-updated in-place tensor. As PyTorch's CPU kernels, these
+ * ops take no negative indices. Data moves go through the row walker of
+ * join.c, generic over element size; only scatter_add does arithmetic.
+ */
+#include "kernels_index.h"
+
+#include "alloc.h"
+#include "threadpool.h"
+
+/* Size and stride of dim d, with a 0-dim tensor seen as [1] (PyTorch's
+ * ensure_nonempty_size: scalars index like 1-element vectors here). */
+static int64_t size_ne(const kl_tensor *t, int d) { return t->ndim ? t->shape[d] : 1; }
+static int64_t stride_ne(const kl_tensor *t, int d) { return t->ndim ? t->stride[d] : 0; }
+static int ndim_ne(const kl_tensor *t) { return t->ndim ? t->ndim : 1; }
+
+static int is_index_dtype(kl_dtype d, int int32_ok) { return d == KL_I64 || (int32_ok && d == KL_I32); }
+
+static int bad_index_dtype(const char *op, const char *what, const kl_tensor *t, int int32_ok) {
+    char b[256];
+    return ke_err(KL_ERR_DTYPE, op, "%s must be int64%s, got %s", what, int32_ok ? " or int32" : "",
+                  ke_fmt_tensor(b, sizeof b, t));
+}
+
+/* ---- index values ---------------------------------------------------------------- */
+
+/* A contiguous int64 copy of an int32/int64 index tensor (its own data when
+ * already contiguous int64); *owned is what index_free takes, or NULL. */
+static const int64_t *index_values(const kl_tensor *index, int64_t **owned, const char *op) {
+    *owned = NULL;
+    if (index->dtype == KL_I64 && ke_is_contig(index)) return (const int64_t *)ke_data(index);
+    int64_t n = ke_numel(index->ndim, index->shape), cs[KL_MAX_DIMS];
+    int64_t *buf = ke_cpu_alloc((size_t)n * sizeof(int64_t));
+    if (!buf) {
+        ke_err(KL_ERR_OOM, op, "out of memory for %lld index values", (long long)n);
+        return NULL;
+    }
+    ke_contiguous_strides(index->ndim, index->shape, cs);
+    if (n) ke_copy_nd(index->ndim, index->shape, (char *)buf, KL_I64, cs, ke_data(index), (kl_dtype)index->dtype,
+                      index->stride);
+    *owned = buf;
+    return buf;
+}
+
+static void index_free(int64_t *owned, int64_t n) {
+    if (owned) ke_cpu_free(owned, (size_t)n * sizeof(int64_t));
+}
+
+/* 0 <= idx[i] < size, or KL_ERR_INDEX naming op, the first bad value, dim and size. */
+static int index_check(const char *op, const int64_t *idx, int64_t n, int64_t size, int dim) {
+    /* branch-free first pass (vectorizes); the slow search only on failure */
+    unsigned bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= (uint64_t)idx[i] >= (uint64_t)size;
+    if (!bad) return 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = idx[i];
+        if (v >= 0 && v < size) continue;
+        return ke_err(KL_ERR_INDEX, op, "index %lld is out of range for dim %d with size %lld%s", (long long)v, dim,
+                      (long long)size, v < 0 && v >= -size ? " (negative indices are not accepted)" : "");
+    }
+    return 0;
+}
+
+/* ---- the select kernel (index_select, embedding) --------------------------------------
+ * out[..., j, ...] = x[..., idx[j], ...] along dim d; out contiguous. */
+
+typedef struct select_job {
+    char *o;
+    const char *x;
+    const int64_t *idx;
+    int64_t es, xd, xl; /* element size, x's strides along d and along the last dim */
+    int d, last;
+} select_job;
+
+static void select_row(void *ctx, const int64_t *coord, const int64_t *off, int64_t n) {
+    const select_job *j = ctx;
+    char *o = j->o + off[0] * j->es;
+    const char *x = j->x + off[1] * j->es;
+    const int64_t xd = j->xd, xl = j->xl;
+    if (j->d == j->last) { /* the run walks the index itself */
+        const int64_t *ix = j->idx + coord[j->d];
+        KE_BY_SIZE(j->es, {
+            T *restrict O = (T *)o;
+            const T *restrict X = (const T *)x;
+            for (int64_t i = 0; i < n; i++) O[i] = X[ix[i] * xd];
+        });
+        return;
+    }
+    x += j->idx[coord[j->d]] * xd * j->es;
+    if (xl == 1) {
+        memcpy(o, x, (size_t)(n * j->es));
+        return;
+    }
+    KE_BY_SIZE(j->es, {
+        T *restrict O = (T *)o;
+        const T *restrict X = (const T *)x;
+        for (int64_t i = 0; i < n; i++) O[i] = X[i * xl];
+    });
+}
+
+/* x seen with shape (nd, xshape-with-d-replaced) = oshape and strides xstride. */
+static void select_run(kl_tensor *o, const kl_tensor *x, int nd, const int64_t *oshape, const int64_t *xstride, int d,
+                       const int64_t *idx) {
+    ke_rows r = {.nd = nd, .nops = 2};
+    ke_contiguous_strides(nd, oshape, r.stride[0]);
+    for (int e = 0; e < nd; e++) {
+        r.shape[e] = oshape[e];
+        r.stride[1][e] = e == d ? 0 : xstride[e];
+    }
+    select_job j = {ke_data(o), ke_data(x), idx, (int64_t)ke_dtypes[x->dtype].size, xstride[d],
+                    d == nd - 1 ? 0 : xstride[nd - 1], d, nd - 1};
+    ke_rows_run(&r, KE_ROWS_GRAIN, select_row, &j);
+}
+
+/* ---- index_select ---------------------------------------------------------------------- */
+
+int ke_infer_index_select(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    const kl_tensor *x = c->in[0], *index = c->in[1];
+    char b[256];
+    if (!is_index_dtype((kl_dtype)index->dtype, 1)) return bad_index_dtype(op, "index", index, 1);
+    if (index->ndim > 1)
+        return ke_err(KL_ERR_SHAPE, op, "index must be a vector (1-D or 0-dim), got %s", ke_fmt_tensor(b, sizeof b, index));
+    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    if (d < 0) return -1;
+    out->dtype = (kl_dtype)x->dtype;
+    c->compute = ke_compute_dtype(out->dtype);
+    out->ndim = x->ndim;
+    memcpy(out->shape, x->shape, sizeof(int64_t) * x->ndim);
+    if (x->ndim) out->shape[d] = ke_numel(index->ndim, index->shape);
+    return 1;
+}
+
+int ke_cpu_index_select(ke_call *c) {
+    const char *op = ke_opname(c);
+    const kl_tensor *x = c->in[0], *index = c->in[1];
+    kl_tensor *o = c->out[0];
+    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    int64_t n = ke_numel(index->ndim, index->shape), *owned;
+    if (d < 0) return -1;
+    const int64_t *idx = index_values(index, &owned, op);
+    if (!idx) return -1;
+    int rc = index_check(op, idx, n, size_ne(x, d), d);
+    if (rc == 0 && ke_numel(o->ndim, o->shape) > 0) {
+        if (x->ndim == 0) /* PyTorch keeps a 0-dim result: the one element */
+            memcpy(ke_data(o), ke_data(x), ke_dtypes[x->dtype].size);
+        else
+            select_run(o, x, o->ndim, o->shape, x->stride, d, idx);
+    }
+    index_free(owned, n);
+    return rc;
+}
+
+/* ---- embedding ------------------------------------------------------------------------- */
+
+int ke_infer_embedding(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    const kl_tensor *w = c->in[0], *ind = c->in[1];
+    char b[256];
+    if (!is_index_dtype((kl_dtype)ind->dtype, 1)) return bad_index_dtype(op, "indices", ind, 1);
+    if (w->ndim != 2)
+        return ke_err(KL_ERR_SHAPE, op, "weight must be 2-D [num, dim], got %s", ke_fmt_tensor(b, sizeof b, w));
+    if (ind->ndim >= KL_MAX_DIMS)
+        return ke_err(KL_ERR_SHAPE, op, "indices %s have %d dims: the result would need more than %d",
+                      ke_fmt_tensor(b, sizeof b, ind), ind->ndim, KL_MAX_DIMS);
+    out->dtype = (kl_dtype)w->dtype;
+    c->compute = ke_compute_dtype(out->dtype);
+    out->ndim = ind->ndim + 1;
+    memcpy(out->shape, ind->shape, sizeof(int64_t) * ind->ndim);
+    out->shape[ind->ndim] = w->shape[1];
+    return 1;
+}
+
+/* index_select of rows: the output, whatever the indices' shape, is [n, dim]. */
+int ke_cpu_embedding(ke_call *c) {
+    const char *op = ke_opname(c);
+    const kl_tensor *w = c->in[0], *ind = c->in[1];
+    kl_tensor *o = c->out[0];
+    int64_t n = ke_numel(ind->ndim, ind->shape), *owned;
+    const int64_t *idx = index_values(ind, &owned, op);
+    if (!idx) return -1;
+    int rc = index_check(op, idx, n, w->shape[0], 0);
+    if (rc == 0) select_run(o, w, 2, (const int64_t[]){n, w->shape[1]}, w->stride, 0, idx);
+    index_free(owned, n);
+    return rc;
+}
+
+/* ---- gather ---------------------------------------------------------------------------- */
+
+/* take_along_dim runs as gather and asks for its own name in messages (i1). */
+static const char *gather_name(const ke_call *c) {
+    int64_t h = c->a.i[1];
+    return h > 0 && h <= KE_OP_COUNT ? ke_ops[h - 1].name : ke_opname(c);
+}
+
+int ke_infer_gather(ke_call *c, ke_outspec *out) {
+    const char *op = gather_name(c);
+    const kl_tensor *x = c->in[0], *index = c->in[1];
+    char b1[256], b2[256];
+    if (index->dtype != KL_I64) return bad_index_dtype(op, "index", index, 0);
+    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    if (d < 0) return -1;
+    if (ndim_ne(index) != ndim_ne(x))
+        return ke_err(KL_ERR_SHAPE, op, "index %s must have as many dims as the input %s",
+                      ke_fmt_tensor(b1, sizeof b1, index), ke_fmt_tensor(b2, sizeof b2, x));
+    for (int e = 0; e < ndim_ne(x); e++)
+        if (e != d && size_ne(index, e) > size_ne(x, e))
+            return ke_err(KL_ERR_SHAPE, op, "index %s is larger than the input %s in dim %d (only dim %d may differ)",
+                          ke_fmt_tensor(b1, sizeof b1, index), ke_fmt_tensor(b2, sizeof b2, x), e, d);
+    out->dtype = (kl_dtype)x->dtype;
+    c->compute = ke_compute_dtype(out->dtype);
+    out->ndim = index->ndim;
+    memcpy(out->shape, index->shape, sizeof(int64_t) * index->ndim);
+    return 1;
+}
+
+typedef struct gather_job {
+    char *o;
+    const char *x;
+    const int64_t *idx;
+    int64_t es, xd, xl;
+} gather_job;
+
+/* out and the index values share one contiguous layout: one offset serves both. */
+static void gather_row(void *ctx, const int64_t *coord, const int64_t *off, int64_t n) {
+    (void)coord;
+    const gather_job *j = ctx;
+    const int64_t *ix = j->idx + off[0];
+    const int64_t xd = j->xd, xl = j->xl;
+    char *o = j->o + off[0] * j->es;
+    const char *x = j->x + off[1] * j->es;
+    KE_BY_SIZE(j->es, {
+        T *restrict O = (T *)o;
+        const T *restrict X = (const T *)x;
+        for (int64_t i = 0; i < n; i++) O[i] = X[i * xl + ix[i] * xd];
+    });
+}
+
+int ke_cpu_gather(ke_call *c) {
+    const char *op = gather_name(c);
+    const kl_tensor *x = c->in[0], *index = c->in[1];
+    kl_tensor *o = c->out[0];
+    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    int64_t n = ke_numel(index->ndim, index->shape), *owned;
+    if (d < 0) return -1;
+    if (n == 0) return 0;
+    const int64_t *idx = index_values(index, &owned, op);
+    if (!idx) return -1;
+    int rc = index_check(op, idx, n, size_ne(x, d), d);
+    if (rc == 0) {
+        int nd = ndim_ne(index), last = nd - 1;
+        ke_rows r = {.nd = nd, .nops = 2};
+        for (int e = 0; e < nd; e++) {
+            r.shape[e] = size_ne(index, e);
+            r.stride[1][e] = e == d ? 0 : stride_ne(x, e);
+        }
+        ke_contiguous_strides(nd, r.shape, r.stride[0]);
+        gather_job j = {ke_data(o), ke_data(x), idx, (int64_t)ke_dtypes[x->dtype].size, stride_ne(x, d),
+                        d == last ? 0 : stride_ne(x, last)};
+        ke_rows_run(&r, KE_ROWS_GRAIN, gather_row, &j);
+    }
+    index_free(owned, n);
+    return rc;
+}
+
+/* ---- scatter_add ------------------------------------------------------------------------ */
+
+int ke_infer_scatter_add(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    const kl_tensor *x = c->in[0], *index = c->in[1], *src = c->in[2];
+    char b1[256], b2[256], b3[256];
+    if (index->dtype != KL_I64) return bad_index_dtype(op, "index", index, 0);
+    if (src->dtype != x->dtype)
+        return ke_err(KL_ERR_DTYPE, op, "src %s must have the dtype of self %s", ke_fmt_tensor(b1, sizeof b1, src),
+                      ke_fmt_tensor(b2, sizeof b2, x));
+    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    if (d < 0) return -1;
+    /* PyTorch skips the shape checks for an empty index */
+    if (ke_numel(index->ndim, index->shape) > 0) {
+        ke_fmt_tensor(b1, sizeof b1, index);
+        ke_fmt_tensor(b2, sizeof b2, x);
+        ke_fmt_tensor(b3, sizeof b3, src);
+        if (ndim_ne(index) != ndim_ne(x) || ndim_ne(index) != ndim_ne(src))
+            return ke_err(KL_ERR_SHAPE, op, "index %s must have as many dims as self %s and src %s", b1, b2, b3);
+        for (int e = 0; e < ndim_ne(x); e++)
+            if (size_ne(index, e) > size_ne(src, e) || (e != d && size_ne(index, e) > size_ne(x, e)))
+                return ke_err(KL_ERR_SHAPE, op,
+                              "index %s is larger in dim %d than src %s or, outside dim %d, than self %s", b1, e, b3, d,
+                              b2);
+    }
+    out->dtype = (kl_dtype)x->dtype;
+    c->compute = ke_compute_dtype(out->dtype);
+    out->ndim = x->ndim;
+    memcpy(out->shape, x->shape, sizeof(int64_t) * x->ndim);
+    return 1;
+}
+
+/* One accumulation per dtype: f16/bf16 add in f32 and round after every
+ * add (as PyTorch's Half +=), integers wrap, bool ORs. A run of n adds:
+ * element k goes to O[ix[k*is] * os + k*ol] from S[k*ss]. */
+typedef void (*scatter_fn)(char *o, int64_t os, int64_t ol, const int64_t *ix, int64_t is, const char *s, int64_t ss,
+                           int64_t n);
+#define KE_SCATTER_ADD(name, T, ADD)                                                                          \
+    static void name(char *o, int64_t os, int64_t ol, const int64_t *ix, int64_t is, const char *s, int64_t ss, \
+                     int64_t n) {                                                                             \
+        T *O = (T *)o;                                                                                        \
+        const T *S = (const T *)s;                                                                            \
+        for (int64_t k = 0; k < n; k++) {                                                                     \
+            T *p = O + ix[k * is] * os + k * ol, a = *p, b = S[k * ss];                                       \
+            *p = (T)(ADD);                                                                                    \
+        }                                                                                                     \
+    }
+KE_SCATTER_ADD(scatter_f32, float, a + b)
+KE_SCATTER_ADD(scatter_f64, double, a + b)
+KE_SCATTER_ADD(scatter_f16, uint16_t, ke_f32_to_f16(ke_f16_to_f32(a) + ke_f16_to_f32(b)))
+KE_SCATTER_ADD(scatter_bf16, uint16_t, ke_f32_to_bf16(ke_bf16_to_f32(a) + ke_bf16_to_f32(b)))
+KE_SCATTER_ADD(scatter_i32, int32_t, KE_WRAP_ADD(int32_t, uint32_t, a, b))
+KE_SCATTER_ADD(scatter_i64, int64_t, KE_WRAP_ADD(int64_t, uint64_t, a, b))
+KE_SCATTER_ADD(scatter_u8, uint8_t, KE_WRAP_ADD(uint8_t, uint32_t, a, b))
+KE_SCATTER_ADD(scatter_bool, uint8_t, (a | b) != 0)
+static const scatter_fn scatter_fns[KL_NUM_DTYPES] = {
+    [KL_F32] = scatter_f32, [KL_F64] = scatter_f64, [KL_F16] = scatter_f16, [KL_BF16] = scatter_bf16,
+    [KL_I32] = scatter_i32, [KL_I64] = scatter_i64, [KL_U8] = scatter_u8,   [KL_BOOL] = scatter_bool,
+};
+_Static_assert(KL_NUM_DTYPES == 8, "scatter_fns covers every dtype");
+
+/* The index space is split as [outer dims] x dim d x [run dim]: the run dim
+ * is the last dim, or none when d is the last (then runs go along d). A
+ * work item is one outer position and one block of the run dim, and does
+ * every k along d for it, in order. Items never share an output element,
+ * so the adds each element receives come from one thread in index order
+ * whatever the thread count or block size: deterministic. Walking blocks
+ * of the last dim for each k keeps rows of src and index streaming when d
+ * is a leading dim (the common scatter over dim 0). */
+typedef struct scatter_job {
+    scatter_fn fn;
+    char *o;
+    const int64_t *idx;
+    const char *s;
+    int64_t es;
+    int nd; /* outer dims */
+    int64_t shape[KL_MAX_DIMS], st[3][KL_MAX_DIMS]; /* outer sizes; strides of out, index values, src */
+    int64_t L, dst[3];                              /* size along d; strides along d */
+    int64_t J, jst[3], B, nblk;                     /* run dim size (1 if none), strides, block, blocks */
+} scatter_job;
+
+static void scatter_range(void *ctx, int64_t begin, int64_t end) {
+    const scatter_job *j = ctx;
+    for (int64_t w = begin; w < end; w++) {
+        int64_t pos = w / j->nblk, j0 = w % j->nblk * j->B, off[3] = {0, 0, 0};
+        for (int e = j->nd - 1; e >= 0; e--) {
+            int64_t cd = pos % j->shape[e];
+            pos /= j->shape[e];
+            for (int k = 0; k < 3; k++) off[k] += cd * j->st[k][e];
+        }
+        if (j->J == 1) { /* one run along d */
+            j->fn(j->o + off[0] * j->es, j->dst[0], 0, j->idx + off[1], j->dst[1], j->s + off[2] * j->es, j->dst[2],
+                  j->L);
+            continue;
+        }
+        int64_t n = j->J - j0 < j->B ? j->J - j0 : j->B;
+        for (int k = 0; k < 3; k++) off[k] += j0 * j->jst[k];
+        for (int64_t k = 0; k < j->L; k++)
+            j->fn(j->o + off[0] * j->es, j->dst[0], j->jst[0], j->idx + off[1] + k * j->dst[1], j->jst[1],
+                  j->s + (off[2] + k * j->dst[2]) * j->es, j->jst[2], n);
+    }
+}
+
+int ke_cpu_scatter_add(ke_call *c) {
+    const char *op = ke_opname(c);
+    const kl_tensor *x = c->in[0], *index = c->in[1], *src = c->in[2];
+    kl_tensor *o = c->out[0];
+    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    if (d < 0) return -1;
+    int64_t n = ke_numel(index->ndim, index->shape), *owned = NULL;
+    const int64_t *idx = NULL;
+    /* every index is checked before anything is written (in place included) */
+    if (n > 0) {
+        if (!(idx = index_values(index, &owned, op))) return -1;
+        if (index_check(op, idx, n, size_ne(o, d), d)) {
+            index_free(owned, n);
+            return -1;
+        }
+    }
+    if (!c->inplace && ke_numel(x->ndim, x->shape) > 0)
+        ke_copy_nd(x->ndim, x->shape, ke_data(o), (kl_dtype)o->dtype, o->stride, ke_data(x), (kl_dtype)x->dtype,
+                   x->stride);
+    if (n > 0) {
+        int nd = ndim_ne(index), last = nd - 1;
+        int64_t shape[KL_MAX_DIMS], cs[KL_MAX_DIMS];
+        for (int e = 0; e < nd; e++) shape[e] = size_ne(index, e);
+        ke_contiguous_strides(nd, shape, cs);
+        scatter_job j = {.fn = scatter_fns[o->dtype], .o = ke_data(o), .idx = idx, .s = ke_data(src),
+                         .es = (int64_t)ke_dtypes[o->dtype].size, .L = shape[d], .J = 1};
+        const kl_tensor *ops[3] = {o, NULL, src};
+        for (int e = 0; e < nd; e++) {
+            int64_t st[3];
+            for (int k = 0; k < 3; k++) st[k] = k == 1 ? cs[e] : stride_ne(ops[k], e);
+            if (e == d) {
+                memcpy(j.dst, st, sizeof st);
+            } else if (e == last) {
+                j.J = shape[e];
+                memcpy(j.jst, st, sizeof st);
+            } else {
+                j.shape[j.nd] = shape[e];
+                for (int k = 0; k < 3; k++) j.st[k][j.nd] = st[k];
+                j.nd++;
+            }
+        }
+        /* blocks small enough to feed every thread, big enough to amortize a call */
+        int64_t outer = n / (j.L * j.J), want = 4 * (int64_t)kl_get_num_threads();
+        j.B = j.J / (want > outer ? (want + outer - 1) / outer : 1);
+        j.B = j.B < 16 ? 16 : j.B > 1024 ? 1024 : j.B;
+        j.nblk = j.J == 1 ? 1 : (j.J + j.B - 1) / j.B;
+        int64_t per_item = j.L * (j.J < j.B ? j.J : j.B), grain = KE_ROWS_GRAIN / per_item;
+        ke_parallel_for(outer * j.nblk, grain > 0 ? grain : 1, scatter_range, &j);
+    }
+    index_free(owned, n);
+    return 0;
+}
+
+/* ---- take_along_dim (decomposition) ------------------------------------------------------- */
+
+static kl_tensor *gather_as(int op, kl_tensor *x, int dim, kl_tensor *index) {
+    kl_tensor *in[2] = {x, index};
+    ke_call g = {.op = KE_OP_gather, .nin = 2, .in = in};
+    g.a.i[0] = dim;
+    g.a.i[1] = op + 1;
+    return ke_call1(&g);
+}
+
+/* t viewed as 1-D (0-dim tensors through unsqueeze, which needs no strides). */
+static kl_tensor *flat(kl_tensor *t) {
+    return t->ndim == 0 ? kl_unsqueeze(t, 0) : kl_reshape(t, 1, (const int64_t[]){-1});
+}
+
+/* As torch: x and index broadcast against each other outside dim (each
+ * keeping its own size along dim), then gather. */
+int ke_decomp_take_along_dim(ke_call *c) {
+    const char *op = ke_opname(c);
+    kl_tensor *x = c->in[0], *index = c->in[1];
+    char b1[256], b2[256];
+    if (index->dtype != KL_I64) return bad_index_dtype(op, "indices", index, 0);
+    kl_tensor *y = NULL;
+    if (c->a.i[0] == KL_DIM_NONE) {
+        kl_scope_begin();
+        y = gather_as(c->op, flat(x), 0, flat(index));
+        kl_keep(y);
+        kl_scope_end();
+    } else {
+        if (x->ndim != index->ndim)
+            return ke_err(KL_ERR_SHAPE, op, "x %s and indices %s must have the same number of dims",
+                          ke_fmt_tensor(b1, sizeof b1, x), ke_fmt_tensor(b2, sizeof b2, index));
+        if (x->ndim == 0)
+            return ke_err(KL_ERR_INDEX, op, "dim %lld given for 0-dim tensors (KL_DIM_NONE takes them flattened)",
+                          (long long)c->a.i[0]);
+        int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+        if (d < 0) return -1;
+        int64_t xs[KL_MAX_DIMS], is[KL_MAX_DIMS];
+        for (int e = 0; e < x->ndim; e++) {
+            int64_t a = x->shape[e], b = index->shape[e];
+            if (e == d) {
+                xs[e] = a, is[e] = b;
+            } else if (a == b || a == 1 || b == 1) {
+                xs[e] = is[e] = a == 1 ? b : a;
+            } else {
+                return ke_err(KL_ERR_SHAPE, op, "x %s and indices %s cannot broadcast outside dim %d (dim %d: %lld vs %lld)",
+                              ke_fmt_tensor(b1, sizeof b1, x), ke_fmt_tensor(b2, sizeof b2, index), d, e, (long long)a,
+                              (long long)b);
+            }
+        }
+        kl_scope_begin();
+        y = gather_as(c->op, kl_expand(x, x->ndim, xs), d, kl_expand(index, x->ndim, is));
+        kl_keep(y);
+        kl_scope_end();
+    }
+    if (!y) return -1;
+    c->out[0] = y;
+    c->nout = 1;
+    return 0;
+}
+
+/* ---- public wrappers ------------------------------------------------------------------------ */
+
+static kl_tensor *index_call(int op, int nin, kl_tensor *a, kl_tensor *b, kl_tensor *s, int64_t dim, int inplace) {
+    kl_tensor *in[3] = {a, b, s};
+    ke_call c = {.op = op, .inplace = (uint8_t)inplace, .nin = nin, .in = in};
+    c.a.i[0] = dim;
+    return ke_call1(&c);
+}
+
+kl_tensor *kl_index_select(kl_tensor *x, int dim, kl_tensor *index) {
+    return index_call(KE_OP_index_select, 2, x, index, NULL, dim, 0);
+}
+kl_tensor *kl_gather(kl_tensor *x, int dim, kl_tensor *index) { return index_call(KE_OP_gather, 2, x, index, NULL, dim, 0); }
+kl_tensor *kl_scatter_add(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src) {
+    return index_call(KE_OP_scatter_add, 3, x, index, src, dim, 0);
+}
+kl_tensor *kl_scatter_add_inplace(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src) {
+    return index_call(KE_OP_scatter_add, 3, x, index, src, dim, 1);
+}
+kl_tensor *kl_take_along_dim(kl_tensor *x, kl_tensor *index, int dim) {
+    return index_call(KE_OP_take_along_dim, 2, x, index, NULL, dim, 0);
+}
+kl_tensor *kl_embedding(kl_tensor *weight, kl_tensor *indices) {
+    return index_call(KE_OP_embedding, 2, weight, indices, NULL, 0, 0);
+}

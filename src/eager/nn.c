@@ -1,0 +1,604 @@
+/*
+ * nn.c — softmax / log_softmax, layer_norm / rms_norm, dropout and scaled
+ * dot-product attention (rows in ops_nn.def).
+ *
+ * softmax and the norms are composites: their decompositions (written with
+ * kl_ ops) define them for autograd and tracing, and their fused CPU kernels
+ * make one pass per row while the row sits in cache (max, then the sum of
+ * exponentials, then the write; mean and variance, then the normalization),
+ * so memory sees one read and one write. Rows are split over the thread
+ * pool. Sums over a row accumulate in 64 (f32) or 32 (f64) lanes of the
+ * compute type, so the loops vectorize without -ffast-math, folded into a
+ * double every 1024 elements: f32 rounding only ever applies to 16 terms
+ * per lane.
+ * f16/bf16 compute through f32 temporaries; f64 uses libm.
+ */
+#include "kernels_nn.h"
+#include "philox.h"
+#include "threadpool.h"
+#include "vmath.h"
+
+#include <math.h>
+
+/* Accumulator lanes of a row fold: 256 bytes' worth. Fewer lanes get fully
+ * unrolled into scalar chains that GCC does not vectorize; an inner loop of
+ * this length vectorizes as a loop (the lanes stay in L1). */
+#define KE_LANES(T) ((int)(256 / sizeof(T)))
+#define KE_ROW_GRAIN 32768     /* elements per parallel chunk, at least */
+#define KE_COL_BLOCK 64        /* columns a non-last-dim softmax handles at once */
+
+static int set_out(ke_call *c, kl_tensor *t) {
+    if (!t) return -1;
+    c->out[0] = t;
+    c->nout = 1;
+    return 0;
+}
+
+/* Prefetches 256 bytes (one block of lanes) of the next row, input and
+ * output, while this row is worked on: a row of a few KB is about a page,
+ * and the hardware prefetcher stops at page boundaries, so without this
+ * every row would start with cache misses that no compute overlaps.
+ * Spread over a compute loop, one block per block, so the fill buffers
+ * never overflow. Always inlined: GCC splits an out-of-line copy off, finds
+ * it free of side effects and deletes the calls. */
+__attribute__((always_inline)) static inline void prefetch_block(const void *nx, const void *ny, int64_t off) {
+    if (!nx) return;
+    for (int b = 0; b < 256; b += 64) {
+        __builtin_prefetch((const char *)nx + off + b, 0, 3);
+        __builtin_prefetch((const char *)ny + off + b, 1, 3);
+    }
+}
+
+static int64_t grain_for(int64_t per_item) { return per_item >= KE_ROW_GRAIN ? 1 : KE_ROW_GRAIN / (per_item ? per_item : 1); }
+
+/* ---- row primitives, one definition per compute type ----------------------------- */
+
+/* nx/ny: the next row's input and output to prefetch (NULL: none). */
+#define KE_ROW_PRIMS(T, sfx, EXP, LOG)                                                                   \
+    static T row_max_##sfx(const T *restrict x, int64_t n) {                                             \
+        enum { L = KE_LANES(T) };                                                                        \
+        T m[L];                                                                                          \
+        for (int j = 0; j < L; j++) m[j] = -INFINITY;                                                    \
+        int64_t i = 0;                                                                                   \
+        for (; i + L <= n; i += L)                                                                       \
+            for (int j = 0; j < L; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];                        \
+        T r = -INFINITY;                                                                                 \
+        for (int j = 0; j < L; j++) r = m[j] > r ? m[j] : r;                                             \
+        for (; i < n; i++) r = x[i] > r ? x[i] : r;                                                      \
+        return r;                                                                                        \
+    }                                                                                                    \
+    /* sum of exp(x - mx); the exponentials also go to y when y != NULL */                              \
+    static double row_sumexp_##sfx(const T *restrict x, T *restrict y, int64_t n, T mx, const T *nx,     \
+                                   const T *ny) {                                                        \
+        enum { L = KE_LANES(T) };                                                                        \
+        double total = 0;                                                                                \
+        for (int64_t c0 = 0; c0 < n; c0 += 1024) {                                                       \
+            int64_t c1 = n - c0 < 1024 ? n : c0 + 1024, i = c0;                                          \
+            T s[L] = {0};                                                                                \
+            if (y) {                                                                                     \
+                for (; i + L <= c1; i += L) {                                                            \
+                    prefetch_block(nx, ny, i * (int64_t)sizeof(T));                                      \
+                    for (int j = 0; j < L; j++) {                                                        \
+                        T e = EXP(x[i + j] - mx);                                                        \
+                        y[i + j] = e;                                                                    \
+                        s[j] += e;                                                                       \
+                    }                                                                                    \
+                }                                                                                        \
+                for (; i < c1; i++) s[0] += y[i] = EXP(x[i] - mx);                                       \
+            } else {                                                                                     \
+                for (; i + L <= c1; i += L) {                                                            \
+                    prefetch_block(nx, ny, i * (int64_t)sizeof(T));                                      \
+                    for (int j = 0; j < L; j++) s[j] += EXP(x[i + j] - mx);                              \
+                }                                                                                        \
+                for (; i < c1; i++) s[0] += EXP(x[i] - mx);                                              \
+            }                                                                                            \
+            T r = 0;                                                                                     \
+            for (int j = 0; j < L; j++) r += s[j];                                                       \
+            total += r;                                                                                  \
+        }                                                                                                \
+        return total;                                                                                    \
+    }                                                                                                    \
+    /* sum of (x - shift)^2, or of x when sq is 0 */                                                    \
+    static double row_sum_##sfx(const T *restrict x, int64_t n, T shift, int sq) {                       \
+        enum { L = KE_LANES(T) };                                                                        \
+        double total = 0;                                                                                \
+        for (int64_t c0 = 0; c0 < n; c0 += 1024) {                                                       \
+            int64_t c1 = n - c0 < 1024 ? n : c0 + 1024, i = c0;                                          \
+            T s[L] = {0};                                                                                \
+            if (sq) {                                                                                    \
+                for (; i + L <= c1; i += L)                                                              \
+                    for (int j = 0; j < L; j++) s[j] += (x[i + j] - shift) * (x[i + j] - shift);         \
+                for (; i < c1; i++) s[0] += (x[i] - shift) * (x[i] - shift);                             \
+            } else {                                                                                     \
+                for (; i + L <= c1; i += L)                                                              \
+                    for (int j = 0; j < L; j++) s[j] += x[i + j];                                        \
+                for (; i < c1; i++) s[0] += x[i];                                                        \
+            }                                                                                            \
+            T r = 0;                                                                                     \
+            for (int j = 0; j < L; j++) r += s[j];                                                       \
+            total += r;                                                                                  \
+        }                                                                                                \
+        return total;                                                                                    \
+    }                                                                                                    \
+    T ke_row_logsumexp_##sfx(const T *x, int64_t n) {                                                    \
+        T mx = row_max_##sfx(x, n);                                                                      \
+        return mx + (T)LOG((T)row_sumexp_##sfx(x, NULL, n, mx, NULL, NULL));                             \
+    }                                                                                                    \
+    double ke_row_sum_##sfx(const T *x, int64_t n) { return row_sum_##sfx(x, n, 0, 0); }
+
+KE_ROW_PRIMS(float, f32, ke_vexpf, ke_vlogf)
+KE_ROW_PRIMS(double, f64, exp, log)
+
+/* ---- softmax / log_softmax ------------------------------------------------------------ */
+
+int ke_infer_softmax(ke_call *c, ke_outspec *out) {
+    if (ke_infer_same(c, out) < 0) return -1;
+    return ke_wrap_dim(ke_opname(c), c->a.i[0], c->in[0]->ndim) < 0 ? -1 : 1;
+}
+
+typedef struct softmax_ctx {
+    const char *x;
+    char *y;
+    int64_t n, inner, ncb;   /* reduced length, elements after the dim, column blocks */
+    int log_;
+} softmax_ctx;
+
+/* Rows (inner == 1) are contiguous; otherwise a task is a block of up to
+ * KE_COL_BLOCK columns (256 bytes of f32) of one [n, inner] slab, handled
+ * lane-wise in three passes; the first prefetches 8 rows ahead since its
+ * strided reads defeat the hardware prefetcher, the others find the block
+ * in L2. */
+#define KE_SOFTMAX(T, sfx, EXP, LOG)                                                                     \
+    static void softmax_row_##sfx(const T *restrict x, T *restrict y, int64_t n, int log_, const T *nx,  \
+                                  const T *ny) {                                                         \
+        T mx = row_max_##sfx(x, n);                                                                      \
+        if (!log_) {                                                                                     \
+            T inv = (T)1 / (T)row_sumexp_##sfx(x, y, n, mx, nx, ny);                                     \
+            for (int64_t i = 0; i < n; i++) y[i] *= inv;                                                 \
+        } else {                                                                                         \
+            T ls = (T)LOG((T)row_sumexp_##sfx(x, NULL, n, mx, nx, ny));                                  \
+            for (int64_t i = 0; i < n; i++) y[i] = x[i] - mx - ls;                                       \
+        }                                                                                                \
+    }                                                                                                    \
+    static void softmax_cols_##sfx(const T *x, T *y, int64_t n, int64_t inner, int64_t w, int log_) {    \
+        T m[KE_COL_BLOCK], s[KE_COL_BLOCK];                                                              \
+        for (int64_t j = 0; j < w; j++) m[j] = -INFINITY, s[j] = 0;                                      \
+        for (int64_t k = 0; k < n; k++) {                                                                \
+            const T *restrict r = x + k * inner;                                                         \
+            if (k + 8 < n) prefetch_block(r + 8 * inner, y + (k + 8) * inner, 0);                        \
+            for (int64_t j = 0; j < w; j++) m[j] = r[j] > m[j] ? r[j] : m[j];                            \
+        }                                                                                                \
+        for (int64_t k = 0; k < n; k++) {                                                                \
+            const T *restrict r = x + k * inner;                                                         \
+            T *restrict o = y + k * inner;                                                               \
+            if (!log_)                                                                                   \
+                for (int64_t j = 0; j < w; j++) s[j] += o[j] = EXP(r[j] - m[j]);                         \
+            else                                                                                         \
+                for (int64_t j = 0; j < w; j++) s[j] += EXP(r[j] - m[j]);                                \
+        }                                                                                                \
+        for (int64_t j = 0; j < w; j++) s[j] = log_ ? (T)LOG(s[j]) : (T)1 / s[j];                        \
+        for (int64_t k = 0; k < n; k++) {                                                                \
+            const T *restrict r = x + k * inner;                                                         \
+            T *restrict o = y + k * inner;                                                               \
+            if (!log_)                                                                                   \
+                for (int64_t j = 0; j < w; j++) o[j] *= s[j];                                            \
+            else                                                                                         \
+                for (int64_t j = 0; j < w; j++) o[j] = r[j] - m[j] - s[j];                               \
+        }                                                                                                \
+    }                                                                                                    \
+    static void softmax_range_##sfx(void *ctx, int64_t t0, int64_t t1) {                                 \
+        const softmax_ctx *p = ctx;                                                                      \
+        const T *x = (const T *)p->x;                                                                    \
+        T *y = (T *)p->y;                                                                                \
+        const int64_t n = p->n;                                                                          \
+        for (int64_t t = t0; t < t1; t++) {                                                              \
+            if (p->inner == 1) {                                                                         \
+                int pf = t + 1 < t1 && n * (int64_t)sizeof(T) <= 65536;                                  \
+                softmax_row_##sfx(x + t * n, y + t * n, n, p->log_, pf ? x + (t + 1) * n : NULL,         \
+                                  pf ? y + (t + 1) * n : NULL);                                          \
+            } else {                                                                                     \
+                int64_t o = t / p->ncb, c0 = (t % p->ncb) * KE_COL_BLOCK;                                \
+                int64_t w = p->inner - c0 < KE_COL_BLOCK ? p->inner - c0 : KE_COL_BLOCK;                 \
+                int64_t base = o * n * p->inner + c0;                                                    \
+                softmax_cols_##sfx(x + base, y + base, n, p->inner, w, p->log_);                         \
+            }                                                                                            \
+        }                                                                                                \
+    }
+KE_SOFTMAX(float, f32, ke_vexpf, ke_vlogf)
+KE_SOFTMAX(double, f64, exp, log)
+
+/* Runs fn(c, xs, ys) with xs = the inputs as contiguous tensors of the compute
+ * dtype and ys = an output of that dtype: out itself, or an f32 temporary
+ * copied into out afterwards (f16/bf16). */
+typedef int (*compute_fn)(ke_call *c, kl_tensor *const *xs, kl_tensor *y);
+static int with_compute_dtype(ke_call *c, compute_fn fn) {
+    kl_tensor *out = c->out[0];
+    int64_t n = ke_numel(out->ndim, out->shape);
+    if (n == 0) return 0;
+    kl_dtype ct = c->compute;
+    kl_scope_begin();
+    kl_tensor *xs[KE_MAX_OUT + 4] = {0};
+    int ok = 1;
+    for (int i = 0; i < c->nin && ok; i++) {
+        xs[i] = kl_contiguous(kl_to_dtype(c->in[i], ct));
+        ok = xs[i] != NULL;
+    }
+    kl_tensor *y = out->dtype == ct ? out : kl_empty_on(out->ndim, out->shape, ct, KL_DEVICE_CPU);
+    int rc = ok && y ? fn(c, xs, y) : -1;
+    if (!rc && y != out) ke_convert(ke_data(out), (kl_dtype)out->dtype, ke_data(y), ct, n);
+    kl_scope_end();
+    return rc;
+}
+
+static int softmax_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
+    const kl_tensor *x = xs[0];
+    int d = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim);
+    if (d < 0) return -1;
+    softmax_ctx p = {ke_data(x), ke_data(y), x->ndim ? x->shape[d] : 1, 1, 1, c->op == KE_OP_log_softmax};
+    int64_t outer = 1;
+    for (int i = 0; i < d; i++) outer *= x->shape[i];
+    for (int i = d + 1; i < x->ndim; i++) p.inner *= x->shape[i];
+    int64_t tasks = outer, per = p.n;
+    if (p.inner > 1) {
+        p.ncb = (p.inner + KE_COL_BLOCK - 1) / KE_COL_BLOCK;
+        tasks = outer * p.ncb;
+        per = p.n * KE_COL_BLOCK;
+    }
+    ke_parallel_for(tasks, grain_for(per), x->dtype == KL_F64 ? softmax_range_f64 : softmax_range_f32, &p);
+    return 0;
+}
+
+int ke_cpu_softmax(ke_call *c) { return with_compute_dtype(c, softmax_compute); }
+
+/* softmax = exp(x - max) / sum(exp(x - max)); log_softmax = (x - max) - log(sum(...)). */
+int ke_decomp_softmax(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_softmax(c, &spec) < 0) return -1;
+    int64_t d = c->a.i[0];
+    kl_tensor *x = c->in[0];
+    kl_scope_begin();
+    kl_tensor *z = kl_sub(x, kl_amax(x, 1, &d, true));
+    kl_tensor *e = kl_exp(z), *s = kl_sum(e, 1, &d, true);
+    kl_tensor *y = c->op == KE_OP_softmax ? kl_div(e, s) : kl_sub(z, kl_log(s));
+    kl_keep(y);
+    kl_scope_end();
+    return set_out(c, y);
+}
+
+kl_tensor *kl_softmax(kl_tensor *x, int dim) {
+    kl_tensor *in[1] = {x};
+    ke_call c = {.op = KE_OP_softmax, .nin = 1, .in = in};
+    c.a.i[0] = dim;
+    return ke_call1(&c);
+}
+
+kl_tensor *kl_log_softmax(kl_tensor *x, int dim) {
+    kl_tensor *in[1] = {x};
+    ke_call c = {.op = KE_OP_log_softmax, .nin = 1, .in = in};
+    c.a.i[0] = dim;
+    return ke_call1(&c);
+}
+
+/* ---- layer_norm / rms_norm --------------------------------------------------------------- */
+
+/* Inputs: x, then weight if i1, then bias if i2 (layer_norm only). */
+static kl_tensor *norm_weight(const ke_call *c, kl_tensor *const *in) { return c->a.i[1] ? in[1] : NULL; }
+static kl_tensor *norm_bias(const ke_call *c, kl_tensor *const *in) {
+    return c->op == KE_OP_layer_norm && c->a.i[2] ? in[1 + (c->a.i[1] != 0)] : NULL;
+}
+
+int ke_infer_norm(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    int has_b = c->op == KE_OP_layer_norm && c->a.i[2];
+    if (c->nin != 1 + (c->a.i[1] != 0) + has_b)
+        return ke_err(KL_ERR_INTERNAL, op, "weight/bias flags and input count disagree");
+    if (ke_infer_same(c, out) < 0) return -1;
+    const kl_tensor *x = c->in[0];
+    int64_t nd = c->a.i[0];
+    char b1[256], b2[200];
+    if (nd < 1 || nd > x->ndim)
+        return ke_err(KL_ERR_ARG, op, "normalized_ndim %lld is out of range for input %s (1 to %d)", (long long)nd,
+                      ke_fmt_tensor(b1, sizeof b1, x), x->ndim);
+    const int64_t *nshape = x->shape + (x->ndim - nd);
+    kl_tensor *params[2] = {norm_weight(c, c->in), norm_bias(c, c->in)};
+    for (int i = 0; i < 2; i++) {
+        const kl_tensor *p = params[i];
+        if (!p) continue;
+        if (p->dtype != x->dtype)
+            return ke_err(KL_ERR_DTYPE, op, "%s %s does not match the input's dtype %s", i ? "bias" : "weight",
+                          ke_fmt_tensor(b1, sizeof b1, p), ke_dtypes[x->dtype].name);
+        if (p->ndim != nd || memcmp(p->shape, nshape, sizeof(int64_t) * (size_t)nd))
+            return ke_err(KL_ERR_SHAPE, op, "%s %s does not match the normalized shape %s", i ? "bias" : "weight",
+                          ke_fmt_tensor(b1, sizeof b1, p), ke_fmt_shape(b2, sizeof b2, (int)nd, nshape));
+    }
+    return 1;
+}
+
+typedef struct norm_ctx {
+    const char *x, *w, *b;
+    char *y;
+    int64_t n;
+    double eps;
+    int rms;
+} norm_ctx;
+
+/* y = (x - mean) * rstd * w + b, written as x * rstd + (-mean * rstd) as
+ * PyTorch does; rms_norm: y = x * rstd * w with rstd from mean(x^2). Stats
+ * come from two passes over the row while it is in cache; the writing pass
+ * prefetches the next row. */
+#define KE_NORM(T, sfx)                                                                                  \
+    static void norm_range_##sfx(void *ctx, int64_t r0, int64_t r1) {                                    \
+        enum { L = KE_LANES(T) };                                                                        \
+        const norm_ctx *p = ctx;                                                                         \
+        const int64_t n = p->n;                                                                          \
+        const T *restrict w = (const T *)p->w, *restrict b = (const T *)p->b;                            \
+        for (int64_t r = r0; r < r1; r++) {                                                              \
+            const T *restrict x = (const T *)p->x + r * n;                                               \
+            T *restrict y = (T *)p->y + r * n;                                                           \
+            int pf = r + 1 < r1 && n * (int64_t)sizeof(T) <= 65536;                                      \
+            double mean = p->rms ? 0 : row_sum_##sfx(x, n, 0, 0) / (double)n;                           \
+            double var = row_sum_##sfx(x, n, (T)mean, 1) / (double)n;                                    \
+            T scale = (T)(1 / sqrt(var + p->eps)), shift = (T)(-mean * (double)scale);                   \
+            for (int64_t i0 = 0; i0 < n; i0 += L) {                                                      \
+                int64_t i1 = n - i0 < L ? n : i0 + L;                                                    \
+                prefetch_block(pf ? x + n : NULL, y + n, i0 * (int64_t)sizeof(T));                       \
+                for (int64_t i = i0; i < i1; i++) y[i] = x[i] * scale + shift;                           \
+                if (w)                                                                                   \
+                    for (int64_t i = i0; i < i1; i++) y[i] *= w[i];                                      \
+                if (b)                                                                                   \
+                    for (int64_t i = i0; i < i1; i++) y[i] += b[i];                                      \
+            }                                                                                            \
+        }                                                                                                \
+    }
+KE_NORM(float, f32)
+KE_NORM(double, f64)
+
+static int norm_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
+    const kl_tensor *x = xs[0], *w = norm_weight(c, xs), *b = norm_bias(c, xs);
+    int64_t n = 1;
+    for (int d = x->ndim - (int)c->a.i[0]; d < x->ndim; d++) n *= x->shape[d];
+    norm_ctx p = {ke_data(x), w ? ke_data(w) : NULL, b ? ke_data(b) : NULL, ke_data(y), n, c->a.f[0],
+                  c->op == KE_OP_rms_norm};
+    int64_t rows = ke_numel(x->ndim, x->shape) / n;
+    ke_parallel_for(rows, grain_for(n), x->dtype == KL_F64 ? norm_range_f64 : norm_range_f32, &p);
+    return 0;
+}
+
+int ke_cpu_layer_norm(ke_call *c) { return with_compute_dtype(c, norm_compute); }
+int ke_cpu_rms_norm(ke_call *c) { return with_compute_dtype(c, norm_compute); }
+
+/* The last normalized_ndim dims, as a dim list. */
+static int norm_dims(const ke_call *c, int64_t *dims) {
+    int nd = (int)c->a.i[0];
+    for (int i = 0; i < nd; i++) dims[i] = -nd + i;
+    return nd;
+}
+
+int ke_decomp_layer_norm(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_norm(c, &spec) < 0) return -1;
+    int64_t dims[KL_MAX_DIMS];
+    int nd = norm_dims(c, dims);
+    kl_tensor *x = c->in[0], *w = norm_weight(c, c->in), *b = norm_bias(c, c->in);
+    kl_scope_begin();
+    kl_tensor *xc = kl_sub(x, kl_mean(x, nd, dims, true));
+    kl_tensor *var = kl_mean(kl_mul(xc, xc), nd, dims, true);
+    kl_tensor *y = kl_mul(xc, kl_rsqrt(kl_add_scalar(var, c->a.f[0])));
+    if (w) y = kl_mul(y, w);
+    if (b) y = kl_add(y, b);
+    kl_keep(y);
+    kl_scope_end();
+    return set_out(c, y);
+}
+
+int ke_decomp_rms_norm(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_norm(c, &spec) < 0) return -1;
+    int64_t dims[KL_MAX_DIMS];
+    int nd = norm_dims(c, dims);
+    kl_tensor *x = c->in[0], *w = norm_weight(c, c->in);
+    kl_scope_begin();
+    kl_tensor *ms = kl_mean(kl_mul(x, x), nd, dims, true);
+    kl_tensor *y = kl_mul(x, kl_rsqrt(kl_add_scalar(ms, c->a.f[0])));
+    if (w) y = kl_mul(y, w);
+    kl_keep(y);
+    kl_scope_end();
+    return set_out(c, y);
+}
+
+static kl_tensor *norm_call(int op, kl_tensor *x, int normalized_ndim, kl_tensor *weight, kl_tensor *bias,
+                            double eps) {
+    kl_tensor *in[3] = {x};
+    ke_call c = {.op = op, .nin = 1, .in = in};
+    if (weight) in[c.nin++] = weight;
+    if (bias) in[c.nin++] = bias;
+    c.a.i[0] = normalized_ndim;
+    c.a.i[1] = weight != NULL;
+    c.a.i[2] = bias != NULL;
+    c.a.f[0] = eps;
+    return ke_call1(&c);
+}
+
+kl_tensor *kl_layer_norm(kl_tensor *x, int normalized_ndim, kl_tensor *weight, kl_tensor *bias, double eps) {
+    return norm_call(KE_OP_layer_norm, x, normalized_ndim, weight, bias, eps);
+}
+
+kl_tensor *kl_rms_norm(kl_tensor *x, int normalized_ndim, kl_tensor *weight, double eps) {
+    return norm_call(KE_OP_rms_norm, x, normalized_ndim, weight, NULL, eps);
+}
+
+/* ---- dropout ---------------------------------------------------------------------------------- */
+
+/* out = x * (u < 1 - p ? 1 / (1 - p) : 0) with u uniform from the Philox
+ * stream kl_bernoulli uses for this dtype, so element i's fate depends only
+ * on (seed, offset, i). A dropped NaN stays NaN, as x * 0 in PyTorch. */
+typedef struct dropout_ctx {
+    const char *x;
+    char *y;
+    kl_dtype dt;
+    uint64_t seed, offset;
+    double p;
+} dropout_ctx;
+
+#define KE_DROPOUT_CHUNK 1024
+#define KE_DROPOUT(T, sfx, UNIFORM)                                                                           \
+    static void dropout_chunk_##sfx(const dropout_ctx *p, const T *restrict x, T *restrict y, int64_t b,       \
+                                    int64_t e) {                                                              \
+        _Alignas(64) T u[KE_DROPOUT_CHUNK];                                                                   \
+        UNIFORM(p->seed, p->offset, u - b, b, e, 0, 1);                                                       \
+        const T q = (T)(1 - p->p), scale = p->p < 1 ? (T)1 / q : 0;                                           \
+        for (int64_t i = 0; i < e - b; i++) y[i] = x[i] * (u[i] < q ? scale : (T)0);                          \
+    }
+KE_DROPOUT(float, f32, ke_philox_uniform_f32)
+KE_DROPOUT(double, f64, ke_philox_uniform_f64)
+
+static void dropout_range(void *ctx, int64_t begin, int64_t end) {
+    const dropout_ctx *p = ctx;
+    size_t es = ke_dtypes[p->dt].size;
+    _Alignas(64) float xb[KE_DROPOUT_CHUNK], yb[KE_DROPOUT_CHUNK];
+    for (int64_t b = begin; b < end; b += KE_DROPOUT_CHUNK) {
+        int64_t e = end - b < KE_DROPOUT_CHUNK ? end : b + KE_DROPOUT_CHUNK;
+        const char *x = p->x + b * (int64_t)es;
+        char *y = p->y + b * (int64_t)es;
+        if (p->dt == KL_F64) {
+            dropout_chunk_f64(p, (const double *)x, (double *)y, b, e);
+        } else if (p->dt == KL_F32) {
+            dropout_chunk_f32(p, (const float *)x, (float *)y, b, e);
+        } else {
+            ke_convert(xb, KL_F32, x, p->dt, e - b);
+            dropout_chunk_f32(p, xb, yb, b, e);
+            ke_convert(y, p->dt, yb, KL_F32, e - b);
+        }
+    }
+}
+
+int ke_cpu_dropout(ke_call *c) {
+    kl_tensor *out = c->out[0];
+    kl_scope_begin();
+    kl_tensor *x = kl_contiguous(c->in[0]);
+    if (x) {
+        dropout_ctx p = {ke_data(x), ke_data(out), (kl_dtype)out->dtype, (uint64_t)c->a.i[0], (uint64_t)c->a.i[1],
+                         c->a.f[0]};
+        ke_parallel_for(ke_numel(out->ndim, out->shape), 1 << 16, dropout_range, &p);
+    }
+    kl_scope_end();
+    return x ? 0 : -1;
+}
+
+kl_tensor *kl_dropout(kl_tensor *x, double p, bool training) {
+    if (ke_check_tensor(x, "dropout", 1)) return NULL;
+    if (!(p >= 0 && p <= 1)) {
+        ke_err(KL_ERR_ARG, "dropout", "probability has to be between 0 and 1, got %g", p);
+        return NULL;
+    }
+    int64_t n = ke_numel(x->ndim, x->shape);
+    if (!training || p == 0 || n == 0) return ke_unary(KE_OP_alias, x, 0);
+    kl_tensor *in[1] = {x};
+    ke_call c = {.op = KE_OP_dropout, .nin = 1, .in = in};
+    int kind = x->dtype == KL_F64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32;
+    uint64_t seed, off = ke_generator_reserve_seeded(ke_default_generator(), ke_philox_counters_used(n, kind), &seed);
+    c.a.f[0] = p;
+    c.a.i[0] = (int64_t)seed;
+    c.a.i[1] = (int64_t)off;
+    return ke_call1(&c);
+}
+
+/* ---- scaled dot-product attention ----------------------------------------------------------- */
+
+/* Inputs q [..., L, E], k [..., S, E], v [..., S, Ev], mask (optional):
+ * batch dims broadcast as in matmul; the mask broadcasts to [..., L, S]. */
+int ke_infer_sdpa(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    if (c->nin != 3 + (c->a.i[1] != 0)) return ke_err(KL_ERR_INTERNAL, op, "mask flag and input count disagree");
+    kl_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2], *mask = c->a.i[1] ? c->in[3] : NULL;
+    char b1[256], b2[256], b3[256];
+    if (!ke_is_float((kl_dtype)q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype)
+        return ke_err(KL_ERR_DTYPE, op, "q, k and v must share one floating dtype, got %s, %s and %s",
+                      ke_fmt_tensor(b1, sizeof b1, q), ke_fmt_tensor(b2, sizeof b2, k), ke_fmt_tensor(b3, sizeof b3, v));
+    ke_fmt_shape(b1, sizeof b1, q->ndim, q->shape);
+    ke_fmt_shape(b2, sizeof b2, k->ndim, k->shape);
+    ke_fmt_shape(b3, sizeof b3, v->ndim, v->shape);
+    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2)
+        return ke_err(KL_ERR_SHAPE, op, "q, k and v need at least 2 dims, got %s, %s and %s", b1, b2, b3);
+    int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2];
+    if (q->shape[q->ndim - 1] != k->shape[k->ndim - 1] || v->shape[v->ndim - 2] != S)
+        return ke_err(KL_ERR_SHAPE, op, "q %s, k %s and v %s do not fit [..., L, E], [..., S, E], [..., S, Ev]", b1,
+                      b2, b3);
+    /* batch dims: broadcast of the three prefixes */
+    kl_tensor *qkv[3] = {q, k, v};
+    int nb = 0;
+    int64_t bs[KL_MAX_DIMS];
+    for (int i = 0; i < 3; i++)
+        if (qkv[i]->ndim - 2 > nb) nb = qkv[i]->ndim - 2;
+    for (int d = 0; d < nb; d++) {
+        bs[d] = 1;
+        for (int i = 0; i < 3; i++) {
+            int sd = d - (nb - (qkv[i]->ndim - 2));
+            int64_t s = sd >= 0 ? qkv[i]->shape[sd] : 1;
+            if (s != 1 && bs[d] != 1 && s != bs[d])
+                return ke_err(KL_ERR_SHAPE, op, "batch dims of q %s, k %s and v %s cannot broadcast", b1, b2, b3);
+            if (s != 1) bs[d] = s;
+        }
+    }
+    if (mask) {
+        if (c->a.i[0])
+            return ke_err(KL_ERR_ARG, op, "pass either an explicit mask or causal = true, not both");
+        if (mask->dtype != KL_BOOL && mask->dtype != q->dtype)
+            return ke_err(KL_ERR_DTYPE, op, "mask must be bool or %s, got %s", ke_dtypes[q->dtype].name,
+                          ke_fmt_tensor(b1, sizeof b1, mask));
+        int64_t ss[KL_MAX_DIMS];
+        memcpy(ss, bs, sizeof(int64_t) * (size_t)nb);
+        ss[nb] = L, ss[nb + 1] = S;
+        int bad = mask->ndim > nb + 2;
+        for (int d = 0; d < mask->ndim && !bad; d++) {
+            int64_t m = mask->shape[mask->ndim - 1 - d], o = ss[nb + 1 - d];
+            bad = m != o && m != 1;
+        }
+        if (bad)
+            return ke_err(KL_ERR_SHAPE, op, "mask %s does not broadcast to the scores' shape %s",
+                          ke_fmt_tensor(b1, sizeof b1, mask), ke_fmt_shape(b2, sizeof b2, nb + 2, ss));
+    }
+    memcpy(out->shape, bs, sizeof(int64_t) * (size_t)nb);
+    out->shape[nb] = L;
+    out->shape[nb + 1] = v->shape[v->ndim - 1];
+    out->ndim = nb + 2;
+    out->dtype = (kl_dtype)q->dtype;
+    c->compute = ke_compute_dtype(out->dtype);
+    return 1;
+}
+
+/* softmax(q k^T * scale, masked) v. A bool mask (or the causal j <= i) keeps
+ * where true and puts -inf elsewhere; a float mask is added. */
+int ke_decomp_sdpa(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_sdpa(c, &spec) < 0) return -1;
+    kl_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2], *mask = c->a.i[1] ? c->in[3] : NULL;
+    kl_scope_begin();
+    kl_tensor *s = kl_mul_scalar(kl_matmul(q, kl_transpose(k, -2, -1)), c->a.f[0]);
+    kl_tensor *keep = mask && mask->dtype == KL_BOOL ? mask : NULL;
+    if (c->a.i[0]) {
+        int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2];
+        keep = kl_ge(kl_unsqueeze(kl_arange(0, (double)L, 1, KL_I64), 1),
+                     kl_unsqueeze(kl_arange(0, (double)S, 1, KL_I64), 0));
+    }
+    if (keep)
+        s = kl_where(keep, s, kl_full(0, NULL, -INFINITY, (kl_dtype)q->dtype));
+    else if (mask)
+        s = kl_add(s, mask);
+    kl_tensor *y = kl_matmul(kl_softmax(s, -1), v);
+    kl_keep(y);
+    kl_scope_end();
+    return set_out(c, y);
+}
+
+kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor *v, kl_tensor *mask, bool causal,
+                                           double scale) {
+    kl_tensor *in[4] = {q, k, v, mask};
+    ke_call c = {.op = KE_OP_scaled_dot_product_attention, .nin = mask ? 4 : 3, .in = in};
+    if (ke_check_tensor(q, "scaled_dot_product_attention", 1)) return NULL;
+    if (!(scale > 0)) scale = q->ndim ? 1 / sqrt((double)q->shape[q->ndim - 1]) : 1;
+    c.a.f[0] = scale;
+    c.a.i[0] = causal;
+    c.a.i[1] = mask != NULL;
+    return ke_call1(&c);
+}

@@ -1,0 +1,691 @@
+/*
+ * vmath.h - branch-free, auto-vectorizable float math for Kiln's eager kernels.
+ *
+ * Each function is an always-inline float -> float routine made only of
+ * arithmetic, comparisons feeding bit-mask selects, and bit reinterpretation
+ * through memcpy: no libm calls, no tables, no branches, no `?:`.  That lets
+ * GCC 12 and Clang vectorize a plain loop such as
+ *
+ *     for (size_t i = 0; i < n; i++) y[i] = ke_vexpf(x[i]);
+ *
+ * (AVX-512/AVX2/SSE2), under default flags: -fmath-errno and -ftrapping-math
+ * included.  libm's expf/sqrtf cannot be vectorized that way (errno).
+ *
+ * Build requirements: IEEE float/double, round-to-nearest, and no
+ * -ffast-math / -fassociative-math / -ffinite-math-only (the code relies on
+ * (a + C) - C rounding, exact Cody-Waite subtractions, NaN compares, signed
+ * zeros).  FMA contraction is fine either way: every step that must be exact
+ * is exact with or without a fused multiply-add (results may differ in the
+ * last bit between FMA and non-FMA builds; both meet the bounds).
+ *
+ * Accuracy, asserted by tests/test_vmath.c over dense sweeps: exp, exp2, log,
+ * log2 <= 2 ulp; expm1, log1p <= 3; tanh, sigmoid, erf <= 4; sin, cos <= 4
+ * and tan <= 6 for |x| <= 1e4 (measured the same up to 8.4e8, see
+ * ke__trig_reduce); gelu_tanh, gelu_erf, silu <= 4; softplus <= 3; rsqrt
+ * <= 1 (0.5 measured).  Subnormal inputs work as ordinary numbers; subnormal
+ * results come from gradual underflow with one final rounding (not FTZ).
+ *
+ * Coefficients were derived for this file with a weighted Remez exchange
+ * (mpmath, 50 digits) on the stated intervals, then rounded to float; where it
+ * helped, one coefficient at a time with the rest re-fitted after each
+ * rounding.  A quoted "fit error" is the max error of the rounded polynomial,
+ * before float evaluation error.
+ *
+ * Public functions are ke_v<name>f; ke__* are internal helpers.
+ */
+#ifndef KILN_EAGER_VMATH_H
+#define KILN_EAGER_VMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* Force inlining: a call left in the loop body blocks vectorization, and
+ * GCC's -O2 size heuristics do decline the larger functions (gelu_erf). */
+#if defined(__GNUC__)
+#define KE__VINLINE static inline __attribute__((always_inline))
+#else
+#define KE__VINLINE static inline
+#endif
+
+/* ---- Bit reinterpretation and selects ------------------------------- */
+/* memcpy is the portable, UB-free way to pun; it compiles to nothing. */
+KE__VINLINE uint32_t ke__asu(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+KE__VINLINE float ke__asf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+KE__VINLINE uint64_t ke__asu64(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
+KE__VINLINE double ke__asd(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
+
+KE__VINLINE float ke__absf(float x) { return ke__asf(ke__asu(x) & 0x7fffffffu); }
+KE__VINLINE uint32_t ke__signbit(float x) { return ke__asu(x) & 0x80000000u; }
+/*
+ * Branch-free select: c ? a : b for c in {0, 1} (a comparison result), with
+ * a and b both computed.  Why not `?:`: GCC turns it into a branch, sinks
+ * the work that feeds only one arm into that branch, and jump threading
+ * duplicates code after it; under the default -ftrapping-math the
+ * if-converter then refuses to speculate those float operations (they could
+ * raise a flag) and the loop stays scalar.  A mask select on the bit patterns
+ * has no control flow; GCC emits a blend or vpternlogd.
+ */
+KE__VINLINE float ke__self(int c, float a, float b)
+{
+    uint32_t m = 0u - (uint32_t)c;
+    return ke__asf((ke__asu(a) & m) | (ke__asu(b) & ~m));
+}
+KE__VINLINE int32_t ke__seli(int c, int32_t a, int32_t b)
+{
+    uint32_t m = 0u - (uint32_t)c;
+    return (int32_t)(((uint32_t)a & m) | ((uint32_t)b & ~m));
+}
+/* Clamps that keep NaN (the comparison is false for NaN). */
+KE__VINLINE float ke__minf(float x, float hi) { return ke__self(x > hi, hi, x); }
+KE__VINLINE float ke__maxf(float x, float lo) { return ke__self(x < lo, lo, x); }
+
+/* Quiet version of a NaN (an integer OR: nothing to trap on). */
+KE__VINLINE float ke__qnan(float x) { return ke__asf(ke__asu(x) | 0x00400000u); }
+
+/* +0.0f or -0.0f with the sign of x. */
+KE__VINLINE float ke__signed_zero(float x) { return ke__asf(ke__signbit(x)); }
+
+/* 2^k for k in [-126, 127] built directly in the exponent field.  Unsigned
+ * arithmetic so that garbage k (from a NaN input, whose result is NaN anyway)
+ * can never trigger signed-overflow UB. */
+KE__VINLINE float ke__pow2i(int32_t k) { return ke__asf(((uint32_t)k + 127u) << 23); }
+
+/* y * 2^n for n in [-252, 254].  2^n itself may not be a float (n < -126 or
+ * n > 127), so scale in two halves.  For results in the subnormal range the
+ * first product stays normal and exact and the second one rounds once, giving
+ * correctly rounded gradual underflow; overflow yields +-inf naturally.
+ * n >> 1 on a negative int is an arithmetic shift in GCC/Clang. */
+KE__VINLINE float ke__scale(float y, int32_t n)
+{
+    int32_t n1 = n >> 1;
+    int32_t n2 = n - n1;
+    return (y * ke__pow2i(n1)) * ke__pow2i(n2);
+}
+
+/* ---- Shared constants ------------------------------------------------ */
+/* 1.5 * 2^23: adding it to |v| < 2^22 rounds v to an integer (current
+ * rounding mode = nearest) and leaves that integer in the low mantissa bits. */
+#define KE__SHIFT 0x1.8p23f
+#define KE__LOG2E 0x1.715476p+0f  /* 1/ln 2 */
+#define KE__LN2 0x1.62e430p-1f    /* ln 2 rounded to float */
+/* Cody-Waite split of ln 2: LN2_HI has 15 significant bits, so n * LN2_HI is
+ * exact for |n| < 512; LN2_LO = ln2 - LN2_HI rounded to float.  Together
+ * they carry ~43 bits of ln 2, far more than |n| <= 183 needs. */
+#define KE__LN2_HI 0x1.62e4p-1f
+#define KE__LN2_LO 0x1.7f7d1cp-20f
+
+/* ---- exp family ------------------------------------------------------ */
+
+/* expm1(r) = r + r^2 * Q(r) on |r| <= 0.35 (covers the reduced range
+ * |r| <= ln2/2 plus slack).  Q4 minimizes the relative error of expm1(r):
+ * fit error 1.5e-8.  exp(r) = 1 + expm1(r) divides that by
+ * |exp(r)/expm1(r)| >= 2.4, so it is <= 6e-9 (0.05 ulp) there. */
+KE__VINLINE float ke__expm1_poly4(float r)
+{
+    float q = 0x1.6adb90p-10f;
+    q = q * r + 0x1.123156p-7f;
+    q = q * r + 0x1.555788p-5f;
+    q = q * r + 0x1.5554a4p-3f;
+    q = q * r + 0x1.fffffep-2f;
+    return r + (r * r) * q;
+}
+
+/* Same form, one degree higher, for callers that need expm1 itself with full
+ * relative accuracy (expm1, tanh): fit error 2.4e-9 relative. */
+KE__VINLINE float ke__expm1_poly5(float r)
+{
+    float q = 0x1.a0332cp-13f;
+    q = q * r + 0x1.6d78c4p-10f;
+    q = q * r + 0x1.11118ep-7f;
+    q = q * r + 0x1.5554aap-5f;
+    q = q * r + 0x1.555554p-3f;
+    q = q * r + 0x1.000000p-1f;
+    return r + (r * r) * q;
+}
+
+/*
+ * exp(hi - mlo) = p * 2^n with p in [0.70, 1.42].  Callers keep hi within
+ * [-127, 89] so n lies in [-184, 129] (what ke__scale accepts).
+ *
+ * Range reduction: n = round((hi - mlo) / ln2), r = hi - n*ln2 - mlo.
+ * hi - n*LN2_HI is exact: |result| < 2 and both operands are multiples of the
+ * smaller one's last bit, so it fits in 24 bits (and for n = 0 it is just hi).
+ * mlo carries low-order bits of the argument when the caller has them in
+ * extra precision (erfc, gelu); plain exp passes 0, and x - 0.0f folds away.
+ * The remaining rounding in r is about |r| * 2^-24, i.e. <= 0.2 ulp in p.
+ */
+KE__VINLINE float ke__exp_core(float hi, float mlo, int32_t *n)
+{
+    float t = (hi - mlo) * KE__LOG2E + KE__SHIFT;
+    float nf = t - KE__SHIFT;
+    /* Integer n from the bits of t: no float->int conversion, so no UB (and
+     * no vcvt special cases) when the input is NaN. */
+    *n = (int32_t)(ke__asu(t) - ke__asu(KE__SHIFT));
+    float r = ((hi - nf * KE__LN2_HI) - mlo) - nf * KE__LN2_LO;
+    return 1.0f + ke__expm1_poly4(r);
+}
+
+/*
+ * exp(x).  Clamp to [-104, 89] first: exp(-104) < 2^-150 rounds to 0 and
+ * exp(89) overflows, so clamping changes no result, keeps |x*log2e| far below
+ * 2^22 for the shift trick, and keeps n in ke__scale's range.  Beyond 88.72
+ * the final scaling overflows to +inf; below about -87.3 results are
+ * subnormal via gradual underflow (correctly rounded up to the ~1 ulp error
+ * of p), reaching 0 below -103.97.  NaN survives the clamps (compares are
+ * false) and propagates through the arithmetic.
+ */
+KE__VINLINE float ke_vexpf(float x)
+{
+    float xc = ke__minf(x, 89.0f);
+    xc = ke__maxf(xc, -104.0f);
+    int32_t n;
+    float p = ke__exp_core(xc, 0.0f, &n);
+    return ke__scale(p, n);
+}
+
+/*
+ * 2^x.  n = round(x) and f = x - n are exact, so the only reduction error is
+ * rounding r = f*ln2 (<= 2^-25 * 0.35 absolute, ~0.2 ulp).  Clamp range
+ * [-151, 129] is again result-preserving (2^-151 -> 0, 2^129 -> inf).
+ */
+KE__VINLINE float ke_vexp2f(float x)
+{
+    float xc = ke__minf(x, 129.0f);
+    xc = ke__maxf(xc, -151.0f);
+    float t = xc + KE__SHIFT;
+    float nf = t - KE__SHIFT;
+    int32_t n = (int32_t)(ke__asu(t) - ke__asu(KE__SHIFT));
+    float r = (xc - nf) * KE__LN2;
+    return ke__scale(1.0f + ke__expm1_poly4(r), n);
+}
+
+/*
+ * expm1(x) for x already clamped to [-18, 89] (NaN allowed).
+ * With x = n*ln2 + r:  expm1(x) = 2^n * expm1(r) + (2^n - 1).
+ * Written as 2 * (T*p + (T - 1/2)) with T = 2^(n-1) so that T is a normal
+ * float for every n in [-26, 128] (2^128 itself is not a float); the final *2
+ * is exact or overflows exactly when expm1(x) does.  For n = 0 the result is
+ * just p = expm1(r) with r = x exactly, which keeps full relative accuracy
+ * for tiny x where exp(x) - 1 would cancel.
+ */
+KE__VINLINE float ke__expm1_core(float x)
+{
+    float t = x * KE__LOG2E + KE__SHIFT;
+    float nf = t - KE__SHIFT;
+    int32_t n = (int32_t)(ke__asu(t) - ke__asu(KE__SHIFT));
+    float r = (x - nf * KE__LN2_HI) - nf * KE__LN2_LO;
+    float p = ke__expm1_poly5(r);
+    float T = ke__pow2i(n - 1);
+    float y = 2.0f * (T * p + (T - 0.5f));
+    return ke__self(n == 0, p, y);
+}
+
+/* expm1(x).  Below -17.33 the exact result rounds to -1, so clamping at -18
+ * is harmless and keeps 2^-n representable.  The x == 0 select preserves
+ * expm1(-0) = -0 (the polynomial would produce +0). */
+KE__VINLINE float ke_vexpm1f(float x)
+{
+    float xc = ke__minf(x, 89.0f);
+    xc = ke__maxf(xc, -18.0f);
+    float y = ke__expm1_core(xc);
+    return ke__self(x == 0.0f, x, y);
+}
+
+/* ---- log family ------------------------------------------------------ */
+
+/*
+ * Split finite x > 0 (subnormals included) as x = 2^e * (1 + f) with
+ * 1 + f in [sqrt(1/2), sqrt(2)), i.e. f in [-0.293, 0.415].  Centering the
+ * mantissa interval on 1 keeps |log1p(f)| <= ln2/2 and makes the two ends
+ * symmetric for the s = f/(2+f) variable below.  Subnormals are pre-scaled by
+ * 2^23.  Subtracting the bit pattern of sqrt(1/2) makes the exponent field of
+ * the difference equal e directly.  f = m - 1 is exact (Sterbenz).  Garbage
+ * for x <= 0, inf or NaN; callers fix those with selects.
+ */
+KE__VINLINE float ke__log_reduce(float x, int32_t *e)
+{
+    int sub = x < 0x1p-126f;
+    float xs = ke__self(sub, x * 0x1p23f, x);
+    uint32_t ix = ke__asu(xs);
+    int32_t k = (int32_t)(ix - 0x3f3504f3u) >> 23;
+    float m = ke__asf(ix - ((uint32_t)k << 23));
+    *e = ke__seli(sub, k - 23, k);
+    return m - 1.0f;
+}
+
+/*
+ * log1p(f) - f for f in about [-0.30, 0.43] (the correction term; the caller
+ * adds f last so that the large part is never rounded twice).
+ *
+ * With s = f/(2+f):  log1p(f) = 2*atanh(s) = 2s + s*R,  R = 2s^2/3 + 2s^4/5 + ...
+ * and since 2s = f - s*f,  log1p(f) = f - s*(f - R).
+ * |s| <= 0.177, so R(z), z = s^2 <= 0.031, needs only a degree-3 polynomial:
+ * R = z * P(z), P fitted for absolute error of R: 2.1e-9, which enters the
+ * result multiplied by |s|.  The division's rounding error also only reaches
+ * the small correction term, not f.
+ */
+KE__VINLINE float ke__log1p_corr(float f)
+{
+    float s = f / (2.0f + f);
+    float z = s * s;
+    float P = 0x1.32c9e4p-2f;
+    P = P * z + 0x1.995694p-2f;
+    P = P * z + 0x1.555582p-1f;
+    float R = z * P;
+    return -(s * (f - R));
+}
+
+/* log(x) = e*ln2 + f + corr.  e*LN2_HI is exact; the small terms are summed
+ * first and the two large terms meet in the last addition (one rounding).
+ * Special values: log(+-0) = -inf, log(x<0) = NaN, log(inf) = inf, NaN -> NaN. */
+KE__VINLINE float ke_vlogf(float x)
+{
+    int32_t ei;
+    float f = ke__log_reduce(x, &ei);
+    float e = (float)ei;
+    float y = e * KE__LN2_HI + (f + (e * KE__LN2_LO + ke__log1p_corr(f)));
+    y = ke__self(x < 0.0f, __builtin_nanf(""), y);
+    y = ke__self(x == 0.0f, -__builtin_inff(), y);
+    y = ke__self(x == __builtin_inff(), x, y);
+    return ke__self(x != x, ke__qnan(x), y);
+}
+
+/* 1/ln2 split so that INVLN2_HI (12 significant bits) times the top 12 bits
+ * of f is an exact product. */
+#define KE__INVLN2_HI 0x1.716p+0f
+#define KE__INVLN2_LO (-0x1.7135a8p-13f)
+
+/*
+ * log2(x) = e + log1p(f)/ln2.  Multiplying log1p(f) by 1/ln2 in plain float
+ * would add up to ~1 ulp, so the big product f/ln2 is formed as
+ * fh*INVLN2_HI (exact) + small terms, where fh = f with its low 12 mantissa
+ * bits cleared and fl = f - fh (exact).  Exact powers of two give exactly e.
+ */
+KE__VINLINE float ke_vlog2f(float x)
+{
+    int32_t ei;
+    float f = ke__log_reduce(x, &ei);
+    float lo = ke__log1p_corr(f);
+    float fh = ke__asf(ke__asu(f) & 0xfffff000u);
+    float fl = f - fh;
+    float hi = fh * KE__INVLN2_HI;
+    float corr = fl * KE__LOG2E + (fh * KE__INVLN2_LO + lo * KE__LOG2E);
+    float y = (float)ei + (hi + corr);
+    y = ke__self(x < 0.0f, __builtin_nanf(""), y);
+    y = ke__self(x == 0.0f, -__builtin_inff(), y);
+    y = ke__self(x == __builtin_inff(), x, y);
+    return ke__self(x != x, ke__qnan(x), y);
+}
+
+/*
+ * log1p(x) for finite x > -1 (no special-value selects; used by softplus too).
+ * u = 1 + x is rounded, but its rounding error c is recovered exactly with
+ * Fast2Sum (order the operands by magnitude).  With u = 2^e * (1 + f) the
+ * exact 1 + x equals 2^e * (1 + f + c*2^-e), so c*2^-e is folded into f
+ * before the log1p kernel.  For |x| small (e = 0) this gives f = x exactly,
+ * so tiny arguments keep full relative accuracy.  u is never subnormal
+ * (u >= 2^-24 when x > -1), and 2^-e is clamped to stay a normal float: for
+ * e > 126 the c term is below 2^-126 and irrelevant.
+ */
+KE__VINLINE float ke__log1p_core(float x)
+{
+    float u = 1.0f + x;
+    float c = ke__self(ke__absf(x) > 1.0f, 1.0f - (u - x), x - (u - 1.0f));
+    int32_t ei;
+    float f = ke__log_reduce(u, &ei);
+    int32_t es = ke__seli(ei > 126, 126, ei);
+    f = f + c * ke__pow2i(-es);
+    float e = (float)ei;
+    return e * KE__LN2_HI + (f + (e * KE__LN2_LO + ke__log1p_corr(f)));
+}
+
+/* log1p(x): log1p(-1) = -inf, x < -1 -> NaN, inf -> inf, NaN -> NaN, and
+ * log1p(-0) = -0 via the x == 0 select. */
+KE__VINLINE float ke_vlog1pf(float x)
+{
+    float y = ke__log1p_core(x);
+    y = ke__self(x < -1.0f, __builtin_nanf(""), y);
+    y = ke__self(x == -1.0f, -__builtin_inff(), y);
+    y = ke__self(x == __builtin_inff(), x, y);
+    y = ke__self(x == 0.0f, x, y);
+    return ke__self(x != x, ke__qnan(x), y);
+}
+
+/* ---- tanh, sigmoid and the sigmoid-gated activations ----------------- */
+
+/*
+ * tanh(x) = sign(x) * t/(t + 2) with t = expm1(2|x|).  Using expm1 (not exp)
+ * keeps relative accuracy for small |x| with no cancellation, so no separate
+ * small-argument polynomial is needed: error = expm1's + two roundings.
+ * |x| is clamped at 10 (tanh(x) rounds to 1 above 9.01), which also avoids
+ * inf/inf.  Odd symmetry is applied by OR-ing the sign bit back in, which
+ * gives tanh(-0) = -0, tanh(+-inf) = +-1 and keeps NaN a NaN.
+ */
+KE__VINLINE float ke_vtanhf(float x)
+{
+    float a = ke__absf(x);
+    a = ke__minf(a, 10.0f);
+    float t = ke__expm1_core(2.0f * a);
+    float y = t / (t + 2.0f);
+    return ke__asf(ke__asu(y) | ke__signbit(x));
+}
+
+/*
+ * x * sigmoid(z), given v = -|z| = vhi - vmlo (vhi already clamped to
+ * >= -126) and zneg = (z < 0).
+ *
+ * Let E = exp(-|z|) = p * 2^n (always <= 1, so 1 + E never overflows):
+ *     z >= 0:  x * sigmoid(z) = x / (1 + E)
+ *     z <  0:  x * sigmoid(z) = x * E / (1 + E) = (x * p / (1 + E)) * 2^n
+ * In the second form the power of two is applied last, after multiplying by
+ * x, so tiny results (e.g. silu(-95) ~ 5e-40) underflow gradually with one
+ * rounding instead of multiplying an already-subnormal E by x.
+ */
+KE__VINLINE float ke__x_sigmoid(float x, float vhi, float vmlo, int zneg)
+{
+    int32_t n;
+    float p = ke__exp_core(vhi, vmlo, &n);
+    /* 1 + E only needs E when E > 2^-25; clamping its exponent at -60 keeps
+     * E normal, avoiding the slow microcoded subnormal path on x86 for the
+     * many inputs whose E would be subnormal (|z| > 87). */
+    float d = 1.0f + p * ke__pow2i(ke__seli(n < -60, -60, n));
+    float num = ke__self(zneg, x * p, x);
+    return ke__scale(num / d, ke__seli(zneg, n, 0));
+}
+
+/* sigmoid(x) = 1/(1+exp(-x)); sigmoid(-inf) = 0, sigmoid(inf) = 1, NaN -> NaN.
+ * Results below 2^-126 are subnormal (gradual underflow), 0 below ~-103.9. */
+KE__VINLINE float ke_vsigmoidf(float x)
+{
+    float v = -ke__absf(x);
+    v = ke__maxf(v, -126.0f);
+    return ke__x_sigmoid(1.0f, v, 0.0f, x < 0.0f);
+}
+
+/* silu(x) = x * sigmoid(x).  Below -126 the exact result is far below 2^-150,
+ * so return -0 directly (this also makes silu(-inf) = -0, the limit, where the
+ * naive x/(1+exp(-x)) gives NaN). */
+KE__VINLINE float ke_vsiluf(float x)
+{
+    float v = -ke__absf(x);
+    v = ke__maxf(v, -126.0f);
+    float y = ke__x_sigmoid(x, v, 0.0f, x < 0.0f);
+    return ke__self(x < -126.0f, -0.0f, y);
+}
+
+/*
+ * gelu_tanh(x) = 0.5*x*(1 + tanh(u)), u = sqrt(2/pi)*(x + 0.044715 x^3).
+ * Rewritten exactly as x * sigmoid(2u): no 1 + tanh cancellation for x < 0.
+ * exp(-|2u|) has condition number |2u| (up to ~126), so 2u is computed in
+ * double and handed to the exp kernel as a float hi + lo pair; computing it in
+ * float would cost ~|2u| ulp in the negative tail.  For 2u < -126 (x < -10.9)
+ * |x| * e^(2u) is far below 2^-150, so the result is -0.
+ * gelu_tanh(+inf) = inf; gelu_tanh(-inf) = -0 (the limit; PyTorch gives NaN).
+ */
+KE__VINLINE float ke_vgelu_tanhf(float x)
+{
+    double xd = (double)x;
+    /* 2 * sqrt(2/pi) = 0x1.9884533d43651p+0 */
+    double z = 0x1.9884533d43651p+0 * xd * (1.0 + 0.044715 * xd * xd);
+    double v = -ke__asd(ke__asu64(z) & 0x7fffffffffffffffull); /* -|z| */
+    float vhi = (float)v;
+    float vlo = (float)(v - (double)vhi);
+    /* The range test is done on the float: a 64-bit compare feeding a select
+     * cannot be vectorized on plain SSE2. z has the sign of x. */
+    int far = vhi < -126.0f;
+    vlo = ke__self(far, 0.0f, vlo);
+    vhi = ke__self(far, -126.0f, vhi);
+    float y = ke__x_sigmoid(x, vhi, -vlo, x < 0.0f);
+    return ke__self(far & (x < 0.0f), ke__signed_zero(x), y);
+}
+
+/* ---- erf and gelu_erf ------------------------------------------------ */
+
+/* erf(a) = a + a*S(a^2) for 0 <= a <= 1; S fitted for relative error of erf:
+ * 1.4e-9.  Writing it as a + (small) instead of a*(1.128 + ...) keeps tiny
+ * and subnormal arguments exact up to one rounding. */
+KE__VINLINE float ke__erf_small(float a)
+{
+    float z = a * a;
+    float S = 0x1.4771fep-14f;
+    S = S * z - 0x1.a3515ep-11f;
+    S = S * z + 0x1.53f224p-8f;
+    S = S * z - 0x1.b7f71ap-6f;
+    S = S * z + 0x1.ce2ce6p-4f;
+    S = S * z - 0x1.81273ep-2f;
+    S = S * z + 0x1.06eba8p-3f;
+    return a + a * S;
+}
+
+/*
+ * erfc(a) = m * 2^n for a in [0.5, 10.5], with relative accuracy (gelu_erf
+ * needs erfc in its far negative tail, not just 1 - erf).
+ *
+ *     erfc(a) = t * exp(-a^2 + R(t)),   t = 2/(2 + a)
+ *
+ * The factor t absorbs the ~1/a decay of erfc(a)*exp(a^2), leaving
+ * R(t) = log(erfc(a) * exp(a^2) / t) smooth on t in [0.16, 0.8]; a degree-9
+ * polynomial fits it with absolute error 1.5e-9 (= relative error of erfc).
+ *
+ * This part runs in double, for two reasons.  exp(-a^2) has condition number
+ * a^2 (up to 110), so a^2 and the sum -a^2 + R must not be rounded to float
+ * before the exp reduction; the double sum is split into float hi + lo for
+ * ke__exp_core.  And a float t = 2/(2+a) carries a rounding error that
+ * shifts the result by ~(2+a)/a * 2^-24 relative (through both the factor t
+ * and R(t)), i.e. 1-2 ulp; in double it is negligible.  The caller passes
+ * a2 = a*a exactly (a float squared is exact in double).
+ */
+KE__VINLINE float ke__erfc_big(double a, double a2, int32_t *n)
+{
+    double t = 2.0 / (2.0 + a);
+    double R = 0x1.0310f07925bd2p-2;
+    R = R * t - 0x1.30b4a940956c2p+0;
+    R = R * t + 0x1.18bd1d5cee528p+1;
+    R = R * t - 0x1.e334e0958f0cbp+0;
+    R = R * t + 0x1.89e5997736192p-1;
+    R = R * t - 0x1.8cc0199d08fccp-2;
+    R = R * t + 0x1.2fd1a727043e1p-3;
+    R = R * t + 0x1.76f4e31078490p-2;
+    R = R * t + 0x1.002ce38148e6bp+0;
+    R = R * t - 0x1.43fa1d6ce52cbp+0;
+    double v = R - a2;
+    float vhi = (float)v;
+    float vlo = (float)(v - (double)vhi);
+    float p = ke__exp_core(vhi, -vlo, n);
+    return (float)(t * (double)p);
+}
+
+/*
+ * erf(x): |x| < 1 uses the odd polynomial; |x| >= 1 uses 1 - erfc(|x|) with
+ * |x| clamped to 4 (erf(x) rounds to 1 beyond 3.92).  Both branches are
+ * always evaluated and blended.  Sign restored by OR: erf(-0) = -0,
+ * erf(+-inf) = +-1, NaN -> NaN.
+ */
+KE__VINLINE float ke_verff(float x)
+{
+    float a = ke__absf(x);
+    float ys = ke__erf_small(a);
+    double ab = (double)ke__minf(ke__maxf(a, 1.0f), 4.0f);
+    int32_t n;
+    float m = ke__erfc_big(ab, ab * ab, &n);
+    float yb = 1.0f - ke__scale(m, n);
+    float y = ke__self(a < 1.0f, ys, yb);
+    return ke__asf(ke__asu(y) | ke__signbit(x));
+}
+
+/*
+ * gelu_erf(x) = 0.5*x*(1 + erf(x/sqrt2)).  With a = |x|/sqrt2:
+ *   x >= 0, a < 1:     0.5*x*(1 + erf(a))     (small polynomial)
+ *   x >= 0, a >= 1:    0.5*x*(2 - erfc(a))
+ *   x < 0,  a < 0.5:   0.5*x*(1 - erf(a))     (erf(a) <= 0.52: mild cancellation)
+ *   x < 0,  a >= 0.5:  0.5*x*erfc(a)          (relative-accurate erfc)
+ * 1 - erf(a) is not used up to a = 1 because it amplifies erf's error by
+ * erf/erfc (5.4x at a = 1).  The erfc branch gets a and a^2 = x^2/2 in double
+ * straight from x (the float a would cost up to 2a^2 * 2^-24 relative).  In
+ * the erfc branch the power of two is applied after multiplying by x
+ * for correct gradual underflow.  Below x = -14.85 (a > 10.5) the result is
+ * < 2^-150: -0.  gelu_erf(+inf) = inf, gelu_erf(-inf) = -0 (the limit;
+ * PyTorch gives NaN), NaN -> NaN.
+ */
+KE__VINLINE float ke_vgelu_erff(float x)
+{
+    float ax = ke__absf(x);
+    float a = ax * 0x1.6a09e6p-1f; /* 1/sqrt(2) */
+    float es = ke__erf_small(a);
+    /* a in double from x (a^2 = x^2/2 exactly), clamped to erfc's range. */
+    double xc = (double)ke__minf(ke__maxf(ax, 0.70710677f), 14.849242f);
+    int32_t n;
+    float m = ke__erfc_big(xc * 0x1.6a09e667f3bcdp-1, 0.5 * (xc * xc), &n);
+    int neg = x < 0.0f;
+    int tail = neg & (a >= 0.5f);
+    /* erfc(a) without a subnormal intermediate (it only matters vs 2). */
+    float ec = m * ke__pow2i(ke__seli(n < -60, -60, n));
+    /* F = 1 + erf(x/sqrt2) for the non-tail cases; 0.5*F is exact, so
+     * x*(0.5F) rounds once even for subnormal x. */
+    float F = ke__self(neg, 1.0f - es, ke__self(a < 1.0f, 1.0f + es, 2.0f - ec));
+    float G = ke__self(tail, m, 0.5f * F);
+    float y = ke__scale(x * G, ke__seli(tail, n - 1, 0));
+    return ke__self(x < -14.849242f, -0.0f, y);
+}
+
+/* ---- softplus, rsqrt ------------------------------------------------- */
+
+/* softplus(x) = log1p(exp(x)), and x itself above PyTorch's threshold 20
+ * (where log1p(e^x) - x < 2.1e-9 is below half an ulp of x anyway).
+ * log1p(t)'s sensitivity to t is t/((1+t)log1p(t)) <= 1, so exp's error is not
+ * amplified.  softplus(-inf) = 0, softplus(inf) = inf, NaN -> NaN. */
+KE__VINLINE float ke_vsoftplusf(float x)
+{
+    float xc = ke__minf(x, 20.0f);
+    float y = ke__log1p_core(ke_vexpf(xc));
+    return ke__self(x > 20.0f, x, y);
+}
+
+/*
+ * 1/sqrt(x), correctly rounded except in rare near-tie cases (error below
+ * 0.5 + 2^-28 ulp).  sqrtf is not used: under the default -fmath-errno GCC keeps a
+ * conditional libm call for negative inputs, which blocks vectorization.
+ * Instead, in double: the classic bit-trick seed (exponent halving with a
+ * tuned magic constant, relative error < 1.8e-3), then three Newton steps
+ * y <- y*(1.5 - 0.5*x*y^2), each squaring the relative error:
+ * 1.8e-3 -> 4.6e-6 -> 3.2e-11 -> 1.5e-21 (bounded by double rounding).
+ * Float subnormals are normal doubles, so they need no special path.
+ * rsqrt(+0) = +inf, rsqrt(-0) = -inf, rsqrt(x<0) = NaN, rsqrt(inf) = 0.
+ */
+KE__VINLINE float ke_vrsqrtf(float x)
+{
+    double d = (double)x;
+    double h = 0.5 * d;
+    double y = ke__asd(0x5fe6eb50c7b537a9ull - (ke__asu64(d) >> 1));
+    y = y * (1.5 - h * y * y);
+    y = y * (1.5 - h * y * y);
+    y = y * (1.5 - h * y * y);
+    float r = (float)y;
+    r = ke__self(x < 0.0f, __builtin_nanf(""), r);
+    r = ke__self(x == __builtin_inff(), 0.0f, r);
+    r = ke__self(x == 0.0f, ke__asf(ke__signbit(x) | 0x7f800000u), r);
+    return ke__self(x != x, ke__qnan(x), r);
+}
+
+/* ---- sin, cos, tan --------------------------------------------------- */
+
+/*
+ * Reduce x to r = x - n*pi/2 in [-pi/4, pi/4] and q = n mod 4.
+ *
+ * Cody-Waite with a 3-part pi/2, done in double.  A float-only reduction
+ * cannot keep relative accuracy near multiples of pi/2: x within 1e4 can lie
+ * ~1e-9 from n*pi/2, so pi/2 must be known to ~2^-70 relative, and without a
+ * guaranteed FMA the float products n*P would not be exact.  In double:
+ * PIO2_1 and PIO2_2 have 24 significant bits each, so for |n| < 2^29 the
+ * products n*PIO2_1, n*PIO2_2 are exact and both subtractions are exact
+ * (operands within a few binades, result fits 53 bits); PIO2_3 carries the
+ * next 53 bits.  Net: pi/2 to ~101 bits, reduced argument essentially exact
+ * for |x| < 2^29*pi/2 ~ 8.4e8.
+ * Beyond that n*PIO2_1 starts rounding and the absolute error of r grows like
+ * |x|*2^-53 (so relative error near zeros of sin/cos grows without bound);
+ * past |x| ~ 2^51 the n computation itself is meaningless.  r is clamped to
+ * [-pi/4, pi/4] so even then results stay within [-1, 1] (sin, cos).
+ * inf and NaN produce NaN through the arithmetic (inf - inf).
+ */
+#define KE__PIO2_1 0x1.921fb6p+0
+#define KE__PIO2_2 (-0x1.777a5cp-25)
+#define KE__PIO2_3 (-0x1.ee59d9cceba40p-50)
+KE__VINLINE float ke__trig_reduce(float x, uint32_t *q)
+{
+    double xd = (double)x;
+    double t = xd * 0x1.45f306dc9c883p-1 + 0x1.8p52; /* 2/pi; round to int */
+    double nd = t - 0x1.8p52;
+    *q = (uint32_t)ke__asu64(t) & 3u;
+    double r = xd - nd * KE__PIO2_1;
+    r = r - nd * KE__PIO2_2;
+    r = r - nd * KE__PIO2_3;
+    float rf = (float)r;
+    rf = ke__minf(rf, 0x1.921fb6p-1f);
+    return ke__maxf(rf, -0x1.921fb6p-1f);
+}
+
+/* sin(r) on |r| <= pi/4: r + r^3*S(r^2), relative fit error 4.0e-9. */
+KE__VINLINE float ke__sin_poly(float r, float z)
+{
+    float S = -0x1.9951eap-13f;
+    S = S * z + 0x1.110774p-7f;
+    S = S * z - 0x1.555546p-3f;
+    return r + r * (z * S);
+}
+
+/* cos(r) on |r| <= pi/4: 1 - z/2 + z^2*C(z), relative fit error 1.2e-10.
+ * w = 1 - z/2 is rounded; its rounding error ((1 - w) - z/2, exact) is added
+ * back with the small terms, so the final result rounds essentially once. */
+KE__VINLINE float ke__cos_poly(float z)
+{
+    float C = 0x1.99e80cp-16f;
+    C = C * z - 0x1.6c0c28p-10f;
+    C = C * z + 0x1.55554ap-5f;
+    float hz = 0.5f * z;
+    float w = 1.0f - hz;
+    return w + (((1.0f - w) - hz) + (z * z) * C);
+}
+
+/* sin(x) = +-sin(r) or +-cos(r) by quadrant.  sin(-0) = -0 via the x == 0
+ * select (r + r*(...) would give +0), sin(+-inf) = NaN. */
+KE__VINLINE float ke_vsinf(float x)
+{
+    uint32_t q;
+    float r = ke__trig_reduce(x, &q);
+    float z = r * r;
+    float s = ke__sin_poly(r, z);
+    float c = ke__cos_poly(z);
+    float y = ke__self(q & 1u, c, s);
+    y = ke__asf(ke__asu(y) ^ ((q & 2u) << 30));
+    return ke__self(x == 0.0f, x, y);
+}
+
+/* cos(x) = sin(x + pi/2): quadrant q + 1. cos(+-inf) = NaN. */
+KE__VINLINE float ke_vcosf(float x)
+{
+    uint32_t q;
+    float r = ke__trig_reduce(x, &q);
+    float z = r * r;
+    float s = ke__sin_poly(r, z);
+    float c = ke__cos_poly(z);
+    q = q + 1u;
+    float y = ke__self(q & 1u, c, s);
+    return ke__asf(ke__asu(y) ^ ((q & 2u) << 30));
+}
+
+/* tan(x) = sin(r)/cos(r) for even q, -cos(r)/sin(r) for odd q.  One division
+ * of two ~1 ulp quantities; no separate tan polynomial (tan's poles at
+ * +-pi/2 make a direct fit on [-pi/4, pi/4] long).  tan(-0) = -0. */
+KE__VINLINE float ke_vtanf(float x)
+{
+    uint32_t q;
+    float r = ke__trig_reduce(x, &q);
+    float z = r * r;
+    float s = ke__sin_poly(r, z);
+    float c = ke__cos_poly(z);
+    int odd = (int)(q & 1u);
+    float y = ke__self(odd, -c, s) / ke__self(odd, s, c);
+    return ke__self(x == 0.0f, x, y);
+}
+
+#endif /* KILN_EAGER_VMATH_H */

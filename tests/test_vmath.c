@@ -1,0 +1,472 @@
+/*
+ * test_vmath.c - accuracy and special-value tests for src/eager/vmath.h.
+ *
+ * For every ke_v* function: evaluate a dense set of inputs (a strided sweep of
+ * all 2^32 float bit patterns with pseudo-random low bits, so every sign and
+ * binade and "ugly" mantissas are covered; a uniform sweep over the range
+ * where the function is not saturated; special values; and for sin/cos/tan
+ * the floats nearest to k*pi/2, where range reduction is hardest), compare
+ * with the libm double-precision function (or a double formula) and compute
+ * the max error in ulps of the float nearest to the reference.  A table is
+ * printed and the bounds from the header's contract are asserted.
+ *
+ * Evaluation goes through apply_<name>() loops over arrays (no function
+ * pointer inside the loop, fixed-size inner blocks with restrict pointers) so
+ * that the compiler's vectorized path is the one being tested; the table of
+ * cases only holds pointers to these whole-array loops.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vmath.h"
+
+/* Inner trip count is a compile-time constant (and a multiple of every
+ * vector width) so even GCC's -O2 "very cheap" vectorizer can take it. */
+#define BLOCK 4096
+
+#define KE_APPLY(name)                                                        \
+    static void apply_##name(const float *restrict x, float *restrict y,      \
+                             size_t n)                                        \
+    {                                                                         \
+        for (size_t b = 0; b < n; b += BLOCK)                                 \
+            for (size_t i = 0; i < BLOCK; i++)                                \
+                y[b + i] = ke_v##name##f(x[b + i]);                           \
+    }
+
+KE_APPLY(exp)
+KE_APPLY(exp2)
+KE_APPLY(expm1)
+KE_APPLY(log)
+KE_APPLY(log2)
+KE_APPLY(log1p)
+KE_APPLY(tanh)
+KE_APPLY(sigmoid)
+KE_APPLY(erf)
+KE_APPLY(sin)
+KE_APPLY(cos)
+KE_APPLY(tan)
+KE_APPLY(gelu_tanh)
+KE_APPLY(gelu_erf)
+KE_APPLY(silu)
+KE_APPLY(softplus)
+KE_APPLY(rsqrt)
+
+/* ---------------------------------------------------------------------- */
+/* Double-precision references.  Where the float function documents a     */
+/* limit instead of PyTorch's NaN (silu/gelu at -inf) the reference does   */
+/* the same.  Sigmoid forms avoid 1 + tanh cancellation so the reference   */
+/* itself stays accurate in the tails.                                     */
+/* ---------------------------------------------------------------------- */
+static double ref_sigmoid_d(double z)
+{
+    return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
+}
+static double ref_exp(double x) { return exp(x); }
+static double ref_exp2(double x) { return exp2(x); }
+static double ref_expm1(double x) { return expm1(x); }
+static double ref_log(double x) { return log(x); }
+static double ref_log2(double x) { return log2(x); }
+static double ref_log1p(double x) { return log1p(x); }
+static double ref_tanh(double x) { return tanh(x); }
+static double ref_sigmoid(double x) { return ref_sigmoid_d(x); }
+static double ref_erf(double x) { return erf(x); }
+static double ref_sin(double x) { return sin(x); }
+static double ref_cos(double x) { return cos(x); }
+static double ref_tan(double x) { return tan(x); }
+static double ref_gelu_tanh(double x)
+{
+    if (isinf(x)) return x > 0 ? x : -0.0;
+    double z = 2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    return x * ref_sigmoid_d(z);
+}
+static double ref_gelu_erf(double x)
+{
+    if (isinf(x)) return x > 0 ? x : -0.0;
+    return 0.5 * x * erfc(-x / sqrt(2.0));
+}
+static double ref_silu(double x)
+{
+    if (isinf(x)) return x > 0 ? x : -0.0;
+    return x * ref_sigmoid_d(x);
+}
+static double ref_softplus(double x) { return x > 20.0 ? x : log1p(exp(x)); }
+static double ref_rsqrt(double x) { return 1.0 / sqrt(x); }
+
+/* Error of y in ulps of the float nearest to ref (ulp of a subnormal or zero
+ * result is 2^-149).  NaN/inf must match exactly; an overflow to inf counts as
+ * 2^128 so "inf instead of FLT_MAX" is measured, not infinite. */
+static double ulp_err(float y, double ref)
+{
+    if (isnan(ref)) return isnan(y) ? 0.0 : INFINITY;
+    if (isnan(y)) return INFINITY;
+    if (isinf(ref)) return (double)y == ref ? 0.0 : INFINITY;
+    float fr = (float)ref;
+    double u;
+    if (isinf(fr)) { /* correctly rounded result is +-inf */
+        if (y == fr) return 0.0;
+        u = 0x1p104;
+    } else {
+        int e;
+        frexp(fabs((double)fr), &e); /* |fr| in [2^(e-1), 2^e) */
+        u = ldexp(1.0, e - 24);
+        if (fr == 0.0f || u < 0x1p-149) u = 0x1p-149;
+    }
+    double yd = isinf(y) ? copysign(0x1p128, (double)y) : (double)y;
+    return fabs(yd - ref) / u;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Input generation                                                       */
+/* ---------------------------------------------------------------------- */
+typedef struct {
+    float *x;
+    size_t n, cap;
+} vec_t;
+
+static void push(vec_t *v, float x)
+{
+    if (v->n == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 1 << 20;
+        v->x = realloc(v->x, v->cap * sizeof(float));
+        assert_non_null(v->x);
+    }
+    v->x[v->n++] = x;
+}
+
+static float from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t mix(uint32_t h) /* cheap integer hash for low-bit jitter */
+{
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    return h ^ (h >> 16);
+}
+
+/* Floats worth testing for every function: signed zeros, infinities, NaNs,
+ * subnormal and normal boundaries, and the overflow / underflow edges of the
+ * exp-like functions. */
+static const float k_special[] = {
+    0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN,
+    0x1p-149f, -0x1p-149f, 0x1p-140f, 0x1.fffffcp-127f, -0x1.fffffcp-127f,
+    0x1p-126f, -0x1p-126f, FLT_MIN, FLT_MAX, -FLT_MAX, FLT_EPSILON,
+    1.0f, -1.0f, 0.5f, -0.5f, 2.0f, 20.0f, 20.000002f, 19.999998f,
+    88.72283f, 88.72284f, 88.7f, 89.0f, 128.0f, 127.99999f, 129.0f,
+    -87.33654f, -87.4f, -100.0f, -103.97f, -103.98f, -104.0f, -149.0f,
+    -149.5f, -150.0f, -151.0f, -17.3f, -18.0f, -1.0000001f, -0.99999994f,
+    9.0f, 9.1f, 3.9f, 3.92f, 4.0f, 10.0f, 14.85f, -14.3f, -14.85f, -15.0f,
+    -108.0f, -109.0f, -126.0f, -127.0f, 1e4f, -1e4f, 1e30f, -1e30f,
+    0.70710677f, 1.4142135f, 0.70710671f, 1.4142137f, 1e-30f, -1e-30f,
+};
+
+/* Whole-float-line sweep: 2^21 bit patterns (stride 2^11) with hashed low
+ * bits, keeping those with lo <= x <= hi (NaNs are kept once via specials). */
+static void add_bit_sweep(vec_t *v, float lo, float hi)
+{
+    for (uint32_t i = 0; i < (1u << 21); i++) {
+        float x = from_bits((i << 11) | (mix(i) & 0x7ffu));
+        if (x >= lo && x <= hi) push(v, x);
+    }
+}
+
+/* n evenly spaced points in [lo, hi] (the interesting, non-saturated range). */
+static void add_linear(vec_t *v, double lo, double hi, size_t n)
+{
+    for (size_t i = 0; i < n; i++) push(v, (float)(lo + (hi - lo) * (double)i / (double)(n - 1)));
+}
+
+/* The floats nearest to +-k*pi/2 and their neighbours, for k = kmin, kmin +
+ * step, ... <= kmax: where the reduced argument is smallest, i.e. where a
+ * reduction with too few bits of pi/2 loses the most relative accuracy. */
+static void add_pio2_multiples(vec_t *v, double kmin, double kmax, double step)
+{
+    for (double k = kmin; k <= kmax; k += step) {
+        for (int sgn = -1; sgn <= 1; sgn += 2) {
+            float c = (float)(sgn * k * 1.5707963267948966192);
+            uint32_t u;
+            memcpy(&u, &c, 4);
+            for (int d = -2; d <= 2; d++) push(v, from_bits(u + (uint32_t)d));
+        }
+    }
+}
+
+static void pad_block(vec_t *v)
+{
+    while (v->n % BLOCK) push(v, 1.0f);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The accuracy cases                                                     */
+/* ---------------------------------------------------------------------- */
+typedef void (*apply_fn)(const float *restrict, float *restrict, size_t);
+
+typedef struct {
+    const char *name;
+    apply_fn apply;
+    double (*ref)(double);
+    float lo, hi;           /* bit-sweep domain (asserted) */
+    double lin_lo, lin_hi;  /* dense uniform sweep */
+    double bound;           /* asserted max ulp */
+    int pio2;               /* add k*pi/2 neighbourhoods */
+} case_t;
+
+static case_t k_cases[] = { /* non-const: handed to cmocka as test state */
+    {"exp", apply_exp, ref_exp, -INFINITY, INFINITY, -104, 89, 2, 0},
+    {"exp2", apply_exp2, ref_exp2, -INFINITY, INFINITY, -151, 129, 2, 0},
+    {"expm1", apply_expm1, ref_expm1, -INFINITY, INFINITY, -18, 89, 3, 0},
+    {"log", apply_log, ref_log, -INFINITY, INFINITY, 0, 4, 2, 0},
+    {"log2", apply_log2, ref_log2, -INFINITY, INFINITY, 0, 4, 2, 0},
+    {"log1p", apply_log1p, ref_log1p, -INFINITY, INFINITY, -1, 4, 3, 0},
+    {"tanh", apply_tanh, ref_tanh, -INFINITY, INFINITY, -10, 10, 4, 0},
+    {"sigmoid", apply_sigmoid, ref_sigmoid, -INFINITY, INFINITY, -110, 20, 4, 0},
+    {"erf", apply_erf, ref_erf, -INFINITY, INFINITY, -4.5, 4.5, 4, 0},
+    {"sin", apply_sin, ref_sin, -1e4f, 1e4f, -1e4, 1e4, 4, 1},
+    {"cos", apply_cos, ref_cos, -1e4f, 1e4f, -1e4, 1e4, 4, 1},
+    {"tan", apply_tan, ref_tan, -1e4f, 1e4f, -1e4, 1e4, 6, 1},
+    {"gelu_tanh", apply_gelu_tanh, ref_gelu_tanh, -INFINITY, INFINITY, -12, 12, 4, 0},
+    {"gelu_erf", apply_gelu_erf, ref_gelu_erf, -INFINITY, INFINITY, -15, 15, 4, 0},
+    {"silu", apply_silu, ref_silu, -INFINITY, INFINITY, -110, 30, 4, 0},
+    {"softplus", apply_softplus, ref_softplus, -INFINITY, INFINITY, -110, 25, 3, 0},
+    {"rsqrt", apply_rsqrt, ref_rsqrt, -INFINITY, INFINITY, 0, 4, 1, 0},
+};
+#define N_CASES (sizeof k_cases / sizeof k_cases[0])
+_Static_assert(N_CASES == 17, "keep main()'s UT() list in sync with k_cases");
+
+static double g_maxulp[N_CASES];
+static size_t g_points[N_CASES];
+
+/* One accuracy case; the case_t comes in as the test's initial state. */
+static void test_ulp(void **state)
+{
+    const case_t *c = *state;
+    size_t idx = (size_t)(c - k_cases);
+    vec_t v = {0};
+    for (size_t i = 0; i < sizeof k_special / sizeof k_special[0]; i++) {
+        float s = k_special[i]; /* finite specials only inside the asserted domain */
+        if (!isfinite(s) || (s >= c->lo && s <= c->hi)) push(&v, s);
+    }
+    add_bit_sweep(&v, c->lo, c->hi);
+    add_linear(&v, c->lin_lo, c->lin_hi, 1u << 20);
+    if (c->pio2) add_pio2_multiples(&v, 1, 6366, 1); /* 6366 * pi/2 < 1e4 */
+    pad_block(&v);
+
+    float *y = malloc(v.n * sizeof(float));
+    assert_non_null(y);
+    c->apply(v.x, y, v.n);
+
+    double worst = 0.0;
+    float worst_x = 0.0f, worst_y = 0.0f;
+    for (size_t i = 0; i < v.n; i++) {
+        double e = ulp_err(y[i], c->ref((double)v.x[i]));
+        if (!(e <= worst)) { /* also catches NaN errors */
+            worst = e;
+            worst_x = v.x[i];
+            worst_y = y[i];
+        }
+    }
+    g_maxulp[idx] = worst;
+    g_points[idx] = v.n;
+    print_message("%-10s %9zu pts  max %6.3f ulp  (bound %.0f)  at x=%a -> %a, ref %a\n",
+                  c->name, v.n, worst, c->bound, (double)worst_x, (double)worst_y,
+                  c->ref((double)worst_x));
+    free(y);
+    free(v.x);
+    assert_true(worst <= c->bound);
+}
+
+/* sin/cos/tan beyond the contract range: reduction is still exact up to
+ * |x| ~ 8.4e8 (documented in vmath.h), so check that claim too. */
+static void test_trig_large(void **state)
+{
+    (void)state;
+    vec_t v = {0};
+    add_bit_sweep(&v, 1e4f, 8.4e8f);
+    add_bit_sweep(&v, -8.4e8f, -1e4f);
+    add_pio2_multiples(&v, 6367, 5.3e8, 5297); /* 5.3e8 * pi/2 < 8.4e8 */
+    pad_block(&v);
+    float *y = malloc(v.n * sizeof(float));
+    assert_non_null(y);
+    static const struct {
+        const char *n;
+        apply_fn f;
+        double (*r)(double);
+        double b;
+    } t[] = {{"sin", apply_sin, ref_sin, 4}, {"cos", apply_cos, ref_cos, 4},
+             {"tan", apply_tan, ref_tan, 6}};
+    for (size_t k = 0; k < 3; k++) {
+        t[k].f(v.x, y, v.n);
+        double worst = 0.0;
+        for (size_t i = 0; i < v.n; i++) {
+            double e = ulp_err(y[i], t[k].r((double)v.x[i]));
+            if (!(e <= worst)) worst = e;
+        }
+        print_message("%-10s %9zu pts  max %6.3f ulp  on 1e4 < |x| <= 8.4e8\n", t[k].n, v.n, worst);
+        assert_true(worst <= t[k].b);
+    }
+    /* Far beyond: no accuracy promise, but results must stay in [-1, 1]. */
+    float big[BLOCK], out[BLOCK];
+    for (size_t i = 0; i < BLOCK; i++) big[i] = from_bits(0x4f000000u + (uint32_t)i * 0x7f3a1u);
+    for (int k = 0; k < 2; k++) {
+        (k ? apply_cos : apply_sin)(big, out, BLOCK);
+        for (size_t i = 0; i < BLOCK; i++)
+            assert_true(isfinite(big[i]) ? fabsf(out[i]) <= 1.0f : isnan(out[i]));
+    }
+    free(y);
+    free(v.x);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Exact special values (through the same array loops)                    */
+/* ---------------------------------------------------------------------- */
+static float eval1(apply_fn f, float x)
+{
+    static float in[BLOCK], out[BLOCK];
+    for (size_t i = 0; i < BLOCK; i++) in[i] = x;
+    f(in, out, BLOCK);
+    return out[BLOCK - 1];
+}
+
+#define IS_PZERO(v) ((v) == 0.0f && !signbit(v))
+#define IS_NZERO(v) ((v) == 0.0f && signbit(v))
+
+static void test_special_values(void **state)
+{
+    (void)state;
+    const float inf = INFINITY;
+    /* exp family */
+    assert_true(isnan(eval1(apply_exp, NAN)));
+    assert_true(eval1(apply_exp, inf) == inf);
+    assert_true(IS_PZERO(eval1(apply_exp, -inf)));
+    assert_true(eval1(apply_exp, 88.72284f) == inf);     /* just past overflow */
+    assert_true(isfinite(eval1(apply_exp, 88.72283f)));  /* just below */
+    assert_true(eval1(apply_exp, 88.72283f) > 3.4e38f);
+    assert_true(IS_PZERO(eval1(apply_exp, -104.0f)));   /* below 2^-150 */
+    assert_true(eval1(apply_exp, -103.0f) > 0.0f);       /* gradual underflow */
+    assert_true(eval1(apply_exp, -103.2789f) == 0x1p-149f);
+    assert_true(eval1(apply_exp, 0.0f) == 1.0f);
+    assert_true(eval1(apply_exp2, 3.0f) == 8.0f);
+    assert_true(eval1(apply_exp2, -149.0f) == 0x1p-149f);
+    assert_true(eval1(apply_exp2, 128.0f) == inf);
+    assert_true(IS_PZERO(eval1(apply_exp2, -inf)));
+    assert_true(isnan(eval1(apply_exp2, NAN)));
+    assert_true(IS_NZERO(eval1(apply_expm1, -0.0f)));
+    assert_true(eval1(apply_expm1, -inf) == -1.0f);
+    assert_true(eval1(apply_expm1, inf) == inf);
+    assert_true(eval1(apply_expm1, 0x1p-140f) == 0x1p-140f);
+    assert_true(isnan(eval1(apply_expm1, NAN)));
+    /* log family */
+    assert_true(eval1(apply_log, 0.0f) == -inf);
+    assert_true(eval1(apply_log, -0.0f) == -inf);
+    assert_true(isnan(eval1(apply_log, -1.0f)));
+    assert_true(isnan(eval1(apply_log, -inf)));
+    assert_true(isnan(eval1(apply_log, NAN)));
+    assert_true(eval1(apply_log, inf) == inf);
+    assert_true(IS_PZERO(eval1(apply_log, 1.0f)));
+    assert_true(fabsf(eval1(apply_log, 0x1p-149f) - (float)(-149 * 0.69314718055994531)) <= 1e-5f);
+    assert_true(eval1(apply_log2, 0x1p-149f) == -149.0f);
+    assert_true(eval1(apply_log2, 1024.0f) == 10.0f);
+    assert_true(eval1(apply_log2, 0.0f) == -inf);
+    assert_true(isnan(eval1(apply_log2, -2.0f)));
+    assert_true(eval1(apply_log2, inf) == inf);
+    assert_true(eval1(apply_log1p, -1.0f) == -inf);
+    assert_true(isnan(eval1(apply_log1p, -1.5f)));
+    assert_true(IS_NZERO(eval1(apply_log1p, -0.0f)));
+    assert_true(eval1(apply_log1p, inf) == inf);
+    assert_true(eval1(apply_log1p, 0x1p-149f) == 0x1p-149f);
+    assert_true(isnan(eval1(apply_log1p, NAN)));
+    /* tanh / sigmoid / erf */
+    assert_true(eval1(apply_tanh, inf) == 1.0f);
+    assert_true(eval1(apply_tanh, -inf) == -1.0f);
+    assert_true(IS_NZERO(eval1(apply_tanh, -0.0f)));
+    assert_true(eval1(apply_tanh, -0x1p-149f) == -0x1p-149f);
+    assert_true(isnan(eval1(apply_tanh, NAN)));
+    assert_true(IS_PZERO(eval1(apply_sigmoid, -inf)));
+    assert_true(eval1(apply_sigmoid, inf) == 1.0f);
+    assert_true(eval1(apply_sigmoid, 0.0f) == 0.5f);
+    assert_true(eval1(apply_sigmoid, -100.0f) > 0.0f);
+    assert_true(isnan(eval1(apply_sigmoid, NAN)));
+    assert_true(eval1(apply_erf, inf) == 1.0f);
+    assert_true(eval1(apply_erf, -inf) == -1.0f);
+    assert_true(IS_NZERO(eval1(apply_erf, -0.0f)));
+    assert_true(isnan(eval1(apply_erf, NAN)));
+    /* trig */
+    assert_true(isnan(eval1(apply_sin, inf)));
+    assert_true(isnan(eval1(apply_sin, -inf)));
+    assert_true(isnan(eval1(apply_cos, inf)));
+    assert_true(isnan(eval1(apply_tan, -inf)));
+    assert_true(isnan(eval1(apply_sin, NAN)));
+    assert_true(IS_NZERO(eval1(apply_sin, -0.0f)));
+    assert_true(IS_NZERO(eval1(apply_tan, -0.0f)));
+    assert_true(eval1(apply_cos, 0.0f) == 1.0f);
+    assert_true(eval1(apply_sin, 0x1p-149f) == 0x1p-149f);
+    /* activations */
+    assert_true(eval1(apply_gelu_tanh, inf) == inf);
+    assert_true(IS_NZERO(eval1(apply_gelu_tanh, -inf)));
+    assert_true(IS_NZERO(eval1(apply_gelu_tanh, -0.0f)));
+    assert_true(isnan(eval1(apply_gelu_tanh, NAN)));
+    assert_true(eval1(apply_gelu_erf, inf) == inf);
+    assert_true(IS_NZERO(eval1(apply_gelu_erf, -inf)));
+    assert_true(IS_NZERO(eval1(apply_gelu_erf, -0.0f)));
+    assert_true(isnan(eval1(apply_gelu_erf, NAN)));
+    assert_true(eval1(apply_silu, inf) == inf);
+    assert_true(IS_NZERO(eval1(apply_silu, -inf)));
+    assert_true(IS_NZERO(eval1(apply_silu, -1e30f)));
+    assert_true(eval1(apply_silu, 1e30f) == 1e30f);
+    assert_true(isnan(eval1(apply_silu, NAN)));
+    assert_true(eval1(apply_softplus, 21.0f) == 21.0f); /* threshold */
+    assert_true(eval1(apply_softplus, inf) == inf);
+    assert_true(IS_PZERO(eval1(apply_softplus, -inf)));
+    assert_true(isnan(eval1(apply_softplus, NAN)));
+    /* rsqrt */
+    assert_true(eval1(apply_rsqrt, 0.0f) == inf);
+    assert_true(eval1(apply_rsqrt, -0.0f) == -inf);
+    assert_true(isnan(eval1(apply_rsqrt, -1.0f)));
+    assert_true(IS_PZERO(eval1(apply_rsqrt, inf)));
+    assert_true(isnan(eval1(apply_rsqrt, NAN)));
+    assert_true(eval1(apply_rsqrt, 4.0f) == 0.5f);
+    assert_true(eval1(apply_rsqrt, 0x1p-148f) == 0x1p74f);
+}
+
+/* Group teardown: the summary table (max ulp per function vs its bound). */
+static int print_table(void **state)
+{
+    (void)state;
+    print_message("\n  %-10s %10s %9s %7s\n", "function", "points", "max ulp", "bound");
+    for (size_t i = 0; i < N_CASES; i++) {
+        if (g_points[i] == 0) continue; /* test did not run */
+        print_message("  %-10s %10zu %9.3f %7.0f%s\n", k_cases[i].name, g_points[i], g_maxulp[i],
+                      k_cases[i].bound, g_maxulp[i] <= k_cases[i].bound ? "" : "  FAIL");
+    }
+    print_message("  (sin/cos/tan over |x| <= 1e4; see test_trig_large for beyond)\n\n");
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_special_values),
+#define UT(i, nm) {.name = "ulp_" #nm, .test_func = test_ulp, .initial_state = &k_cases[i]}
+        UT(0, exp), UT(1, exp2), UT(2, expm1), UT(3, log), UT(4, log2),
+        UT(5, log1p), UT(6, tanh), UT(7, sigmoid), UT(8, erf), UT(9, sin),
+        UT(10, cos), UT(11, tan), UT(12, gelu_tanh), UT(13, gelu_erf),
+        UT(14, silu), UT(15, softplus), UT(16, rsqrt),
+#undef UT
+        cmocka_unit_test(test_trig_large),
+    };
+    return cmocka_run_group_tests(tests, NULL, print_table);
+}
