@@ -420,7 +420,7 @@ KL_API kl_tensor *kl_std(kl_tensor *x, int ndims, const int64_t *dims, double co
 KL_API kl_tensor *kl_logsumexp(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
 /* p-norm (p = INFINITY: max |x|; p = 0: count of non-zeros). */
 KL_API kl_tensor *kl_norm(kl_tensor *x, double p, int ndims, const int64_t *dims, bool keepdim);
-/* bool results. */
+/* bool results (uint8 for uint8 input, as in PyTorch 1.13). */
 KL_API kl_tensor *kl_all(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
 KL_API kl_tensor *kl_any(kl_tensor *x, int ndims, const int64_t *dims, bool keepdim);
 KL_API kl_tensor *kl_cumsum(kl_tensor *x, int dim);

@@ -125,6 +125,8 @@ static void ew_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+static int ew_error(ke_call *c, int err);
+
 int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute) {
     kl_tensor *out = c->out[0];
     ke_ew_loop loop = impl->loop[compute];
@@ -136,6 +138,36 @@ int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute) {
     int64_t n = ke_numel(out->ndim, out->shape);
     if (n == 0) return 0;
     KE_ASSERT(c->nin + 1 <= KE_EW_MAXOPS);
+    /* The common small case first: a fresh contiguous output and inputs that
+     * are contiguous with its shape (or single broadcast elements) in the
+     * loop's dtype. Checking this is cheaper than planning, which matters
+     * for the per-op overhead of small tensors. */
+    kl_dtype okd = impl->out_bool ? KL_BOOL : compute;
+    if (n < KE_EW_GRAIN && out->dtype == okd && ke_is_contig(out)) {
+        const void *in[KE_EW_MAXOPS];
+        unsigned bcast = 0;
+        int ok = 1;
+        for (int k = 0; k < c->nin && ok; k++) {
+            const kl_tensor *t = c->in[k];
+            kl_dtype want = (impl->bool_in >> k) & 1 ? KL_BOOL : compute;
+            in[k] = ke_data(t);
+            if (t->dtype != want) {
+                ok = 0;
+            } else if (ke_numel(t->ndim, t->shape) == 1) {
+                if (n == 1) continue;
+                if (impl->bcast_ok & (1u << k)) bcast |= 1u << k;
+                else ok = 0;
+            } else if (t->ndim != out->ndim || memcmp(t->shape, out->shape, sizeof(int64_t) * t->ndim) ||
+                       !ke_is_contig(t)) {
+                ok = 0;
+            }
+        }
+        if (ok) {
+            int err = 0;
+            loop(n, ke_data(out), in, bcast, &c->a, &err);
+            return ew_error(c, err);
+        }
+    }
     ew_plan p;
     p.nops = c->nin + 1;
     p.ndim = out->ndim;
@@ -175,7 +207,11 @@ int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute) {
     } else {
         ke_parallel_for(n, KE_EW_GRAIN, ew_range, &p);
     }
-    switch (atomic_load(&p.err)) {
+    return ew_error(c, atomic_load(&p.err));
+}
+
+static int ew_error(ke_call *c, int err) {
+    switch (err) {
     case KE_EW_OK: return 0;
     case KE_EW_INT_DIV_ZERO: return ke_err(KL_ERR_ARG, ke_opname(c), "integer division by zero");
     case KE_EW_INT_NEG_POW:

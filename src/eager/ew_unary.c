@@ -5,12 +5,6 @@
  * fails to compile. Float math uses vmath.h's vectorizable polynomials for
  * f32 (f16/bf16 compute in f32) and libm for f64.
  */
-/* Kiln never reads FP exception flags. Without this GCC keeps the selects
- * of vmath.h's log, log2, log1p, rsqrt, gelu, gelu_tanh and softplus as
- * branches (if-converting them would speculate an FP op that may raise a
- * flag) and those loops stay scalar. It precedes the includes so the inlined
- * vmath functions carry the same options as the loops. */
-#pragma GCC optimize("no-trapping-math")
 
 #include "kernels_ew.h"
 #include "vmath.h"

@@ -114,7 +114,8 @@ typedef struct ce_ctx {
                 p->loss[r] = 0;                                                                       \
                 continue;                                                                             \
             }                                                                                         \
-            double lse = ke_row_logsumexp_##sfx(x, p->C), l = lse - (double)x[t];                     \
+            const T *next = r + 1 < r1 && p->C * (int64_t)sizeof(T) <= 65536 ? x + p->C : NULL;       \
+            double lse = ke_row_logsumexp_##sfx(x, p->C, next), l = lse - (double)x[t];               \
             if (p->ls > 0)                                                                            \
                 l = (1 - p->ls) * l + p->ls / (double)p->C * ((double)p->C * lse - ke_row_sum_##sfx(x, p->C)); \
             p->loss[r] = l;                                                                           \

@@ -34,22 +34,23 @@ static int set_out(ke_call *c, kl_tensor *t) {
     return 0;
 }
 
-/* Prefetches 256 bytes (one block of lanes) of the next row, input and
- * output, while this row is worked on: a row of a few KB is about a page,
- * and the hardware prefetcher stops at page boundaries, so without this
- * every row would start with cache misses that no compute overlaps.
- * Spread over a compute loop, one block per block, so the fill buffers
+/* Prefetches 256 bytes (one block of lanes) of the next row's input and
+ * output (either may be NULL) while this row is worked on: a row of a few
+ * KB is about a page, and the hardware prefetcher stops at page boundaries,
+ * so without this every row would start with misses that no compute
+ * overlaps. Called once per block of a compute loop, so the fill buffers
  * never overflow. Always inlined: GCC splits an out-of-line copy off, finds
  * it free of side effects and deletes the calls. */
 __attribute__((always_inline)) static inline void prefetch_block(const void *nx, const void *ny, int64_t off) {
-    if (!nx) return;
     for (int b = 0; b < 256; b += 64) {
-        __builtin_prefetch((const char *)nx + off + b, 0, 3);
-        __builtin_prefetch((const char *)ny + off + b, 1, 3);
+        if (nx) __builtin_prefetch((const char *)nx + off + b, 0, 3);
+        if (ny) __builtin_prefetch((const char *)ny + off + b, 1, 3);
     }
 }
 
-static int64_t grain_for(int64_t per_item) { return per_item >= KE_ROW_GRAIN ? 1 : KE_ROW_GRAIN / (per_item ? per_item : 1); }
+static int64_t grain_for(int64_t per_item) {
+    return per_item >= KE_ROW_GRAIN ? 1 : KE_ROW_GRAIN / (per_item ? per_item : 1);
+}
 
 /* ---- row primitives, one definition per compute type ----------------------------- */
 
@@ -84,13 +85,19 @@ static int64_t grain_for(int64_t per_item) { return per_item >= KE_ROW_GRAIN ? 1
                         s[j] += e;                                                                       \
                     }                                                                                    \
                 }                                                                                        \
-                for (; i < c1; i++) s[0] += y[i] = EXP(x[i] - mx);                                       \
             } else {                                                                                     \
                 for (; i + L <= c1; i += L) {                                                            \
                     prefetch_block(nx, ny, i * (int64_t)sizeof(T));                                      \
                     for (int j = 0; j < L; j++) s[j] += EXP(x[i + j] - mx);                              \
                 }                                                                                        \
-                for (; i < c1; i++) s[0] += EXP(x[i] - mx);                                              \
+            }                                                                                            \
+            if (i < c1) { /* the tail, padded with -inf to a full block: stays vectorized */             \
+                T tx[L], ty[L];                                                                          \
+                const int64_t m = c1 - i;                                                                \
+                for (int j = 0; j < L; j++) tx[j] = j < m ? x[i + j] : -INFINITY;                        \
+                for (int j = 0; j < L; j++) s[j] += ty[j] = EXP(tx[j] - mx);                             \
+                if (y)                                                                                   \
+                    for (int64_t j = 0; j < m; j++) y[i + j] = ty[j];                                    \
             }                                                                                            \
             T r = 0;                                                                                     \
             for (int j = 0; j < L; j++) r += s[j];                                                       \
@@ -120,9 +127,9 @@ static int64_t grain_for(int64_t per_item) { return per_item >= KE_ROW_GRAIN ? 1
         }                                                                                                \
         return total;                                                                                    \
     }                                                                                                    \
-    T ke_row_logsumexp_##sfx(const T *x, int64_t n) {                                                    \
+    T ke_row_logsumexp_##sfx(const T *x, int64_t n, const T *next) {                                     \
         T mx = row_max_##sfx(x, n);                                                                      \
-        return mx + (T)LOG((T)row_sumexp_##sfx(x, NULL, n, mx, NULL, NULL));                             \
+        return mx + (T)LOG((T)row_sumexp_##sfx(x, NULL, n, mx, next, NULL));                             \
     }                                                                                                    \
     double ke_row_sum_##sfx(const T *x, int64_t n) { return row_sum_##sfx(x, n, 0, 0); }
 
@@ -145,7 +152,7 @@ typedef struct softmax_ctx {
 
 /* Rows (inner == 1) are contiguous; otherwise a task is a block of up to
  * KE_COL_BLOCK columns (256 bytes of f32) of one [n, inner] slab, handled
- * lane-wise in three passes; the first prefetches 8 rows ahead since its
+ * lane-wise in three passes; the first prefetches 16 rows ahead since its
  * strided reads defeat the hardware prefetcher, the others find the block
  * in L2. */
 #define KE_SOFTMAX(T, sfx, EXP, LOG)                                                                     \
@@ -165,7 +172,7 @@ typedef struct softmax_ctx {
         for (int64_t j = 0; j < w; j++) m[j] = -INFINITY, s[j] = 0;                                      \
         for (int64_t k = 0; k < n; k++) {                                                                \
             const T *restrict r = x + k * inner;                                                         \
-            if (k + 8 < n) prefetch_block(r + 8 * inner, y + (k + 8) * inner, 0);                        \
+            if (k + 16 < n) prefetch_block(r + 16 * inner, NULL, 0);                                     \
             for (int64_t j = 0; j < w; j++) m[j] = r[j] > m[j] ? r[j] : m[j];                            \
         }                                                                                                \
         for (int64_t k = 0; k < n; k++) {                                                                \
@@ -341,7 +348,7 @@ typedef struct norm_ctx {
             T scale = (T)(1 / sqrt(var + p->eps)), shift = (T)(-mean * (double)scale);                   \
             for (int64_t i0 = 0; i0 < n; i0 += L) {                                                      \
                 int64_t i1 = n - i0 < L ? n : i0 + L;                                                    \
-                prefetch_block(pf ? x + n : NULL, y + n, i0 * (int64_t)sizeof(T));                       \
+                if (pf) prefetch_block(x + n, y + n, i0 * (int64_t)sizeof(T));                           \
                 for (int64_t i = i0; i < i1; i++) y[i] = x[i] * scale + shift;                           \
                 if (w)                                                                                   \
                     for (int64_t i = i0; i < i1; i++) y[i] *= w[i];                                      \

@@ -389,7 +389,7 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
             return ke_err(KL_ERR_DTYPE, ke_opname(c), "expects a floating-point input, got %s",
                           ke_fmt_tensor(b, sizeof b, x));
         float_only = 1;
-        no_identity = op == KE_OP_norm && isinf(c->a.f[0]);
+        no_identity = op == KE_OP_norm && (c->a.f[0] < 0 || c->a.f[0] == INFINITY);
         break;
     case KE_OP_logsumexp: /* integers promote, as torch.logsumexp does */
         od = ke_is_float(xd) ? xd : kl_get_default_dtype();
@@ -410,15 +410,15 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
     out->dtype = od;
     c->compute = float_only ? ke_compute_dtype(od) : rk_loop_dtype(xd);
     if (no_identity) {
-        /* max, min and the inf norms have no value for an empty reduction */
+        /* max, min and the inf and negative norms have no value for an empty reduction */
         uint32_t mask;
         if (ke_reduce_mask(c, x->ndim, &mask)) return -1;
         int64_t numel = ke_numel(x->ndim, x->shape);
         if (c->a.nlist == 0 && numel == 0)
             return op == KE_OP_norm
                        ? ke_err(KL_ERR_SHAPE, ke_opname(c),
-                                "cannot compute the inf norm of an empty tensor %s: the operation has no identity",
-                                ke_fmt_tensor(b, sizeof b, x))
+                                "cannot compute the %g norm of an empty tensor %s: the operation has no identity",
+                                c->a.f[0], ke_fmt_tensor(b, sizeof b, x))
                        : ke_err(KL_ERR_SHAPE, ke_opname(c),
                                 "expected a reduction dim to be specified for an input with 0 elements %s",
                                 ke_fmt_tensor(b, sizeof b, x));
@@ -426,9 +426,9 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
             if ((mask >> d & 1) && x->shape[d] == 0)
                 return op == KE_OP_norm
                            ? ke_err(KL_ERR_SHAPE, ke_opname(c),
-                                    "cannot compute the inf norm over dim %d of %s, which is empty: the "
+                                    "cannot compute the %g norm over dim %d of %s, which is empty: the "
                                     "operation has no identity",
-                                    d, ke_fmt_tensor(b, sizeof b, x))
+                                    c->a.f[0], d, ke_fmt_tensor(b, sizeof b, x))
                            : ke_err(KL_ERR_SHAPE, ke_opname(c),
                                     "expected reduction dim %d to have non-zero size, input %s", d,
                                     ke_fmt_tensor(b, sizeof b, x));

@@ -22,6 +22,12 @@ static int combine(int higher, int lower) {
 static int promote_opt(int a, kl_dtype b) { return a < 0 ? (int)b : (int)kl_promote_types((kl_dtype)a, b); }
 
 kl_dtype ke_result_type(int n, kl_tensor *const *ts) {
+    /* Most calls mix tensors of one dtype: then the tiers cannot matter
+     * (a wrapped scalar's dtype only says its category, so it still can). */
+    int same = n > 0;
+    for (int i = 0; i < n && same; i++)
+        same = ts[i]->dtype == ts[0]->dtype && !(ts[i]->flags & KE_TF_WRAPPED);
+    if (same) return (kl_dtype)ts[0]->dtype;
     int dim = -1, zero = -1, wrapped = -1;
     for (int i = 0; i < n; i++) {
         const kl_tensor *t = ts[i];
@@ -94,7 +100,14 @@ int ke_rule_dtype(ke_call *c, kl_dtype *out) {
 }
 
 int ke_broadcast_shapes(const char *op, int n, kl_tensor *const *ts, int *ndim, int64_t *shape) {
-    int nd = 0;
+    int nd = 0, same = 1;
+    for (int i = 1; i < n && same; i++)
+        same = ts[i]->ndim == ts[0]->ndim && !memcmp(ts[i]->shape, ts[0]->shape, sizeof(int64_t) * ts[0]->ndim);
+    if (same && n > 0) {
+        *ndim = ts[0]->ndim;
+        memcpy(shape, ts[0]->shape, sizeof(int64_t) * ts[0]->ndim);
+        return 0;
+    }
     for (int i = 0; i < n; i++)
         if (ts[i]->ndim > nd) nd = ts[i]->ndim;
     for (int d = 0; d < nd; d++) shape[d] = 1;

@@ -1,0 +1,967 @@
+/*
+ * test_fixtures.c — every op of the table against PyTorch 1.13 reference values.
+ *
+ * tests/fixtures/gen_fixtures.py writes .npy inputs/outputs and a manifest
+ * (tests/fixtures/manifest.txt, format documented at the top of the script):
+ *
+ *     NAME OP [in=SPEC,...] [out=SPEC,...] [KEY=VALUE ...]
+ *
+ * A SPEC is FILE[:MOD...]; modifiers apply in order after kl_load_npy:
+ *   :bf16      input: kl_to_dtype(KL_BF16); output: Kiln must return bfloat16
+ *   :T         kl_transpose(-1, -2)          (non-contiguous input)
+ *   :S2        kl_slice(-1, 0, end, 2)       (strided input)
+ *   :E=AxBxC   kl_expand to AxBxC            (0-stride broadcast input)
+ * '-' is a NULL tensor argument. Special keys: tol, error=1 (Kiln must fail),
+ * novalues=1 (shape and dtype only), ref (informational).
+ *
+ * The op table below is the only per-op code: it maps each manifest OP (a
+ * public function name without kl_) to the op-table row it exercises and a
+ * small runner that reads the attributes and calls the kl_ function.
+ *
+ * Every case runs in its own scope; a failing case prints its name, op, the
+ * first mismatching element and both values, and the run goes on, so one run
+ * lists every failure. Environment: KT_FIXTURES_DIR (where manifest.txt
+ * lives), KT_FIXTURE_FILTER (run only cases whose name or op contains it),
+ * KT_FIXTURE_VERBOSE=1 (print every case).
+ */
+#include "harness.h"
+
+#include "dispatch.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define FX_MAX_IN 8
+#define FX_MAX_OUT 16
+#define FX_MAX_ATTR 16
+
+typedef struct fx_case {
+    int line;
+    char *name, *op;
+    int nin, nout, nattr;
+    char *in[FX_MAX_IN];
+    char *out[FX_MAX_OUT];
+    char *key[FX_MAX_ATTR], *val[FX_MAX_ATTR];
+    bool error, novalues;
+} fx_case;
+
+typedef struct fx_manifest {
+    char *text;       /* the file, tokens point into it */
+    fx_case *cases;
+    int n;
+} fx_manifest;
+
+typedef struct fx_op fx_op;
+
+/* What a runner sees: the case, its built inputs, where its outputs go. */
+typedef struct fx_ctx {
+    const fx_case *c;
+    const fx_op *op;
+    kl_tensor *in[FX_MAX_IN];
+    int nin;
+    kl_tensor *out[FX_MAX_OUT];
+    int nout;
+    char bad[256];    /* malformed case or broken contract (not a Kiln error) */
+} fx_ctx;
+
+typedef int (*fx_run_fn)(fx_ctx *cx);
+
+/* The public function a generic runner calls. */
+typedef union fx_fp {
+    kl_tensor *(*u)(kl_tensor *);
+    kl_tensor *(*b)(kl_tensor *, kl_tensor *);
+    kl_tensor *(*bs)(kl_tensor *, double);
+    kl_tensor *(*red)(kl_tensor *, int, const int64_t *, bool);
+    kl_tensor *(*var)(kl_tensor *, int, const int64_t *, double, bool);
+    kl_tensor *(*arg)(kl_tensor *, int, bool);
+    int (*mdim)(kl_tensor *, int, bool, kl_tensor **, kl_tensor **);
+    kl_tensor *(*scan)(kl_tensor *, int);
+    kl_tensor *(*tri)(kl_tensor *, int64_t);
+    kl_tensor *(*sm)(kl_tensor *, int);
+    kl_tensor *(*pool)(kl_tensor *, const kl_pool2d_options *);
+    kl_tensor *(*loss)(kl_tensor *, kl_tensor *, kl_reduction);
+    kl_tensor *(*join)(int, kl_tensor *const *, int);
+    kl_tensor *(*shape)(kl_tensor *, int, const int64_t *);
+    kl_tensor *(*dt)(int, const int64_t *, kl_dtype);
+    kl_tensor *(*like)(const kl_tensor *);
+} fx_fp;
+
+struct fx_op {
+    const char *name;   /* manifest OP: the public function without kl_ */
+    const char *row;    /* the op-table row it exercises */
+    fx_run_fn run;
+    fx_fp fp;
+};
+
+/* ---- attributes ----------------------------------------------------------------------------- */
+
+static const char *fx_attr(fx_ctx *cx, const char *key) {
+    for (int i = 0; i < cx->c->nattr; i++)
+        if (!strcmp(cx->c->key[i], key)) return cx->c->val[i];
+    if (!cx->bad[0]) snprintf(cx->bad, sizeof cx->bad, "missing attribute '%s'", key);
+    return NULL;
+}
+
+static int64_t fx_i(fx_ctx *cx, const char *key) {
+    const char *v = fx_attr(cx, key);
+    return v ? strtoll(v, NULL, 10) : 0;
+}
+
+static double fx_f(fx_ctx *cx, const char *key) {
+    const char *v = fx_attr(cx, key);
+    return v ? strtod(v, NULL) : 0;
+}
+
+static bool fx_b(fx_ctx *cx, const char *key) { return fx_i(cx, key) != 0; }
+
+/* Integer list "1,2,3" (empty: no elements) into buf; returns the count. */
+static int fx_list(fx_ctx *cx, const char *key, int64_t *buf, int max) {
+    const char *v = fx_attr(cx, key);
+    int n = 0;
+    while (v && *v) {
+        char *end;
+        int64_t x = strtoll(v, &end, 10);
+        if (end == v || n == max) {
+            snprintf(cx->bad, sizeof cx->bad, "bad list '%s' for '%s'", v, key);
+            return 0;
+        }
+        buf[n++] = x;
+        v = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+static const char *const fx_dtnames[KL_NUM_DTYPES] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
+
+static kl_dtype fx_dtype_named(const char *s) {
+    for (int d = 0; d < KL_NUM_DTYPES; d++)
+        if (!strcmp(s, fx_dtnames[d])) return (kl_dtype)d;
+    return KL_NUM_DTYPES;
+}
+
+static kl_dtype fx_dt(fx_ctx *cx, const char *key) {
+    const char *v = fx_attr(cx, key);
+    kl_dtype d = v ? fx_dtype_named(v) : KL_NUM_DTYPES;
+    if (v && d == KL_NUM_DTYPES) snprintf(cx->bad, sizeof cx->bad, "unknown dtype '%s'", v);
+    return d;
+}
+
+static int fx_dim(fx_ctx *cx, const char *key) {
+    const char *v = fx_attr(cx, key);
+    return v && !strcmp(v, "none") ? KL_DIM_NONE : (int)fx_i(cx, key);
+}
+
+static kl_reduction fx_red(fx_ctx *cx) {
+    const char *v = fx_attr(cx, "red");
+    if (v && !strcmp(v, "none")) return KL_REDUCE_NONE;
+    if (v && !strcmp(v, "sum")) return KL_REDUCE_SUM;
+    return KL_REDUCE_MEAN;
+}
+
+/* ---- runners ------------------------------------------------------------------------------- */
+
+#define IN(k) (cx->in[k])
+
+static int fx_out1(fx_ctx *cx, kl_tensor *t) {
+    cx->out[0] = t;
+    cx->nout = 1;
+    return t ? 0 : -1;
+}
+
+/* In-place ops must return their first argument itself. */
+static int fx_out_inplace(fx_ctx *cx, kl_tensor *t) {
+    if (t && t != IN(0)) snprintf(cx->bad, sizeof cx->bad, "in-place op returned a tensor other than its input");
+    return fx_out1(cx, t);
+}
+
+static int run_u(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.u(IN(0))); }
+static int run_u_ip(fx_ctx *cx) { return fx_out_inplace(cx, cx->op->fp.u(IN(0))); }
+static int run_b(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.b(IN(0), IN(1))); }
+static int run_b_ip(fx_ctx *cx) { return fx_out_inplace(cx, cx->op->fp.b(IN(0), IN(1))); }
+static int run_bs(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.bs(IN(0), fx_f(cx, "s"))); }
+static int run_bs_ip(fx_ctx *cx) { return fx_out_inplace(cx, cx->op->fp.bs(IN(0), fx_f(cx, "s"))); }
+
+/* creation */
+static int run_shape_dt(fx_ctx *cx) {
+    int64_t s[KE_MAX_LIST];
+    int n = fx_list(cx, "shape", s, KE_MAX_LIST);
+    return fx_out1(cx, cx->op->fp.dt(n, s, fx_dt(cx, "dtype")));
+}
+static int run_full(fx_ctx *cx) {
+    int64_t s[KE_MAX_LIST];
+    int n = fx_list(cx, "shape", s, KE_MAX_LIST);
+    return fx_out1(cx, kl_full(n, s, fx_f(cx, "value"), fx_dt(cx, "dtype")));
+}
+static int run_scalar_tensor(fx_ctx *cx) { return fx_out1(cx, kl_scalar_tensor(fx_f(cx, "value"), fx_dt(cx, "dtype"))); }
+static int run_like(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.like(IN(0))); }
+static int run_full_like(fx_ctx *cx) { return fx_out1(cx, kl_full_like(IN(0), fx_f(cx, "value"))); }
+static int run_arange(fx_ctx *cx) {
+    return fx_out1(cx, kl_arange(fx_f(cx, "start"), fx_f(cx, "end"), fx_f(cx, "step"), fx_dt(cx, "dtype")));
+}
+static int run_linspace(fx_ctx *cx) {
+    return fx_out1(cx, kl_linspace(fx_f(cx, "start"), fx_f(cx, "end"), fx_i(cx, "steps"), fx_dt(cx, "dtype")));
+}
+static int run_eye(fx_ctx *cx) { return fx_out1(cx, kl_eye(fx_i(cx, "n"), fx_i(cx, "m"), fx_dt(cx, "dtype"))); }
+static int run_randint(fx_ctx *cx) {
+    int64_t s[KE_MAX_LIST];
+    int n = fx_list(cx, "shape", s, KE_MAX_LIST);
+    return fx_out1(cx, kl_randint(fx_i(cx, "low"), fx_i(cx, "high"), n, s, fx_dt(cx, "dtype")));
+}
+static int run_to_dtype(fx_ctx *cx) { return fx_out1(cx, kl_to_dtype(IN(0), fx_dt(cx, "dtype"))); }
+static int run_to_device(fx_ctx *cx) { return fx_out1(cx, kl_to_device(IN(0), KL_DEVICE_CPU)); }
+static int run_fill_inplace(fx_ctx *cx) { return fx_out_inplace(cx, kl_fill_inplace(IN(0), fx_f(cx, "value"))); }
+
+/* views */
+static int run_shape(fx_ctx *cx) {
+    int64_t s[KE_MAX_LIST];
+    int n = fx_list(cx, cx->op->fp.shape == kl_permute ? "dims" : "shape", s, KE_MAX_LIST);
+    return fx_out1(cx, cx->op->fp.shape(IN(0), n, s));
+}
+static int run_transpose(fx_ctx *cx) {
+    return fx_out1(cx, kl_transpose(IN(0), (int)fx_i(cx, "dim0"), (int)fx_i(cx, "dim1")));
+}
+static int run_squeeze(fx_ctx *cx) { return fx_out1(cx, kl_squeeze(IN(0), (int)fx_i(cx, "dim"))); }
+static int run_unsqueeze(fx_ctx *cx) { return fx_out1(cx, kl_unsqueeze(IN(0), (int)fx_i(cx, "dim"))); }
+static int run_flatten(fx_ctx *cx) {
+    return fx_out1(cx, kl_flatten(IN(0), (int)fx_i(cx, "start"), (int)fx_i(cx, "end")));
+}
+static int run_slice(fx_ctx *cx) {
+    return fx_out1(cx, kl_slice(IN(0), (int)fx_i(cx, "dim"), fx_i(cx, "start"), fx_i(cx, "end"), fx_i(cx, "step")));
+}
+static int run_narrow(fx_ctx *cx) {
+    return fx_out1(cx, kl_narrow(IN(0), (int)fx_i(cx, "dim"), fx_i(cx, "start"), fx_i(cx, "length")));
+}
+static int run_select(fx_ctx *cx) { return fx_out1(cx, kl_select(IN(0), (int)fx_i(cx, "dim"), fx_i(cx, "index"))); }
+static int run_as_strided(fx_ctx *cx) {
+    int64_t s[KE_MAX_LIST], st[KE_MAX_LIST];
+    int n = fx_list(cx, "shape", s, KE_MAX_LIST), m = fx_list(cx, "strides", st, KE_MAX_LIST);
+    if (n != m) snprintf(cx->bad, sizeof cx->bad, "shape and strides differ in length");
+    return fx_out1(cx, kl_as_strided(IN(0), n, s, st, fx_i(cx, "offset")));
+}
+
+/* elementwise, other */
+static int run_where(fx_ctx *cx) { return fx_out1(cx, kl_where(IN(0), IN(1), IN(2))); }
+static int run_clamp(fx_ctx *cx) { return fx_out1(cx, kl_clamp(IN(0), fx_f(cx, "lo"), fx_f(cx, "hi"))); }
+static int run_clamp_ip(fx_ctx *cx) { return fx_out_inplace(cx, kl_clamp_inplace(IN(0), fx_f(cx, "lo"), fx_f(cx, "hi"))); }
+static int run_lerp(fx_ctx *cx) { return fx_out1(cx, kl_lerp(IN(0), IN(1), IN(2))); }
+static int run_lerp_s(fx_ctx *cx) { return fx_out1(cx, kl_lerp_scalar(IN(0), IN(1), fx_f(cx, "w"))); }
+static int run_lerp_s_ip(fx_ctx *cx) { return fx_out_inplace(cx, kl_lerp_scalar_inplace(IN(0), IN(1), fx_f(cx, "w"))); }
+static int run_masked_fill(fx_ctx *cx) { return fx_out1(cx, kl_masked_fill(IN(0), IN(1), fx_f(cx, "value"))); }
+static int run_masked_fill_ip(fx_ctx *cx) {
+    return fx_out_inplace(cx, kl_masked_fill_inplace(IN(0), IN(1), fx_f(cx, "value")));
+}
+static int run_tri(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.tri(IN(0), fx_i(cx, "k"))); }
+
+/* reductions */
+static int run_red(fx_ctx *cx) {
+    int64_t d[KE_MAX_LIST];
+    int n = fx_list(cx, "dims", d, KE_MAX_LIST);
+    return fx_out1(cx, cx->op->fp.red(IN(0), n, d, fx_b(cx, "keepdim")));
+}
+static int run_var(fx_ctx *cx) {
+    int64_t d[KE_MAX_LIST];
+    int n = fx_list(cx, "dims", d, KE_MAX_LIST);
+    return fx_out1(cx, cx->op->fp.var(IN(0), n, d, fx_f(cx, "correction"), fx_b(cx, "keepdim")));
+}
+static int run_norm(fx_ctx *cx) {
+    int64_t d[KE_MAX_LIST];
+    int n = fx_list(cx, "dims", d, KE_MAX_LIST);
+    return fx_out1(cx, kl_norm(IN(0), fx_f(cx, "p"), n, d, fx_b(cx, "keepdim")));
+}
+static int run_arg(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.arg(IN(0), fx_dim(cx, "dim"), fx_b(cx, "keepdim"))); }
+static int run_mdim(fx_ctx *cx) {
+    kl_tensor *v = NULL, *i = NULL;
+    int r = cx->op->fp.mdim(IN(0), (int)fx_i(cx, "dim"), fx_b(cx, "keepdim"), &v, &i);
+    cx->out[0] = v;
+    cx->out[1] = i;
+    cx->nout = 2;
+    if (r == 0 && (!v || !i)) snprintf(cx->bad, sizeof cx->bad, "returned 0 without both outputs");
+    return r == 0 ? 0 : -1;
+}
+static int run_scan(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.scan(IN(0), (int)fx_i(cx, "dim"))); }
+
+/* joining and indexing */
+static int run_join(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.join(cx->nin, cx->in, (int)fx_i(cx, "dim"))); }
+static int run_pieces(fx_ctx *cx) {
+    bool split = !strcmp(cx->op->name, "split");
+    int dim = (int)fx_i(cx, "dim");
+    int n = split ? kl_split(IN(0), fx_i(cx, "size"), dim, cx->out, FX_MAX_OUT)
+                  : kl_chunk(IN(0), (int)fx_i(cx, "chunks"), dim, cx->out, FX_MAX_OUT);
+    if (n < 0) return -1;
+    if (n > FX_MAX_OUT) snprintf(cx->bad, sizeof cx->bad, "%d pieces: more than the test keeps", n);
+    cx->nout = n;
+    return 0;
+}
+static int run_repeat(fx_ctx *cx) {
+    int64_t r[KE_MAX_LIST];
+    int n = fx_list(cx, "repeats", r, KE_MAX_LIST);
+    return fx_out1(cx, kl_repeat(IN(0), n, r));
+}
+static int run_pad(fx_ctx *cx) {
+    int64_t p[KE_MAX_LIST];
+    int n = fx_list(cx, "pad", p, KE_MAX_LIST);
+    return fx_out1(cx, kl_pad(IN(0), n, p, fx_f(cx, "value")));
+}
+static int run_index_select(fx_ctx *cx) { return fx_out1(cx, kl_index_select(IN(0), (int)fx_i(cx, "dim"), IN(1))); }
+static int run_gather(fx_ctx *cx) { return fx_out1(cx, kl_gather(IN(0), (int)fx_i(cx, "dim"), IN(1))); }
+static int run_scatter_add(fx_ctx *cx) { return fx_out1(cx, kl_scatter_add(IN(0), (int)fx_i(cx, "dim"), IN(1), IN(2))); }
+static int run_scatter_add_ip(fx_ctx *cx) {
+    return fx_out_inplace(cx, kl_scatter_add_inplace(IN(0), (int)fx_i(cx, "dim"), IN(1), IN(2)));
+}
+static int run_take_along_dim(fx_ctx *cx) { return fx_out1(cx, kl_take_along_dim(IN(0), IN(1), fx_dim(cx, "dim"))); }
+
+/* linear algebra */
+static int run_addmm(fx_ctx *cx) {
+    return fx_out1(cx, kl_addmm(IN(0), IN(1), IN(2), fx_f(cx, "beta"), fx_f(cx, "alpha")));
+}
+static int run_linear(fx_ctx *cx) { return fx_out1(cx, kl_linear(IN(0), IN(1), cx->nin > 2 ? IN(2) : NULL)); }
+
+/* neural-network ops */
+static int run_softmax(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.sm(IN(0), (int)fx_i(cx, "dim"))); }
+static int run_layer_norm(fx_ctx *cx) {
+    return fx_out1(cx, kl_layer_norm(IN(0), (int)fx_i(cx, "normalized_ndim"), IN(1), IN(2), fx_f(cx, "eps")));
+}
+static int run_rms_norm(fx_ctx *cx) {
+    return fx_out1(cx, kl_rms_norm(IN(0), (int)fx_i(cx, "normalized_ndim"), IN(1), fx_f(cx, "eps")));
+}
+static int run_dropout(fx_ctx *cx) { return fx_out1(cx, kl_dropout(IN(0), fx_f(cx, "p"), fx_b(cx, "training"))); }
+static int run_cross_entropy(fx_ctx *cx) {
+    return fx_out1(cx, kl_cross_entropy(IN(0), IN(1), fx_red(cx), fx_f(cx, "ls")));
+}
+static int run_loss(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.loss(IN(0), IN(1), fx_red(cx))); }
+static void fx_pair(fx_ctx *cx, const char *key, int64_t v[2]) {
+    if (fx_list(cx, key, v, 2) != 2 && !cx->bad[0]) snprintf(cx->bad, sizeof cx->bad, "'%s' needs 2 values", key);
+}
+static int run_conv2d(fx_ctx *cx) {
+    kl_conv2d_options o = kl_conv2d_options_default();
+    fx_pair(cx, "stride", o.stride);
+    fx_pair(cx, "padding", o.padding);
+    fx_pair(cx, "dilation", o.dilation);
+    o.groups = fx_i(cx, "groups");
+    return fx_out1(cx, kl_conv2d(IN(0), IN(1), IN(2), &o));
+}
+static int run_pool(fx_ctx *cx) {
+    kl_pool2d_options o = kl_pool2d_options_default(1);
+    fx_pair(cx, "kernel", o.kernel);
+    fx_pair(cx, "stride", o.stride);
+    fx_pair(cx, "padding", o.padding);
+    fx_pair(cx, "dilation", o.dilation);
+    o.ceil_mode = fx_b(cx, "ceil_mode");
+    o.count_include_pad = fx_b(cx, "count_include_pad");
+    return fx_out1(cx, cx->op->fp.pool(IN(0), &o));
+}
+static int run_sdpa(fx_ctx *cx) {
+    return fx_out1(cx, kl_scaled_dot_product_attention(IN(0), IN(1), IN(2), IN(3), fx_b(cx, "causal"),
+                                                       fx_f(cx, "scale")));
+}
+
+/* ---- the op table ----------------------------------------------------------------------------- */
+
+#define FX_UNARY_(n) {#n, #n, run_u, {.u = kl_##n}},
+#define FX_UNARY_IP_(n) {#n "_inplace", #n, run_u_ip, {.u = kl_##n##_inplace}},
+#define FX_BINARY_(n)                                                     \
+    {#n, #n, run_b, {.b = kl_##n}},                                       \
+    {#n "_inplace", #n, run_b_ip, {.b = kl_##n##_inplace}},               \
+    {#n "_scalar", #n, run_bs, {.bs = kl_##n##_scalar}},                  \
+    {#n "_scalar_inplace", #n, run_bs_ip, {.bs = kl_##n##_scalar_inplace}},
+
+static const fx_op fx_ops[] = {
+    /* creation and conversion: several public functions share one row */
+    {"empty", "empty", run_shape_dt, {.dt = kl_empty}},
+    {"empty_like", "empty", run_like, {.like = kl_empty_like}},
+    {"zeros", "full", run_shape_dt, {.dt = kl_zeros}},
+    {"ones", "full", run_shape_dt, {.dt = kl_ones}},
+    {"full", "full", run_full, {0}},
+    {"scalar_tensor", "full", run_scalar_tensor, {0}},
+    {"zeros_like", "full", run_like, {.like = kl_zeros_like}},
+    {"ones_like", "full", run_like, {.like = kl_ones_like}},
+    {"full_like", "full", run_full_like, {0}},
+    {"arange", "arange", run_arange, {0}},
+    {"linspace", "linspace", run_linspace, {0}},
+    {"eye", "eye", run_eye, {0}},
+    {"rand", "rand", run_shape_dt, {.dt = kl_rand}},
+    {"randn", "randn", run_shape_dt, {.dt = kl_randn}},
+    {"randint", "randint", run_randint, {0}},
+    {"bernoulli", "bernoulli", run_u, {.u = kl_bernoulli}},
+    {"clone", "clone", run_u, {.u = kl_clone}},
+    {"to_dtype", "to_dtype", run_to_dtype, {0}},
+    {"alias", "alias", run_to_dtype, {0}},          /* kl_to_dtype to the same dtype */
+    {"copy_inplace", "copy", run_b_ip, {.b = kl_copy_inplace}},
+    {"fill_inplace", "copy", run_fill_inplace, {0}},
+    {"zero_inplace", "copy", run_u_ip, {.u = kl_zero_inplace}},
+    {"to_device", "to_device", run_to_device, {0}},
+    /* views */
+    {"view", "view", run_shape, {.shape = kl_view}},
+    {"reshape", "reshape", run_shape, {.shape = kl_reshape}},
+    {"permute", "permute", run_shape, {.shape = kl_permute}},
+    {"expand", "expand", run_shape, {.shape = kl_expand}},
+    {"broadcast_to", "expand", run_shape, {.shape = kl_broadcast_to}},
+    {"transpose", "transpose", run_transpose, {0}},
+    {"t", "t", run_u, {.u = kl_t}},
+    {"squeeze", "squeeze", run_squeeze, {0}},
+    {"squeeze_all", "squeeze_all", run_u, {.u = kl_squeeze_all}},
+    {"unsqueeze", "unsqueeze", run_unsqueeze, {0}},
+    {"flatten", "flatten", run_flatten, {0}},
+    {"slice", "slice", run_slice, {0}},
+    {"narrow", "narrow", run_narrow, {0}},
+    {"select", "select", run_select, {0}},
+    {"as_strided", "as_strided", run_as_strided, {0}},
+    {"contiguous", "contiguous", run_u, {.u = kl_contiguous}},
+    /* elementwise */
+    KL_UNARY_OPS(FX_UNARY_)
+    KL_UNARY_INPLACE_OPS(FX_UNARY_IP_)
+    KL_BINARY_OPS(FX_BINARY_)
+    {"rsub_scalar", "sub", run_bs, {.bs = kl_rsub_scalar}},
+    {"rdiv_scalar", "div", run_bs, {.bs = kl_rdiv_scalar}},
+    {"where", "where", run_where, {0}},
+    {"clamp", "clamp", run_clamp, {0}},
+    {"clamp_inplace", "clamp", run_clamp_ip, {0}},
+    {"lerp", "lerp", run_lerp, {0}},
+    {"lerp_scalar", "lerp_scalar", run_lerp_s, {0}},
+    {"lerp_scalar_inplace", "lerp_scalar", run_lerp_s_ip, {0}},
+    {"masked_fill", "masked_fill", run_masked_fill, {0}},
+    {"masked_fill_inplace", "masked_fill", run_masked_fill_ip, {0}},
+    {"tril", "tril", run_tri, {.tri = kl_tril}},
+    {"triu", "triu", run_tri, {.tri = kl_triu}},
+    /* reductions and scans */
+    {"sum", "sum", run_red, {.red = kl_sum}},
+    {"mean", "mean", run_red, {.red = kl_mean}},
+    {"prod", "prod", run_red, {.red = kl_prod}},
+    {"amax", "amax", run_red, {.red = kl_amax}},
+    {"amin", "amin", run_red, {.red = kl_amin}},
+    {"logsumexp", "logsumexp", run_red, {.red = kl_logsumexp}},
+    {"all", "all", run_red, {.red = kl_all}},
+    {"any", "any", run_red, {.red = kl_any}},
+    {"var", "var", run_var, {.var = kl_var}},
+    {"std", "std", run_var, {.var = kl_std}},
+    {"norm", "norm", run_norm, {0}},
+    {"argmax", "argmax", run_arg, {.arg = kl_argmax}},
+    {"argmin", "argmin", run_arg, {.arg = kl_argmin}},
+    {"max_dim", "max_dim", run_mdim, {.mdim = kl_max_dim}},
+    {"min_dim", "min_dim", run_mdim, {.mdim = kl_min_dim}},
+    {"cumsum", "cumsum", run_scan, {.scan = kl_cumsum}},
+    {"cumprod", "cumprod", run_scan, {.scan = kl_cumprod}},
+    /* joining and indexing */
+    {"cat", "cat", run_join, {.join = kl_cat}},
+    {"stack", "stack", run_join, {.join = kl_stack}},
+    {"split", "split", run_pieces, {0}},
+    {"chunk", "chunk", run_pieces, {0}},
+    {"repeat", "repeat", run_repeat, {0}},
+    {"pad", "pad", run_pad, {0}},
+    {"index_select", "index_select", run_index_select, {0}},
+    {"gather", "gather", run_gather, {0}},
+    {"scatter_add", "scatter_add", run_scatter_add, {0}},
+    {"scatter_add_inplace", "scatter_add", run_scatter_add_ip, {0}},
+    {"take_along_dim", "take_along_dim", run_take_along_dim, {0}},
+    {"embedding", "embedding", run_b, {.b = kl_embedding}},
+    /* linear algebra */
+    {"matmul", "matmul", run_b, {.b = kl_matmul}},
+    {"mm", "mm", run_b, {.b = kl_mm}},
+    {"bmm", "bmm", run_b, {.b = kl_bmm}},
+    {"addmm", "addmm", run_addmm, {0}},
+    {"linear", "linear", run_linear, {0}},
+    /* neural-network ops */
+    {"softmax", "softmax", run_softmax, {.sm = kl_softmax}},
+    {"log_softmax", "log_softmax", run_softmax, {.sm = kl_log_softmax}},
+    {"layer_norm", "layer_norm", run_layer_norm, {0}},
+    {"rms_norm", "rms_norm", run_rms_norm, {0}},
+    {"dropout", "dropout", run_dropout, {0}},       /* training with p > 0 */
+    {"dropout_eval", "alias", run_dropout, {0}},    /* eval or p == 0: a view of x */
+    {"cross_entropy", "cross_entropy", run_cross_entropy, {0}},
+    {"nll_loss", "nll_loss", run_loss, {.loss = kl_nll_loss}},
+    {"mse_loss", "mse_loss", run_loss, {.loss = kl_mse_loss}},
+    {"binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits", run_loss,
+     {.loss = kl_binary_cross_entropy_with_logits}},
+    {"conv2d", "conv2d", run_conv2d, {0}},
+    {"max_pool2d", "max_pool2d", run_pool, {.pool = kl_max_pool2d}},
+    {"avg_pool2d", "avg_pool2d", run_pool, {.pool = kl_avg_pool2d}},
+    {"scaled_dot_product_attention", "scaled_dot_product_attention", run_sdpa, {0}},
+};
+
+/* Rows that cannot be checked against torch by value. Every other row of
+ * ke_ops must have at least one case whose values are compared. */
+static const struct {
+    const char *row, *why;
+} fx_allowlist[] = {
+    {"empty", "uninitialized memory: its cases check shape and dtype only (novalues)"},
+    {"rand", "random values: cases check shape and dtype only; statistics are in test_philox"},
+    {"randn", "random values: cases check shape and dtype only; statistics are in test_philox"},
+};
+
+static const fx_op *fx_find_op(const char *name) {
+    for (size_t i = 0; i < sizeof fx_ops / sizeof fx_ops[0]; i++)
+        if (!strcmp(fx_ops[i].name, name)) return &fx_ops[i];
+    return NULL;
+}
+
+static int fx_row_index(const char *row) {
+    for (int i = 0; i < KE_OP_COUNT; i++)
+        if (!strcmp(ke_ops[i].name, row)) return i;
+    return -1;
+}
+
+/* ---- the manifest ----------------------------------------------------------------------------- */
+
+static const char *fx_dir(void) {
+    static char dir[PATH_MAX];
+    char probe[PATH_MAX + 32];
+    const char *env = getenv("KT_FIXTURES_DIR");
+    if (env) return env;
+    const char *rel[] = {"tests/fixtures", "../tests/fixtures", "../../tests/fixtures"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(probe, sizeof probe, "%s/manifest.txt", rel[i]);
+        if (access(probe, R_OK) == 0) return rel[i];
+    }
+    /* meson runs tests from the build dir; the binary is build/tests/test_fixtures */
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        snprintf(dir, sizeof dir, "%.*s/../../tests/fixtures", (int)(sizeof dir - 32), exe);
+        snprintf(probe, sizeof probe, "%s/manifest.txt", dir);
+        if (access(probe, R_OK) == 0) return dir;
+    }
+    return NULL;
+}
+
+static char *fx_slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* Splits "a,b,c" in place into up to max pointers; returns the count (-1 if more). */
+static int fx_split_commas(char *s, char **out, int max) {
+    int n = 0;
+    for (char *tok = s; tok;) {
+        char *comma = strchr(tok, ',');
+        if (comma) *comma = 0;
+        if (n == max) return -1;
+        out[n++] = tok;
+        tok = comma ? comma + 1 : NULL;
+    }
+    return n;
+}
+
+static bool fx_parse_line(char *line, int lineno, fx_case *c) {
+    memset(c, 0, sizeof *c);
+    c->line = lineno;
+    char *save = NULL;
+    c->name = strtok_r(line, " \t\r", &save);
+    c->op = strtok_r(NULL, " \t\r", &save);
+    if (!c->name || !c->op) return false;
+    for (char *tok; (tok = strtok_r(NULL, " \t\r", &save));) {
+        char *eq = strchr(tok, '=');
+        if (!eq) return false;
+        *eq = 0;
+        char *v = eq + 1;
+        if (!strcmp(tok, "in")) {
+            if ((c->nin = fx_split_commas(v, c->in, FX_MAX_IN)) < 0) return false;
+        } else if (!strcmp(tok, "out")) {
+            if ((c->nout = fx_split_commas(v, c->out, FX_MAX_OUT)) < 0) return false;
+        } else {
+            if (c->nattr == FX_MAX_ATTR) return false;
+            c->key[c->nattr] = tok;
+            c->val[c->nattr++] = v;
+            if (!strcmp(tok, "error")) c->error = atoi(v) != 0;
+            if (!strcmp(tok, "novalues")) c->novalues = atoi(v) != 0;
+        }
+    }
+    return true;
+}
+
+static bool fx_load_manifest(fx_manifest *m) {
+    memset(m, 0, sizeof *m);
+    const char *dir = fx_dir();
+    if (!dir) {
+        print_error("cannot find tests/fixtures/manifest.txt (set KT_FIXTURES_DIR)\n");
+        return false;
+    }
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/manifest.txt", dir);
+    m->text = fx_slurp(path);
+    if (!m->text) {
+        print_error("cannot read %s\n", path);
+        return false;
+    }
+    int cap = 1;
+    for (const char *p = m->text; *p; p++) cap += *p == '\n';
+    m->cases = calloc((size_t)cap, sizeof *m->cases);
+    int lineno = 0;
+    for (char *line = m->text; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        lineno++;
+        if (*line && *line != '#') {
+            if (!fx_parse_line(line, lineno, &m->cases[m->n])) {
+                print_error("manifest.txt:%d: malformed line\n", lineno);
+                return false;
+            }
+            m->n++;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    return m->n > 0;
+}
+
+static void fx_free_manifest(fx_manifest *m) {
+    free(m->cases);
+    free(m->text);
+}
+
+/* ---- building inputs -------------------------------------------------------------------------- */
+
+/* "file:mod:mod" -> a tensor; its dtype for outputs goes to *want (bf16 marks). */
+static kl_tensor *fx_build(const char *spec, kl_dtype *want, char *err, size_t cap) {
+    char buf[512], path[PATH_MAX + 600];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL, *file = strtok_r(buf, ":", &save);
+    snprintf(path, sizeof path, "%s/npy/%s", fx_dir(), file);
+    kl_tensor *t = kl_load_npy(path);
+    if (!t) {
+        snprintf(err, cap, "cannot load %s: %s", file, kl_last_error());
+        return NULL;
+    }
+    if (want) *want = kl_dtype_of(t);
+    for (char *mod; t && (mod = strtok_r(NULL, ":", &save));) {
+        if (!strcmp(mod, "bf16")) {
+            if (want) *want = KL_BF16;
+            else t = kl_to_dtype(t, KL_BF16);
+        } else if (!strcmp(mod, "T")) {
+            t = kl_transpose(t, -1, -2);
+        } else if (!strcmp(mod, "S2")) {
+            t = kl_slice(t, -1, 0, INT64_MAX, 2);
+        } else if (!strncmp(mod, "E=", 2)) {
+            int64_t shape[KL_MAX_DIMS];
+            int n = 0;
+            for (char *p = mod + 2; *p && n < KL_MAX_DIMS;) {
+                char *end;
+                shape[n++] = strtoll(p, &end, 10);
+                p = *end == 'x' ? end + 1 : end;
+            }
+            t = kl_expand(t, n, shape);
+        } else {
+            snprintf(err, cap, "unknown modifier ':%s'", mod);
+            return NULL;
+        }
+    }
+    if (!t) snprintf(err, cap, "building %s failed: %s", spec, kl_last_error());
+    return t;
+}
+
+/* ---- comparing -------------------------------------------------------------------------------- */
+
+static double fx_half(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Element i (row-major over the logical shape) read straight from memory,
+ * so comparisons do not depend on Kiln's own conversion kernels. */
+static void fx_elem(const kl_tensor *t, int64_t i, double *f, int64_t *n) {
+    int nd = kl_ndim(t);
+    const int64_t *shape = kl_shape(t), *stride = kl_stride(t);
+    int64_t off = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        off += (i % shape[d]) * stride[d];
+        i /= shape[d];
+    }
+    const char *p = (const char *)kl_data_ptr(t) + off * (int64_t)kl_dtype_size(kl_dtype_of(t));
+    *n = 0;
+    *f = 0;
+    switch (kl_dtype_of(t)) {
+    case KL_F32: { float v; memcpy(&v, p, 4); *f = v; break; }
+    case KL_F64: memcpy(f, p, 8); break;
+    case KL_F16: { uint16_t h; memcpy(&h, p, 2); *f = fx_half(h); break; }
+    case KL_BF16: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        uint32_t u = (uint32_t)h << 16;
+        float v;
+        memcpy(&v, &u, 4);
+        *f = v;
+        break;
+    }
+    case KL_I32: { int32_t v; memcpy(&v, p, 4); *n = v; break; }
+    case KL_I64: memcpy(n, p, 8); break;
+    case KL_U8: case KL_BOOL: *n = *(const uint8_t *)p; break;
+    default: break;
+    }
+}
+
+static double fx_default_tol(kl_dtype d) {
+    switch (d) {
+    case KL_F32: return 1e-5;
+    case KL_F64: return 1e-12;
+    case KL_F16: return 1e-3;
+    case KL_BF16: return 1e-2;
+    default: return 0;
+    }
+}
+
+static void fx_fmt_shape(char *buf, size_t cap, const kl_tensor *t) {
+    int n = snprintf(buf, cap, "[");
+    for (int d = 0; d < kl_ndim(t) && n < (int)cap; d++)
+        n += snprintf(buf + n, cap - (size_t)n, d ? ",%lld" : "%lld", (long long)kl_shape(t)[d]);
+    if (n < (int)cap) snprintf(buf + n, cap - (size_t)n, "]");
+}
+
+static void fx_fmt_index(char *buf, size_t cap, const kl_tensor *t, int64_t i) {
+    int nd = kl_ndim(t);
+    int64_t idx[KL_MAX_DIMS];
+    for (int d = nd - 1; d >= 0; d--) {
+        idx[d] = i % kl_shape(t)[d];
+        i /= kl_shape(t)[d];
+    }
+    int n = snprintf(buf, cap, "[");
+    for (int d = 0; d < nd && n < (int)cap; d++)
+        n += snprintf(buf + n, cap - (size_t)n, d ? ",%lld" : "%lld", (long long)idx[d]);
+    if (n < (int)cap) snprintf(buf + n, cap - (size_t)n, "]");
+}
+
+/* 0 if got matches want (shape, dtype want_dt, values), else 1 and a message. */
+static int fx_compare(kl_tensor *got, kl_tensor *want, kl_dtype want_dt, double tol, bool values, char *msg,
+                      size_t cap) {
+    char s1[128], s2[128];
+    fx_fmt_shape(s1, sizeof s1, got);
+    fx_fmt_shape(s2, sizeof s2, want);
+    if (strcmp(s1, s2)) return snprintf(msg, cap, "shape %s, torch %s", s1, s2), 1;
+    if (kl_dtype_of(got) != want_dt)
+        return snprintf(msg, cap, "dtype %s, torch %s", kl_dtype_name(kl_dtype_of(got)), kl_dtype_name(want_dt)), 1;
+    if (!values) return 0;
+    bool fl = kl_dtype_is_floating(want_dt);
+    int64_t n = kl_numel(want), bad = 0, first = -1;
+    double gf = 0, wf = 0;
+    int64_t gi = 0, wi = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a, b;
+        int64_t x, y;
+        fx_elem(got, i, &a, &x);
+        fx_elem(want, i, &b, &y);
+        bool ok;
+        if (!fl) ok = x == y;
+        else if (isnan(b)) ok = isnan(a);
+        else if (isinf(b)) ok = a == b;
+        else ok = isfinite(a) && fabs(a - b) <= tol * (1 + fabs(b));
+        if (!ok && bad++ == 0) first = i, gf = a, wf = b, gi = x, wi = y;
+    }
+    if (!bad) return 0;
+    fx_fmt_index(s1, sizeof s1, want, first);
+    if (fl)
+        snprintf(msg, cap, "%lld of %lld differ; first at %s: got %.9g, torch %.9g (tol %g)", (long long)bad,
+                 (long long)n, s1, gf, wf, tol);
+    else
+        snprintf(msg, cap, "%lld of %lld differ; first at %s: got %lld, torch %lld", (long long)bad, (long long)n, s1,
+                 (long long)gi, (long long)wi);
+    return 1;
+}
+
+/* ---- running a case ---------------------------------------------------------------------------- */
+
+static const char *volatile fx_current = "(none)";
+static struct sigaction fx_old[NSIG];
+
+/* Names the case that crashed, then hands the signal to whoever had it (CMocka). */
+static void fx_on_signal(int sig) {
+    static const char pre[] = "\nfixture crashed in case ";
+    if (write(2, pre, sizeof pre - 1) < 0 || write(2, fx_current, strlen(fx_current)) < 0 || write(2, "\n", 1) < 0) {
+    }
+    sigaction(sig, &fx_old[sig], NULL);
+    if (fx_old[sig].sa_handler != SIG_DFL && fx_old[sig].sa_handler != SIG_IGN)
+        fx_old[sig].sa_handler(sig);
+    else
+        raise(sig);
+}
+
+static void fx_catch_signals(bool on) {
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        if (on) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = fx_on_signal;
+            sa.sa_flags = SA_NODEFER;
+            sigaction(sigs[i], &sa, &fx_old[sigs[i]]);
+        } else {
+            sigaction(sigs[i], &fx_old[sigs[i]], NULL);
+        }
+    }
+}
+
+static double fx_case_tol(const fx_case *c, kl_dtype d) {
+    for (int i = 0; i < c->nattr; i++)
+        if (!strcmp(c->key[i], "tol")) return strtod(c->val[i], NULL);
+    return fx_default_tol(d);
+}
+
+#define FX_FAIL(...)                                                                \
+    do {                                                                            \
+        char m_[768];                                                               \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                                       \
+        print_message("FAIL %s (%s, manifest line %d): %s\n", c->name, c->op, c->line, m_); \
+        ok = false;                                                                 \
+    } while (0)
+
+/* Runs one case in its own scope; true if it passed. */
+static bool fx_run_case(const fx_case *c) {
+    bool ok = true;
+    fx_ctx cx;
+    memset(&cx, 0, sizeof cx);
+    cx.c = c;
+    cx.op = fx_find_op(c->op);
+    fx_current = c->name;
+    if (!cx.op) {
+        FX_FAIL("no runner for op '%s' in test_fixtures.c", c->op);
+        return ok;
+    }
+    kl_clear_error();
+    kl_scope_begin();
+    char err[512] = "";
+    cx.nin = c->nin;
+    for (int i = 0; i < c->nin && ok; i++) {
+        if (!strcmp(c->in[i], "-")) continue;
+        cx.in[i] = fx_build(c->in[i], NULL, err, sizeof err);
+        if (!cx.in[i]) FX_FAIL("input %d: %s", i, err);
+    }
+    if (ok) {
+        kl_clear_error();
+        int r = cx.op->run(&cx);
+        kl_status st = kl_last_status();
+        if (cx.bad[0]) {
+            FX_FAIL("%s", cx.bad);
+        } else if (c->error) {
+            if (r == 0)
+                FX_FAIL("torch raises (see the manifest comment above the case) but Kiln returned a result");
+            else if (st == KL_OK)
+                FX_FAIL("failed without recording an error");
+        } else if (r != 0) {
+            FX_FAIL("Kiln error: %s: %s", kl_status_name(st), kl_last_error());
+        } else if (st != KL_OK) {
+            FX_FAIL("succeeded but left an error pending: %s", kl_last_error());
+        } else if (cx.nout != c->nout) {
+            FX_FAIL("%d outputs, torch %d", cx.nout, c->nout);
+        } else {
+            for (int k = 0; k < c->nout; k++) {
+                kl_dtype want_dt;
+                kl_tensor *want = fx_build(c->out[k], &want_dt, err, sizeof err);
+                char msg[512];
+                if (!want)
+                    FX_FAIL("output %d: %s", k, err);
+                else if (!cx.out[k])
+                    FX_FAIL("output %d is NULL", k);
+                else if (fx_compare(cx.out[k], want, want_dt, fx_case_tol(c, want_dt), !c->novalues, msg, sizeof msg))
+                    FX_FAIL("output %d: %s", k, msg);
+            }
+        }
+    }
+    kl_clear_error();
+    kl_scope_end();
+    fx_current = "(none)";
+    return ok;
+}
+
+static bool fx_selected(const fx_case *c, const char *filter) {
+    return !filter || strstr(c->name, filter) || !strcmp(c->op, filter);
+}
+
+/* ---- tests -------------------------------------------------------------------------------------- */
+
+static void fixtures_match_torch(void **s) {
+    (void)s;
+    fx_manifest m;
+    if (!fx_load_manifest(&m)) {
+        fx_free_manifest(&m);
+        fail();
+    }
+    const char *filter = getenv("KT_FIXTURE_FILTER");
+    const char *verbose = getenv("KT_FIXTURE_VERBOSE");
+    int run = 0, failed = 0;
+    fx_catch_signals(true);
+    for (int i = 0; i < m.n; i++) {
+        if (!fx_selected(&m.cases[i], filter)) continue;
+        if (verbose && *verbose == '1') print_message("case %s\n", m.cases[i].name);
+        run++;
+        failed += !fx_run_case(&m.cases[i]);
+    }
+    fx_catch_signals(false);
+    print_message("fixtures: %d cases run, %d failed\n", run, failed);
+    fx_free_manifest(&m);
+    assert_int_equal(failed, 0);
+}
+
+/* Every op-table row has a value-checked case unless allowlisted (with a reason). */
+static void fixtures_cover_every_op(void **s) {
+    (void)s;
+    fx_manifest m;
+    if (!fx_load_manifest(&m)) {
+        fx_free_manifest(&m);
+        fail();
+    }
+    int covered[KE_OP_COUNT] = {0}, any[KE_OP_COUNT] = {0}, bad = 0;
+    for (int i = 0; i < m.n; i++) {
+        const fx_op *op = fx_find_op(m.cases[i].op);
+        int row = op ? fx_row_index(op->row) : -1;
+        if (row < 0) {
+            print_message("case %s: op '%s' has no runner or row\n", m.cases[i].name, m.cases[i].op);
+            bad++;
+            continue;
+        }
+        any[row]++;
+        if (!m.cases[i].error && !m.cases[i].novalues) covered[row]++;
+    }
+    for (int r = 0; r < KE_OP_COUNT; r++) {
+        const char *why = NULL;
+        for (size_t a = 0; a < sizeof fx_allowlist / sizeof fx_allowlist[0]; a++)
+            if (!strcmp(fx_allowlist[a].row, ke_ops[r].name)) why = fx_allowlist[a].why;
+        if (!covered[r] && !why) {
+            print_message("op '%s' has no value-checked fixture case (%d cases in all)\n", ke_ops[r].name, any[r]);
+            bad++;
+        } else if (covered[r] && why) {
+            print_message("op '%s' is allowlisted but has %d value-checked cases: drop it from fx_allowlist\n",
+                          ke_ops[r].name, covered[r]);
+            bad++;
+        }
+    }
+    for (size_t a = 0; a < sizeof fx_allowlist / sizeof fx_allowlist[0]; a++)
+        if (fx_row_index(fx_allowlist[a].row) < 0) {
+            print_message("allowlisted op '%s' is not in the op table\n", fx_allowlist[a].row);
+            bad++;
+        }
+    fx_free_manifest(&m);
+    assert_int_equal(bad, 0);
+}
+
+/* The runner table names real rows and has no duplicate names. */
+static void fixtures_runner_table_is_consistent(void **s) {
+    (void)s;
+    size_t n = sizeof fx_ops / sizeof fx_ops[0];
+    for (size_t i = 0; i < n; i++) {
+        if (fx_row_index(fx_ops[i].row) < 0) fail_msg("runner '%s' names unknown row '%s'", fx_ops[i].name, fx_ops[i].row);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(fx_ops[i].name, fx_ops[j].name)) fail_msg("runner '%s' listed twice", fx_ops[i].name);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        KT_TEST(fixtures_runner_table_is_consistent),
+        KT_TEST(fixtures_cover_every_op),
+        KT_TEST(fixtures_match_torch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
