@@ -111,20 +111,25 @@ static void matmul_errors(void **s) {
  * orientation fits; only the output is allocated. */
 static void matmul_strided_operands(void **s) {
     (void)s;
-    kl_tensor *a = ar(KL_SHAPE(2, 3)), *b = ar(KL_SHAPE(4, 3)), *bt = kl_t(b);
-    kl_tensor *warm = kl_mm(a, bt); /* first call may set up per-thread state */
-    assert_non_null(warm);
+    kl_tensor *a = ar(KL_SHAPE(2, 3)), *bt = kl_t(ar(KL_SHAPE(4, 3)));
+    KT_VALUES(kl_mm(a, bt), 0, 5, 14, 23, 32, 14, 50, 86, 122);
+    KT_VALUES(kl_mm(kl_t(ar(KL_SHAPE(3, 2))), ar(KL_SHAPE(3, 4))), 0, 40, 46, 52, 58, 52, 61, 70, 79);
+    /* outputs large enough to come from the allocator (tiny ones live in the
+     * tensor header): a transposed operand costs no allocation but the output */
+    kl_manual_seed(4);
+    kl_tensor *x = kl_randn(KL_SHAPE(16, 24), KL_F32), *y = kl_randn(KL_SHAPE(20, 24), KL_F32);
+    kl_tensor *yt = kl_t(y), *ytc = kl_contiguous(yt), *xt = kl_t(kl_contiguous(kl_t(x)));
+    assert_non_null(kl_mm(x, yt)); /* the first call may set up per-thread state */
     ke_alloc_stats before = ke_cpu_alloc_stats();
-    kl_tensor *r = kl_mm(a, bt);
+    kl_tensor *r = kl_mm(x, yt);
     ke_alloc_stats after = ke_cpu_alloc_stats();
     assert_int_equal(after.alloc_calls - before.alloc_calls, 1);
-    KT_VALUES(r, 0, 5, 14, 23, 32, 14, 50, 86, 122);
-    kl_tensor *c32 = ar(KL_SHAPE(3, 2)), *c34 = ar(KL_SHAPE(3, 4));
+    assert_int_equal(kl_allclose(r, kl_mm(x, ytc), 1e-6, 1e-6, false), 1);
     before = ke_cpu_alloc_stats();
-    r = kl_mm(kl_t(c32), c34); /* transposed first operand */
+    r = kl_mm(xt, yt); /* both operands column-major */
     after = ke_cpu_alloc_stats();
     assert_int_equal(after.alloc_calls - before.alloc_calls, 1);
-    KT_VALUES(r, 0, 40, 46, 52, 58, 52, 61, 70, 79);
+    assert_int_equal(kl_allclose(r, kl_mm(x, ytc), 1e-6, 1e-6, false), 1);
     /* a column stride of 2 fits neither orientation: copied, same values */
     r = kl_mm(kl_slice(ar(KL_SHAPE(2, 6)), 1, 0, INT64_MAX, 2), ar(KL_SHAPE(3, 2)));
     KT_VALUES(r, 0, 20, 26, 56, 80);
@@ -132,9 +137,9 @@ static void matmul_strided_operands(void **s) {
     r = kl_matmul(ar(KL_SHAPE(2, 3)), kl_slice(kl_arange(0, 6, 1, KL_F32), 0, 0, INT64_MAX, 2));
     KT_VALUES(r, 0, 10, 28);
     /* transposed batches: permuted 3-D operands */
-    kl_tensor *x = kl_transpose(ar(KL_SHAPE(2, 3, 2)), 1, 2); /* [2,2,3], column-major matrices */
-    r = kl_matmul(x, kl_transpose(ar(KL_SHAPE(2, 2, 3)), 1, 2));
-    kl_tensor *ref = kl_matmul(kl_contiguous(x), kl_contiguous(kl_transpose(ar(KL_SHAPE(2, 2, 3)), 1, 2)));
+    kl_tensor *p = kl_transpose(ar(KL_SHAPE(2, 3, 2)), 1, 2); /* [2,2,3], column-major matrices */
+    r = kl_matmul(p, kl_transpose(ar(KL_SHAPE(2, 2, 3)), 1, 2));
+    kl_tensor *ref = kl_matmul(kl_contiguous(p), kl_contiguous(kl_transpose(ar(KL_SHAPE(2, 2, 3)), 1, 2)));
     assert_int_equal(kl_allclose(r, ref, 0, 0, false), 1);
 }
 
@@ -163,6 +168,30 @@ static void matmul_large_and_batched(void **s) {
         kt_assert_values(kl_select(r, 0, bi), ref, 30, 1e-5);
     }
     free(ref);
+}
+
+/* ke_gemm's loop, for strides no BLAS call can take (conv2d and matmul never
+ * pass such; this is the safety net), with alpha and beta. */
+static void gemm_loop_fallback(void **s) {
+    (void)s;
+    float A[40], B[40], C[6], R[6];
+    for (int i = 0; i < 40; i++) A[i] = (float)(i % 7) - 3, B[i] = (float)(i % 5) - 2;
+    for (int i = 0; i < 6; i++) C[i] = R[i] = (float)i;
+    /* A is 3x4 with strides (2, 3), B 4x2 with strides (3, 2): both overlap-free, neither fits BLAS */
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) {
+            double acc = 0;
+            for (int k = 0; k < 4; k++) acc += (double)A[i * 2 + k * 3] * B[k * 3 + j * 2];
+            R[i * 2 + j] = (float)(2 * acc + 0.5 * R[i * 2 + j]);
+        }
+    ke_gemm(KL_F32, 3, 2, 4, 2, A, 2, 3, B, 3, 2, 0.5, C, 2);
+    for (int i = 0; i < 6; i++) assert_float_equal(C[i], R[i], 1e-5);
+    ke_gemm(KL_F32, 3, 2, 4, 1, A, 2, 3, B, 3, 2, 0, C, 2); /* beta 0 ignores NaN in C */
+    C[0] = NAN;
+    ke_gemm(KL_F32, 3, 2, 4, 1, A, 2, 3, B, 3, 2, 0, C, 2);
+    assert_false(isnan(C[0]));
+    ke_gemm(KL_F32, 3, 2, 0, 1, A, 2, 3, B, 3, 2, 0, C, 2); /* K = 0: C = 0 */
+    for (int i = 0; i < 6; i++) assert_float_equal(C[i], 0, 0);
 }
 
 static void matmul_integer_and_half(void **s) {
@@ -327,7 +356,8 @@ static void norm_errors_and_decomp(void **s) {
     (void)s;
     kl_tensor *x = kl_ones(KL_SHAPE(2, 4), KL_F32);
     assert_null(kl_layer_norm(x, 3, NULL, NULL, 1e-5));
-    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_layer_norm: normalized_ndim 3 is out of range for input [2,4] float32 cpu (1 to 2)");
+    KT_EXPECT_ERROR(KL_ERR_ARG,
+                    "kl_layer_norm: normalized_ndim 3 is out of range for input [2,4] float32 cpu (1 to 2)");
     assert_null(kl_layer_norm(x, 0, NULL, NULL, 1e-5));
     KT_EXPECT_ERROR(KL_ERR_ARG, "normalized_ndim 0 is out of range");
     assert_null(kl_layer_norm(x, 1, kl_ones(KL_SHAPE(3), KL_F32), NULL, 1e-5));
@@ -487,7 +517,8 @@ static void loss_errors_and_decomp(void **s) {
     assert_null(kl_cross_entropy(x, kl_from_data((const int32_t[]){0, 1}, KL_SHAPE(2), KL_I32), KL_REDUCE_MEAN, 0));
     KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_cross_entropy: target must hold int64 class indices, got [2] int32 cpu");
     assert_null(kl_cross_entropy(x, TI64(KL_SHAPE(3), 0, 1, 2), KL_REDUCE_MEAN, 0));
-    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_cross_entropy: target [3] does not match input [2,3] float32 cpu (expected target shape [2])");
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_cross_entropy: target [3] does not match input [2,3] float32 cpu "
+                                  "(expected target shape [2])");
     assert_null(kl_cross_entropy(x, TI64(KL_SHAPE(2), 0, 1), KL_REDUCE_MEAN, 1.5));
     KT_EXPECT_ERROR(KL_ERR_ARG, "label_smoothing must be between 0 and 1, got 1.5");
     assert_null(kl_cross_entropy(x, TI64(KL_SHAPE(2), 0, 1), (kl_reduction)7, 0));
@@ -501,7 +532,8 @@ static void loss_errors_and_decomp(void **s) {
     assert_null(kl_mse_loss(TI64(KL_SHAPE(1), 1), TI64(KL_SHAPE(1), 1), KL_REDUCE_MEAN));
     KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_mse_loss: expects floating-point tensors");
     assert_null(kl_binary_cross_entropy_with_logits(x, kl_ones(KL_SHAPE(3), KL_F32), KL_REDUCE_MEAN));
-    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_binary_cross_entropy_with_logits: target shape [3] must equal the input's shape [2,3]");
+    KT_EXPECT_ERROR(KL_ERR_SHAPE,
+                    "kl_binary_cross_entropy_with_logits: target shape [3] must equal the input's shape [2,3]");
     /* decompositions against the fused kernels */
     kl_tensor *xk = kl_div_scalar(kl_remainder_scalar(ar(KL_SHAPE(2, 3, 4)), 5), 2);
     kl_tensor *tk = TI64(KL_SHAPE(2, 4), 0, 1, 2, -100, 2, 2, 1, 0);
@@ -606,7 +638,8 @@ static void conv2d_errors(void **s) {
     (void)s;
     kl_tensor *x = kl_ones(KL_SHAPE(1, 2, 5, 5), KL_F32), *w = kl_ones(KL_SHAPE(4, 3, 3, 3), KL_F32);
     assert_null(kl_conv2d(x, w, NULL, NULL));
-    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv2d: weight [4,3,3,3] with groups = 1 expects input with 3 channels, got [1,2,5,5] float32 cpu");
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv2d: weight [4,3,3,3] with groups = 1 expects input with 3 channels, "
+                                  "got [1,2,5,5] float32 cpu");
     assert_null(kl_conv2d(kl_ones(KL_SHAPE(1, 3, 2, 2), KL_F32), w, NULL, NULL));
     KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv2d: padded input 2x2 is smaller than the dilated kernel 3x3");
     kl_conv2d_options o = kl_conv2d_options_default();
@@ -622,7 +655,8 @@ static void conv2d_errors(void **s) {
     assert_null(kl_conv2d(kl_ones(KL_SHAPE(3, 5), KL_F32), w, NULL, NULL));
     KT_EXPECT_ERROR(KL_ERR_SHAPE, "expects a 3-D [C,H,W] or 4-D [N,C,H,W] input");
     assert_null(kl_conv2d(kl_ones(KL_SHAPE(1, 3, 5, 5), KL_F64), w, NULL, NULL));
-    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_conv2d: input [1,3,5,5] float64 cpu and weight [4,3,3,3] float32 cpu must have one dtype");
+    KT_EXPECT_ERROR(KL_ERR_DTYPE,
+                    "kl_conv2d: input [1,3,5,5] float64 cpu and weight [4,3,3,3] float32 cpu must have one dtype");
 }
 
 static void pool2d_values(void **s) {
@@ -682,12 +716,71 @@ static void pool2d_errors(void **s) {
     KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_max_pool2d: expects numeric (non-bool) tensors");
 }
 
+/* ---- meta tensors: shape rules only ------------------------------------------------------- */
+
+static kl_tensor *meta(int nd, const int64_t *shape, kl_dtype dt) { return kl_empty_on(nd, shape, dt, KL_DEVICE_META); }
+
+static void meta_shapes(void **s) {
+    (void)s;
+    kl_tensor *x = meta(KL_SHAPE(2, 5, 3), KL_F32), *r;
+    r = kl_matmul(x, meta(KL_SHAPE(3, 4), KL_F32));
+    kt_assert_shape(r, KL_SHAPE(2, 5, 4));
+    assert_int_equal(kl_device_of(r).type, KL_META);
+    kt_assert_shape(kl_linear(x, meta(KL_SHAPE(6, 3), KL_F32), meta(KL_SHAPE(6), KL_F32)), KL_SHAPE(2, 5, 6));
+    kl_tensor *m23 = meta(KL_SHAPE(2, 3), KL_F32), *m34 = meta(KL_SHAPE(3, 4), KL_F32);
+    kt_assert_shape(kl_addmm(meta(KL_SHAPE(1), KL_F32), m23, m34, 1, 1), KL_SHAPE(2, 4));
+    kt_assert_shape(kl_softmax(x, 1), KL_SHAPE(2, 5, 3));
+    kt_assert_shape(kl_layer_norm(x, 2, NULL, meta(KL_SHAPE(5, 3), KL_F32), 1e-5), KL_SHAPE(2, 5, 3));
+    kt_assert_shape(kl_dropout(x, 0.5, true), KL_SHAPE(2, 5, 3));
+    kt_assert_shape(kl_cross_entropy(x, meta(KL_SHAPE(2, 3), KL_I64), KL_REDUCE_NONE, 0), KL_SHAPE(2, 3));
+    kt_assert_shape(kl_nll_loss(x, meta(KL_SHAPE(2, 3), KL_I64), KL_REDUCE_MEAN), 0, NULL);
+    kt_assert_shape(kl_mse_loss(x, meta(KL_SHAPE(3), KL_F32), KL_REDUCE_NONE), KL_SHAPE(2, 5, 3));
+    kt_assert_shape(kl_binary_cross_entropy_with_logits(x, x, KL_REDUCE_SUM), 0, NULL);
+    kl_conv2d_options o = kl_conv2d_options_default();
+    o.padding[0] = 1;
+    kt_assert_shape(kl_conv2d(meta(KL_SHAPE(2, 4, 7, 7), KL_F32), meta(KL_SHAPE(6, 4, 3, 3), KL_F32), NULL, &o),
+                    KL_SHAPE(2, 6, 7, 5));
+    kl_pool2d_options po = kl_pool2d_options_default(2);
+    po.ceil_mode = true;
+    kt_assert_shape(kl_max_pool2d(meta(KL_SHAPE(3, 7, 7), KL_F32), &po), KL_SHAPE(3, 4, 4));
+    kt_assert_shape(kl_scaled_dot_product_attention(meta(KL_SHAPE(2, 4, 8), KL_F32), meta(KL_SHAPE(2, 6, 8), KL_F32),
+                                                    meta(KL_SHAPE(2, 6, 5), KL_F32), NULL, true, 0),
+                    KL_SHAPE(2, 4, 5));
+    assert_null(kl_matmul(x, meta(KL_SHAPE(4, 4), KL_F32)));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_matmul: shapes [2,5,3] and [4,4] cannot be multiplied (3 != 4)");
+}
+
+/* The same results on one thread and on several (chunking never changes a value). */
+static void thread_count_invariance(void **s) {
+    (void)s;
+    kl_manual_seed(21);
+    kl_tensor *x = kl_randn(KL_SHAPE(64, 300), KL_F32), *w = kl_randn(KL_SHAPE(300), KL_F32);
+    kl_tensor *a = kl_randn(KL_SHAPE(24, 9, 10), KL_F32), *b = kl_randn(KL_SHAPE(24, 10, 7), KL_F32);
+    kl_tensor *img = kl_randn(KL_SHAPE(6, 3, 9, 9), KL_F32), *k = kl_randn(KL_SHAPE(4, 3, 3, 3), KL_F32);
+    kl_tensor *t = kl_randint(0, 300, KL_SHAPE(64), KL_I64);
+    kl_tensor *r1[6], *r4[6];
+    int threads = kl_get_num_threads();
+    for (int pass = 0; pass < 2; pass++) {
+        kl_set_num_threads(pass ? 4 : 1);
+        kl_tensor **r = pass ? r4 : r1;
+        r[0] = kl_softmax(x, 0);
+        r[1] = kl_log_softmax(x, 1);
+        r[2] = kl_layer_norm(x, 1, w, w, 1e-5);
+        r[3] = kl_matmul(a, b);
+        r[4] = kl_conv2d(img, k, NULL, NULL);
+        r[5] = kl_cross_entropy(x, t, KL_REDUCE_SUM, 0.1);
+    }
+    kl_set_num_threads(threads);
+    for (int i = 0; i < 6; i++) assert_int_equal(kl_equal(r1[i], r4[i]), 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(matmul_shape_rules),
         KT_TEST(matmul_errors),
         KT_TEST(matmul_strided_operands),
         KT_TEST(matmul_large_and_batched),
+        KT_TEST(gemm_loop_fallback),
         KT_TEST(matmul_integer_and_half),
         KT_TEST(addmm_and_linear),
         KT_TEST(softmax_values),
@@ -703,6 +796,8 @@ int main(void) {
         KT_TEST(conv2d_errors),
         KT_TEST(pool2d_values),
         KT_TEST(pool2d_errors),
+        KT_TEST(meta_shapes),
+        KT_TEST(thread_count_invariance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,6 +42,8 @@ void ke_alloc_fail_after(int64_t n) {
     atomic_store(&ke_fail_armed, 1);
 }
 
+int ke_alloc_failing(void) { return atomic_load_explicit(&ke_fail_armed, memory_order_relaxed); }
+
 KE_SLOW static int ke_fail_take(void) {
     int64_t b = atomic_load(&ke_fail_budget);
     do {

@@ -79,6 +79,9 @@ ke_alloc_stats ke_cpu_alloc_stats(void);
 /* Test hook, process-wide: after n more successful allocations (any
  * thread), every ke_cpu_alloc returns NULL until called with n < 0. */
 void ke_alloc_fail_after(int64_t n);
+/* 1 while failure injection is armed (callers with an allocation-free fast
+ * path take the allocator instead, so injected failures stay reachable). */
+int ke_alloc_failing(void);
 
 /* Changes the cache cap at run time (the initial value comes from
  * KL_CPU_CACHE_MAX) and trims the large cache down to it at once.  0 turns

@@ -6,7 +6,7 @@
  * fields out as a [C/groups * kh * kw, OH * OW] matrix (skipped for 1x1
  * stride-1 unpadded kernels, where the input already is that matrix) and
  * ke_gemm multiplies the group's [O/groups, C/groups * kh * kw] weights by
- * it. Small per-sample products run in parallel over the batch; large ones
+ * it. Small products run in parallel over (sample, group) pairs; large ones
  * run one after another with im2col split over the pool and OpenBLAS
  * threading the GEMM. Shapes, padding rules and output sizes follow PyTorch.
  */
@@ -106,7 +106,8 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
     for (int d = 0; d < 2; d++) {
         int64_t in = x->shape[b + 1 + d] + 2 * pad[d], k = dil[d] * (w->shape[2 + d] - 1) + 1;
         if (k > in)
-            return ke_err(KL_ERR_SHAPE, op, "padded input %lldx%lld is smaller than the dilated kernel %lldx%lld (input %s)",
+            return ke_err(KL_ERR_SHAPE, op,
+                          "padded input %lldx%lld is smaller than the dilated kernel %lldx%lld (input %s)",
                           (long long)(x->shape[b + 1] + 2 * pad[0]), (long long)(x->shape[b + 2] + 2 * pad[1]),
                           (long long)(dil[0] * (w->shape[2] - 1) + 1), (long long)(dil[1] * (w->shape[3] - 1) + 1),
                           ke_fmt_tensor(b1, sizeof b1, x));
@@ -181,11 +182,16 @@ static void im2col_range(void *ctx, int64_t r0, int64_t r1) {
     im2col(p, p->xs, p->col, r0, r1);
 }
 
-/* Output rows of sample n start as the bias (GEMM then adds with beta 1). */
-static void fill_bias(const conv_ctx *p, int64_t n) {
+/* Output rows of sample n, group grp start as the bias (GEMM then adds with
+ * beta 1), or as 0 when there is nothing to multiply. */
+static void fill_bias(const conv_ctx *p, int64_t n, int64_t grp) {
     const conv_geom *g = &p->g;
-    for (int64_t o = 0; o < g->O; o++) {
+    for (int64_t o = grp * g->Og; o < (grp + 1) * g->Og; o++) {
         char *row = p->y + (n * g->O + o) * g->P * p->es;
+        if (!p->b) {
+            memset(row, 0, (size_t)(g->P * p->es));
+            continue;
+        }
         const char *v = p->b + o * p->es;
         for (int64_t i = 0; i < g->P; i++) memcpy(row + i * p->es, v, (size_t)p->es);
     }
@@ -203,8 +209,9 @@ static const char *sample_group(const conv_ctx *p, int64_t n, int64_t grp) {
     return p->x + (n * p->g.C + grp * p->g.Cg) * p->g.H * p->g.W * p->es;
 }
 
-/* Batch-parallel path: each chunk of samples uses its own column buffer. */
-static void conv_batch_range(void *ctx, int64_t n0, int64_t n1) {
+/* Parallel path: tasks are (sample, group) pairs; each chunk of tasks uses
+ * its own column buffer. */
+static void conv_task_range(void *ctx, int64_t t0, int64_t t1) {
     conv_ctx *p = ctx;
     const conv_geom *g = &p->g;
     size_t bytes = p->direct ? 0 : (size_t)(g->Kc * g->P * p->es);
@@ -213,13 +220,12 @@ static void conv_batch_range(void *ctx, int64_t n0, int64_t n1) {
         atomic_store(&p->oom, 1);
         return;
     }
-    for (int64_t n = n0; n < n1; n++) {
-        if (p->b) fill_bias(p, n);
-        for (int64_t grp = 0; grp < g->G; grp++) {
-            const char *xs = sample_group(p, n, grp);
-            if (!p->direct) im2col(p, xs, col, 0, g->Kc);
-            conv_gemm(p, n, grp, p->direct ? xs : col);
-        }
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t n = t / g->G, grp = t % g->G;
+        const char *xs = sample_group(p, n, grp);
+        if (p->b) fill_bias(p, n, grp);
+        if (!p->direct) im2col(p, xs, col, 0, g->Kc);
+        conv_gemm(p, n, grp, p->direct ? xs : col);
     }
     ke_cpu_free(col, bytes);
 }
@@ -231,31 +237,29 @@ static int conv_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     const conv_geom *g = &p.g;
     atomic_init(&p.oom, 0);
     p.direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+    int64_t tasks = g->N * g->G;
     if (g->Kc == 0) { /* no input channels: the output is the bias (or 0) */
-        for (int64_t n = 0; n < g->N; n++) {
-            if (p.b) fill_bias(&p, n);
-            else memset(p.y + n * g->O * g->P * p.es, 0, (size_t)(g->O * g->P * p.es));
-        }
+        for (int64_t t = 0; t < tasks; t++) fill_bias(&p, t / g->G, t % g->G);
         return 0;
     }
-    double work = (double)g->O * (double)g->P * (double)g->Kc;
-    if (g->N > 1 && work < KE_GEMM_SMALL) {
-        ke_parallel_for(g->N, (int64_t)(KE_GEMM_SMALL / work) + 1, conv_batch_range, &p);
+    double work = (double)g->Og * (double)g->P * (double)g->Kc; /* per task */
+    if (tasks > 1 && work < KE_GEMM_SMALL) {
+        ke_parallel_for(tasks, (int64_t)(KE_GEMM_SMALL / work) + 1, conv_task_range, &p);
     } else {
         size_t bytes = p.direct ? 0 : (size_t)(g->Kc * g->P * p.es);
         p.col = bytes ? ke_cpu_alloc(bytes) : NULL;
-        if (bytes && !p.col) return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for a %zu-byte column buffer", bytes);
-        for (int64_t n = 0; n < g->N; n++) {
-            if (p.b) fill_bias(&p, n);
-            for (int64_t grp = 0; grp < g->G; grp++) {
-                p.xs = sample_group(&p, n, grp);
-                if (!p.direct) {
-                    int64_t per = g->P ? g->P : 1;
-                    ke_parallel_for(g->Kc, per >= 16384 ? 1 : 16384 / per, im2col_range, &p);
-                }
-                if (p.dt == KL_F32 || p.dt == KL_F64) ke_blas_prepare();
-                conv_gemm(&p, n, grp, p.direct ? p.xs : p.col);
+        if (bytes && !p.col)
+            return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for a %zu-byte column buffer", bytes);
+        for (int64_t t = 0; t < tasks; t++) {
+            int64_t n = t / g->G, grp = t % g->G;
+            p.xs = sample_group(&p, n, grp);
+            if (p.b) fill_bias(&p, n, grp);
+            if (!p.direct) {
+                int64_t per = g->P ? g->P : 1;
+                ke_parallel_for(g->Kc, per >= 16384 ? 1 : 16384 / per, im2col_range, &p);
             }
+            if (p.dt == KL_F32 || p.dt == KL_F64) ke_blas_prepare();
+            conv_gemm(&p, n, grp, p.direct ? p.xs : p.col);
         }
         ke_cpu_free(p.col, bytes);
     }
@@ -387,10 +391,12 @@ KE_POOL(int32_t, int64_t, i32, INT32_MIN, KE_NONAN, KE_IADD)
 KE_POOL(int64_t, int64_t, i64, INT64_MIN, KE_NONAN, KE_IADD)
 KE_POOL(uint8_t, int64_t, u8, 0, KE_NONAN, KE_IADD)
 
-static const ke_range_fn max_pools[KL_NUM_DTYPES] = {
-    [KL_F32] = maxpool_f32, [KL_F64] = maxpool_f64, [KL_I32] = maxpool_i32, [KL_I64] = maxpool_i64, [KL_U8] = maxpool_u8};
-static const ke_range_fn avg_pools[KL_NUM_DTYPES] = {
-    [KL_F32] = avgpool_f32, [KL_F64] = avgpool_f64, [KL_I32] = avgpool_i32, [KL_I64] = avgpool_i64, [KL_U8] = avgpool_u8};
+static const ke_range_fn max_pools[KL_NUM_DTYPES] = {[KL_F32] = maxpool_f32, [KL_F64] = maxpool_f64,
+                                                     [KL_I32] = maxpool_i32, [KL_I64] = maxpool_i64,
+                                                     [KL_U8] = maxpool_u8};
+static const ke_range_fn avg_pools[KL_NUM_DTYPES] = {[KL_F32] = avgpool_f32, [KL_F64] = avgpool_f64,
+                                                     [KL_I32] = avgpool_i32, [KL_I64] = avgpool_i64,
+                                                     [KL_U8] = avgpool_u8};
 
 static int pool_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     const kl_tensor *x = xs[0];

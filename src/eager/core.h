@@ -61,6 +61,10 @@ static inline uint16_t ke_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* PyTorch's checked conversion of a C scalar into dt: KL_ERR_ARG when v
+ * cannot be represented without overflow. Returns 0 or -1. */
+int ke_check_scalar_cast(const char *op, double v, kl_dtype dt);
+
 /* Reads element i of a typed buffer as double / writes one (tests, printing,
  * slow paths only). Integer writes saturate nothing: C conversion rules after
  * NaN/range checks (NaN -> 0) so UBSan stays quiet. */
@@ -93,8 +97,17 @@ typedef enum ke_alloc_kind {
     KE_ALLOC_CPU,      /* from the caching allocator */
     KE_ALLOC_BLOB,     /* user memory, optional deleter */
     KE_ALLOC_NONE,     /* meta: no data */
-    KE_ALLOC_DEVICE    /* a device allocator registered by a backend */
+    KE_ALLOC_DEVICE,   /* a device allocator registered by a backend */
+    KE_ALLOC_INLINE    /* small CPU data inside the storage header itself */
 } ke_alloc_kind;
+
+/* CPU storages this small keep their data in the header: one allocation
+ * instead of two for the scalars and tiny tensors that dominate per-op cost. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KE_INLINE_BYTES 0 /* every byte through the allocator, so ASan sees misuse */
+#else
+#define KE_INLINE_BYTES 64
+#endif
 
 typedef struct ke_storage {
     _Atomic int32_t refcount;
@@ -106,6 +119,7 @@ typedef struct ke_storage {
     void (*deleter)(void *data, void *ctx);
     void *deleter_ctx;
     struct ke_storage *next_free;
+    _Alignas(64) unsigned char inline_data[KE_INLINE_BYTES ? KE_INLINE_BYTES : 1];
 } ke_storage;
 
 /* Dispatch keys, low to high priority: the highest key present runs. */
@@ -190,7 +204,11 @@ int ke_device_available(kl_device_type type);
 static inline char *ke_data(const kl_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)ke_dtypes[t->dtype].size;
 }
-int64_t ke_numel(int ndim, const int64_t *shape);
+static inline int64_t ke_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
 /* Contiguous strides for shape. */
 void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
 int ke_is_contig(const kl_tensor *t);

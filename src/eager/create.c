@@ -30,6 +30,7 @@ int ke_infer_create(ke_call *c, ke_outspec *out) {
     if (ke_check_shape(ke_opname(c), c->a.nlist, c->a.list, dt)) return -1;
     if ((c->op == KE_OP_rand || c->op == KE_OP_randn) && !ke_is_float(dt))
         return ke_err(KL_ERR_DTYPE, ke_opname(c), "needs a floating dtype, got %s", ke_dtypes[dt].name);
+    if (c->op == KE_OP_full && ke_check_scalar_cast(ke_opname(c), c->a.f[0], dt)) return -1;
     out->dtype = dt;
     c->compute = ke_compute_dtype(dt);
     out->ndim = c->a.nlist;
@@ -152,6 +153,10 @@ int ke_cpu_linspace(ke_call *c) {
     kl_tensor *o = c->out[0];
     int64_t n = o->shape[0];
     double a = c->a.f[0], b = c->a.f[1], step = n > 1 ? (b - a) / (double)(n - 1) : 0;
+    if (n == 1) { /* one step is the start, as PyTorch */
+        ke_store_f64(ke_data(o), (kl_dtype)o->dtype, 0, a);
+        return 0;
+    }
     /* symmetric evaluation as PyTorch: the second half counts back from end */
     for (int64_t i = 0; i < n; i++) {
         double v = i < n / 2 ? a + step * (double)i : b - step * (double)(n - 1 - i);
@@ -396,7 +401,8 @@ kl_tensor *kl_to_device(kl_tensor *t, kl_device dev) {
 kl_tensor *kl_copy_inplace(kl_tensor *dst, kl_tensor *src) { return ke_binary(KE_OP_copy, dst, src, 1); }
 
 kl_tensor *kl_fill_inplace(kl_tensor *t, double value) {
-    if (ke_check_tensor(t, "fill_inplace", 1)) return NULL;
+    if (ke_check_tensor(t, "fill_inplace", 1) || ke_check_scalar_cast("fill_inplace", value, (kl_dtype)t->dtype))
+        return NULL;
     kl_tensor *v = ke_tensor_new((kl_dtype)t->dtype, 0, NULL, KL_DEVICE_CPU, "fill_inplace");
     if (!v) return NULL;
     ke_store_f64(v->storage->data, (kl_dtype)t->dtype, 0, value);

@@ -58,6 +58,30 @@ kl_dtype kl_promote_types(kl_dtype a, kl_dtype b) {
     return (kl_dtype)promote_table[a][b];
 }
 
+/* PyTorch's checked conversion of the fill value (full, fill, pad and masked_fill pass a double):
+ * no NaN or out-of-range values into integers, no finite values beyond a
+ * float type's range; bool takes anything. */
+int ke_check_scalar_cast(const char *op, double v, kl_dtype dt) {
+    double lo, hi;
+    switch (dt) {
+    case KL_BOOL:
+    case KL_F64: return 0;
+    case KL_F32: lo = -3.4028234663852886e38, hi = 3.4028234663852886e38; break;
+    case KL_F16: lo = -65504.0, hi = 65504.0; break;
+    case KL_BF16: lo = -3.3895313892515355e38, hi = 3.3895313892515355e38; break;
+    case KL_I32: lo = -2147483648.0, hi = 2147483647.0; break;
+    case KL_I64: lo = -9223372036854775808.0, hi = 9223372036854775807.0; break;
+    /* c10::overflows lets an integer scalar wrap into an unsigned type down
+     * to -max; a C double with an integral value counts as an integer
+     * (the scalar rule of kiln.h), a fractional one as a float */
+    default: lo = v == trunc(v) ? -255 : 0, hi = 255; break;
+    }
+    if (ke_is_float(dt) && (isnan(v) || isinf(v))) return 0;
+    if (!(v >= lo && v <= hi))
+        return ke_err(KL_ERR_ARG, op, "value %g cannot be converted to %s without overflow", v, ke_dtypes[dt].name);
+    return 0;
+}
+
 /* ---- f16 ---------------------------------------------------------------- */
 
 float ke_f16_to_f32(uint16_t h) {

@@ -90,21 +90,27 @@ static inline int32_t clamp_bound_int32_t(double v) {
 static inline int64_t clamp_bound_int64_t(double v) {
     return v <= -0x1p63 ? INT64_MIN : v >= 0x1p63 ? INT64_MAX : (int64_t)v;
 }
-static inline uint8_t clamp_bound_uint8_t(double v) { return v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)v; }
+/* uint8 takes a finite bound as PyTorch converts it, wrapping (-1 binds as 255). */
+static inline uint8_t clamp_bound_uint8_t(double v) {
+    return isinf(v) ? (v < 0 ? 0 : 255) : (uint8_t)(uint64_t)(int64_t)v;
+}
 #define clamp_bound_bool(v) ((v) <= 0 ? 0 : (v) >= 1 ? 1 : (uint8_t)(v))
 
-/* NaN in x stays NaN (both compares are false); a NaN bound binds nothing;
- * lo > hi gives hi everywhere — all as PyTorch's CPU kernel. */
+/* NaN in x stays NaN (both compares are false); a NaN bound makes every
+ * result NaN when both bounds are given and binds nothing when it is the
+ * only one (PyTorch 1.13's clamp vs clamp_min/clamp_max); lo > hi gives hi
+ * everywhere. */
 #define CLAMP_LOOP(fname, T, BOUND)                                                                 \
     static void fname(int64_t n, void *o_, const void *const *in, unsigned bc, const ke_attrs *a,   \
                       int *err) {                                                                 \
         T *restrict o = (T *)o_;                                                                  \
         const T *restrict X = (const T *)in[0];                                                   \
         const T lo = BOUND(a->f[0]), hi = BOUND(a->f[1]);                                         \
+        const int both = a->f[0] != -INFINITY && a->f[1] != INFINITY;                             \
         (void)bc, (void)err;                                                                      \
         for (int64_t i = 0; i < n; i++) {                                                         \
-            T t = X[i] < lo ? lo : X[i];                                                          \
-            o[i] = t > hi ? hi : t;                                                               \
+            T t = (X[i] < lo || (both && lo != lo)) ? lo : X[i];                                  \
+            o[i] = (t > hi || (both && hi != hi)) ? hi : t;                                       \
         }                                                                                         \
     }
 CLAMP_LOOP(clamp_f32, float, clamp_bound_float)
@@ -203,6 +209,7 @@ const ke_ew_impl ke_ew_masked_fill = {.loop = {KE_LOOPS_ALL(masked_fill)}, .bool
  * grow x; the in-place form may not, which the in-place check enforces). */
 int ke_infer_masked_fill(ke_call *c, ke_outspec *out) {
     if (need_bool(c, 1, "mask")) return -1;
+    if (ke_check_scalar_cast(ke_opname(c), c->a.f[0], (kl_dtype)c->in[0]->dtype)) return -1;
     if (ke_broadcast_shapes(ke_opname(c), 2, c->in, &out->ndim, out->shape)) return -1;
     out->dtype = (kl_dtype)c->in[0]->dtype;
     c->compute = ke_compute_dtype(out->dtype);

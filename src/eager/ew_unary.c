@@ -72,9 +72,31 @@ KE_UNARY_MATH(log1p, ke_vlog1pf(x), log1p(x))
 KE_UNARY_MATH(sqrt, sqrtf(x), sqrt(x))
 KE_UNARY_MATH(rsqrt, ke_vrsqrtf(x), 1.0 / sqrt(x))
 KE_UNARY_MATH(reciprocal, 1.0f / x, 1.0 / x)
-KE_UNARY_MATH(sin, ke_vsinf(x), sin(x))
-KE_UNARY_MATH(cos, ke_vcosf(x), cos(x))
-KE_UNARY_MATH(tan, ke_vtanf(x), tan(x))
+/* vmath's trig reduction is exact only below ~8.4e8; beyond it (huge
+ * values, as int64 extremes promoted to f32 are) a block falls back to
+ * libm in double, whose reduction is exact everywhere. The check is a
+ * vectorized OR over the block, so ordinary inputs keep the vector loop. */
+#define KE_TRIG_MATH(name, VF, DF)                                                               \
+    static void name##_f32(int64_t n, void *o_, const void *const *in, unsigned bc,                \
+                           const ke_attrs *a, int *err) {                                          \
+        float *restrict o = (float *)o_;                                                           \
+        const float *restrict X = (const float *)in[0];                                            \
+        (void)bc, (void)a, (void)err;                                                              \
+        for (int64_t b = 0; b < n; b += 256) {                                                     \
+            int64_t e = b + 256 < n ? b + 256 : n;                                                 \
+            int big = 0;                                                                           \
+            for (int64_t i = b; i < e; i++) big |= !(fabsf(X[i]) <= 8.0e8f);                       \
+            if (!big)                                                                              \
+                for (int64_t i = b; i < e; i++) o[i] = VF(X[i]);                                   \
+            else                                                                                   \
+                for (int64_t i = b; i < e; i++) o[i] = (float)DF((double)X[i]);                    \
+        }                                                                                          \
+    }                                                                                              \
+    KE_EW_UNARY(name##_f64, double, double, DF(x))                                                 \
+    const ke_ew_impl ke_ew_##name = {.loop = {KE_LOOPS_F(name)}};
+KE_TRIG_MATH(sin, ke_vsinf, sin)
+KE_TRIG_MATH(cos, ke_vcosf, cos)
+KE_TRIG_MATH(tan, ke_vtanf, tan)
 KE_UNARY_MATH(tanh, ke_vtanhf(x), tanh(x))
 KE_UNARY_MATH(sigmoid, ke_vsigmoidf(x), 1.0 / (1.0 + exp(-x)))
 KE_UNARY_MATH(erf, ke_verff(x), erf(x))

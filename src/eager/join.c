@@ -348,27 +348,6 @@ int ke_cpu_repeat(ke_call *c) {
 
 /* ---- pad ------------------------------------------------------------------------- */
 
-/* PyTorch's checked conversion of the fill value (F.pad passes a double):
- * no NaN or out-of-range values into integers, no finite values beyond a
- * float type's range; bool takes anything. */
-static int check_fill_value(const char *op, double v, kl_dtype dt) {
-    double lo, hi;
-    switch (dt) {
-    case KL_BOOL:
-    case KL_F64: return 0;
-    case KL_F32: lo = -3.4028234663852886e38, hi = 3.4028234663852886e38; break;
-    case KL_F16: lo = -65504.0, hi = 65504.0; break;
-    case KL_BF16: lo = -3.3895313892515355e38, hi = 3.3895313892515355e38; break;
-    case KL_I32: lo = -2147483648.0, hi = 2147483647.0; break;
-    case KL_I64: lo = -9223372036854775808.0, hi = 9223372036854775807.0; break;
-    default: lo = 0, hi = 255; break;
-    }
-    if (ke_is_float(dt) && (isnan(v) || isinf(v))) return 0;
-    if (!(v >= lo && v <= hi))
-        return ke_err(KL_ERR_ARG, op, "value %g cannot be converted to %s without overflow", v, ke_dtypes[dt].name);
-    return 0;
-}
-
 /* Pads of dim d (0 for dims the list does not reach): F.pad lists the last dim first. */
 static void pads_of(const ke_call *c, int ndim, int d, int64_t *l, int64_t *r) {
     int i = ndim - 1 - d;
@@ -412,7 +391,7 @@ int ke_infer_pad(ke_call *c, ke_outspec *out) {
     out->ndim = nd;
     out->dtype = (kl_dtype)x->dtype;
     c->compute = ke_compute_dtype(out->dtype);
-    if (check_fill_value(op, c->a.f[0], out->dtype)) return -1;
+    if (ke_check_scalar_cast(op, c->a.f[0], out->dtype)) return -1;
     return ke_check_shape(op, nd, out->shape, out->dtype) ? -1 : 1;
 }
 

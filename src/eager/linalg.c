@@ -80,7 +80,8 @@ void ke_blas_prepare(void) {
                           const T *B, int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc) {                 \
         int ta = 0, tb = 0;                                                                                   \
         int64_t lda = 1, ldb = 1;                                                                             \
-        if (!a_fits(M, N, K, ars, acs) || !b_fits(M, N, K, brs, bcs) || ldc > INT_MAX) return -1;            \
+        if (!a_fits(M, N, K, ars, acs) || !b_fits(M, N, K, brs, bcs) || ldc > INT_MAX || ldc < (N > 1 ? N : 1)) \
+            return -1;                                                                                        \
         if (M == 1 && N == 1) {                                                                               \
             T d = DOT((int)K, A, (int)blas_inc(K, acs), B, (int)blas_inc(K, brs));                            \
             C[0] = beta == 0 ? alpha * d : alpha * d + beta * C[0];                                           \
@@ -198,7 +199,8 @@ static int check_dtypes(ke_call *c) {
     char b1[256], b2[256];
     for (int i = 1; i < c->nin; i++)
         if (c->in[i]->dtype != d)
-            return ke_err(KL_ERR_DTYPE, ke_opname(c), "expected operands of one dtype, got %s (argument 1) and %s (argument %d)",
+            return ke_err(KL_ERR_DTYPE, ke_opname(c),
+                          "expected operands of one dtype, got %s (argument 1) and %s (argument %d)",
                           ke_fmt_tensor(b1, sizeof b1, c->in[0]), ke_fmt_tensor(b2, sizeof b2, c->in[i]), i + 1);
     if (d == KL_BOOL)
         return ke_err(KL_ERR_DTYPE, ke_opname(c), "not implemented for bool operands (%s)",
@@ -249,13 +251,11 @@ int ke_infer_matmul(ke_call *c, ke_outspec *out) {
 
 /* A bias must broadcast to the product's shape (it is never the larger one). */
 static int check_bias(ke_call *c, const kl_tensor *bias, const ke_outspec *out) {
-    int64_t bshape[KL_MAX_DIMS];
     int bad = bias->ndim > out->ndim;
     for (int d = 0; d < bias->ndim && !bad; d++) {
         int64_t s = bias->shape[bias->ndim - 1 - d], o = out->shape[out->ndim - 1 - d];
         bad = s != o && s != 1;
     }
-    (void)bshape;
     if (!bad) return 0;
     char b1[256], b2[200];
     return ke_err(KL_ERR_SHAPE, ke_opname(c), "bias %s does not broadcast to the product's shape %s",
@@ -279,9 +279,11 @@ int ke_infer_linear(ke_call *c, ke_outspec *out) {
         return ke_err(KL_ERR_INTERNAL, ke_opname(c), "bias flag and input count disagree");
     if (check_dtypes(c)) return -1;
     if (w->ndim != 1 && w->ndim != 2)
-        return ke_err(KL_ERR_SHAPE, ke_opname(c), "weight must have 1 or 2 dims, got %s", ke_fmt_tensor(b1, sizeof b1, w));
+        return ke_err(KL_ERR_SHAPE, ke_opname(c), "weight must have 1 or 2 dims, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, w));
     if (x->ndim == 0)
-        return ke_err(KL_ERR_SHAPE, ke_opname(c), "input must have at least 1 dim, got %s", ke_fmt_tensor(b1, sizeof b1, x));
+        return ke_err(KL_ERR_SHAPE, ke_opname(c), "input must have at least 1 dim, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, x));
     int64_t in = x->shape[x->ndim - 1], win = w->shape[w->ndim - 1];
     if (in != win) {
         char b2[200];

@@ -174,9 +174,10 @@ int ke_cpu_nll_loss(ke_call *c) {
     if (tc && loss && !check_targets(c, (const int64_t *)ke_data(tc), m, x->shape[cd])) {
         const int64_t *t = (const int64_t *)ke_data(tc);
         double *l = (double *)ke_data(loss);
-        for (int64_t i = 0; i < m; i++)
-            l[i] = t[i] == c->a.i[1] ? 0
-                                     : -ke_load_f64(ke_data(x), (kl_dtype)x->dtype, row_offset(x, i) + t[i] * x->stride[cd]);
+        for (int64_t i = 0; i < m; i++) {
+            int64_t off = row_offset(x, i) + t[i] * x->stride[cd];
+            l[i] = t[i] == c->a.i[1] ? 0 : -ke_load_f64(ke_data(x), (kl_dtype)x->dtype, off);
+        }
         reduce_rows(c, l, t, m);
         rc = 0;
     }
@@ -285,13 +286,17 @@ int ke_decomp_mse_loss(ke_call *c) {
     return set_out(c, y);
 }
 
-/* max(x, 0) - x * y + log1p(exp(-|x|)): never exponentiates a large positive. */
+/* PyTorch 1.13's form, m = max(-x, 0): (1 - y) x + m + log(exp(-m) + exp(-x - m)).
+ * It never exponentiates a large positive, and it gives PyTorch's results at
+ * x = ±inf too (inf and NaN), which max(x,0) - x y + log1p(exp(-|x|)) does not. */
 int ke_decomp_bce_logits(ke_call *c) {
     ke_outspec spec;
     if (ke_infer_pair_loss(c, &spec) < 0) return -1;
     kl_tensor *x = c->in[0], *t = c->in[1];
     kl_scope_begin();
-    kl_tensor *l = kl_add(kl_sub(kl_relu(x), kl_mul(x, t)), kl_log1p(kl_exp(kl_neg(kl_abs(x)))));
+    kl_tensor *m = kl_relu(kl_neg(x));
+    kl_tensor *l = kl_add(kl_add(kl_mul(kl_rsub_scalar(t, 1), x), m),
+                          kl_log(kl_add(kl_exp(kl_neg(m)), kl_exp(kl_sub(kl_neg(x), m)))));
     kl_tensor *y = reduce_pair((int)c->a.i[0], l);
     kl_keep(y);
     kl_scope_end();

@@ -329,8 +329,9 @@ typedef struct norm_ctx {
     int rms;
 } norm_ctx;
 
-/* y = (x - mean) * rstd * w + b, written as x * rstd + (-mean * rstd) as
- * PyTorch does; rms_norm: y = x * rstd * w with rstd from mean(x^2). Stats
+/* y = (x - mean) * rstd * w + b; rms_norm: y = x * rstd * w with rstd from
+ * mean(x^2). Subtracting first (rather than x * rstd + (-mean * rstd), which
+ * the compiler contracts into an FMA) keeps constant rows exactly 0. Stats
  * come from two passes over the row while it is in cache; the writing pass
  * prefetches the next row. */
 #define KE_NORM(T, sfx)                                                                                  \
@@ -345,11 +346,11 @@ typedef struct norm_ctx {
             int pf = r + 1 < r1 && n * (int64_t)sizeof(T) <= 65536;                                      \
             double mean = p->rms ? 0 : row_sum_##sfx(x, n, 0, 0) / (double)n;                           \
             double var = row_sum_##sfx(x, n, (T)mean, 1) / (double)n;                                    \
-            T scale = (T)(1 / sqrt(var + p->eps)), shift = (T)(-mean * (double)scale);                   \
+            T scale = (T)(1 / sqrt(var + p->eps)), tmean = (T)mean;                                      \
             for (int64_t i0 = 0; i0 < n; i0 += L) {                                                      \
                 int64_t i1 = n - i0 < L ? n : i0 + L;                                                    \
-                if (pf) prefetch_block(x + n, y + n, i0 * (int64_t)sizeof(T));                           \
-                for (int64_t i = i0; i < i1; i++) y[i] = x[i] * scale + shift;                           \
+                if (pf && i1 == i0 + L) prefetch_block(x + n, y + n, i0 * (int64_t)sizeof(T));           \
+                for (int64_t i = i0; i < i1; i++) y[i] = (x[i] - tmean) * scale;                         \
                 if (w)                                                                                   \
                     for (int64_t i = i0; i < i1; i++) y[i] *= w[i];                                      \
                 if (b)                                                                                   \
@@ -521,7 +522,8 @@ int ke_infer_sdpa(ke_call *c, ke_outspec *out) {
     char b1[256], b2[256], b3[256];
     if (!ke_is_float((kl_dtype)q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype)
         return ke_err(KL_ERR_DTYPE, op, "q, k and v must share one floating dtype, got %s, %s and %s",
-                      ke_fmt_tensor(b1, sizeof b1, q), ke_fmt_tensor(b2, sizeof b2, k), ke_fmt_tensor(b3, sizeof b3, v));
+                      ke_fmt_tensor(b1, sizeof b1, q), ke_fmt_tensor(b2, sizeof b2, k),
+                      ke_fmt_tensor(b3, sizeof b3, v));
     ke_fmt_shape(b1, sizeof b1, q->ndim, q->shape);
     ke_fmt_shape(b2, sizeof b2, k->ndim, k->shape);
     ke_fmt_shape(b3, sizeof b3, v->ndim, v->shape);

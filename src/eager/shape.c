@@ -65,7 +65,7 @@ static int accepts(int acc, kl_dtype d) {
 
 int ke_rule_dtype(ke_call *c, kl_dtype *out) {
     const ke_op_info *op = &ke_ops[c->op];
-    for (int i = 0; i < c->nin; i++) {
+    for (int i = 0; i < c->nin && op->accept != KE_ACC_ALL; i++) {
         kl_dtype d = (kl_dtype)c->in[i]->dtype;
         /* a wrapped scalar's category is checked through the result below */
         if (!(c->in[i]->flags & KE_TF_WRAPPED) && !accepts(op->accept, d)) {

@@ -70,7 +70,7 @@ static ke_storage *storage_header_alloc(void) {
         tl_free_storages = s->next_free;
         tl_n_free_storages--;
     } else {
-        s = malloc(sizeof *s);
+        s = aligned_alloc(64, sizeof *s); /* sizeof is a multiple of 64: inline_data is aligned */
         if (!s) return NULL;
     }
     atomic_fetch_add_explicit(&live_storages, 1, memory_order_relaxed);
@@ -121,7 +121,10 @@ ke_storage *ke_storage_new(size_t nbytes, kl_device dev, const char *op) {
     }
     void *data = NULL;
     ke_alloc_kind kind = KE_ALLOC_NONE;
-    if (dev.type == KL_CPU) {
+    if (dev.type == KL_CPU && nbytes <= KE_INLINE_BYTES && !ke_alloc_failing()) {
+        storage_init(s, s->inline_data, nbytes, dev, KE_ALLOC_INLINE);
+        return s;
+    } else if (dev.type == KL_CPU) {
         data = ke_cpu_alloc(nbytes);
         kind = KE_ALLOC_CPU;
     } else if (dev.type == KL_CUDA) {
@@ -241,12 +244,6 @@ int ke_check_tensor(const kl_tensor *t, const char *op, int argno) {
 }
 
 /* ---- shape helpers ---------------------------------------------------------------- */
-
-int64_t ke_numel(int ndim, const int64_t *shape) {
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    return n;
-}
 
 void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
     int64_t s = 1;
