@@ -5,6 +5,7 @@
 #include "harness.h"
 
 #include "alloc.h"
+#include "dispatch.h"
 
 #include <pthread.h>
 
@@ -404,6 +405,40 @@ static void unsupported_device(void **s) {
     kt_assert_shape(kl_as_strided(a, KL_SHAPE(2, 2), (int64_t[]){0, 1}, 0), 2, (int64_t[]){2, 2});
 }
 
+/* A stand-in for the Autograd layer: counts the calls it sees and
+ * redispatches below itself, as the real handler will. */
+static int fake_autograd_calls;
+static int fake_autograd(ke_call *c) {
+    fake_autograd_calls++;
+    return ke_redispatch(c, KE_KEY_AUTOGRAD);
+}
+
+static void dispatch_keys(void **s) {
+    (void)s;
+    kl_tensor *a = kl_ones(KL_SHAPE(3), KL_F32);
+    ke_register_handler(KE_KEY_AUTOGRAD, fake_autograd);
+    ke_tls_state.include |= KE_KS(KE_KEY_AUTOGRAD);
+    fake_autograd_calls = 0;
+    kl_tensor *y = kl_mul(kl_add(a, a), a);
+    KT_VALUES(y, 0, 2, 2, 2);
+    assert_int_equal(fake_autograd_calls, 2); /* both ops went through the key, once each */
+    /* the exclude set masks a key, as no-grad mode will */
+    ke_tls_state.exclude |= KE_KS(KE_KEY_AUTOGRAD);
+    kl_add(a, a);
+    assert_int_equal(fake_autograd_calls, 2);
+    ke_tls_state.exclude &= ~KE_KS(KE_KEY_AUTOGRAD);
+    /* implicit composites decompose above every key: the key sees their pieces */
+    fake_autograd_calls = 0;
+    kl_flatten(kl_ones(KL_SHAPE(2, 2), KL_F32), 0, 1);
+    assert_int_equal(fake_autograd_calls, 2); /* ones (full) and view */
+    /* a key without a handler is an internal error, not a crash */
+    ke_register_handler(KE_KEY_AUTOGRAD, NULL);
+    assert_null(kl_add(a, a));
+    KT_EXPECT_ERROR(KL_ERR_INTERNAL, "kl_add: no handler for dispatch key 3");
+    ke_tls_state.include &= ~KE_KS(KE_KEY_AUTOGRAD);
+    assert_non_null(kl_add(a, a));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(scope_frees_temporaries), KT_TEST(retain_release),     KT_TEST(release_twice_is_an_error),
@@ -413,6 +448,7 @@ int main(void) {
         KT_TEST(expand_squeeze_flatten),  KT_TEST(creation),           KT_TEST(blob_deleter_runs_once),
         KT_TEST(random_is_reproducible),  KT_TEST(meta_tensors),       KT_TEST(broadcast_and_strided_ew),
         KT_TEST(out_of_memory_is_reported), KT_TEST(ownership_misuse_is_reported), KT_TEST(unsupported_device),
+        KT_TEST(dispatch_keys),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
  */
 #include "dispatch.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 
 static int backend_handler(ke_call *c);
@@ -45,9 +46,11 @@ static int call_keys(ke_call *c, ke_keyset *out) {
     return 0;
 }
 
-static int run_keys(ke_call *c, ke_keyset ks) {
+/* mask: the keys still allowed (a redispatch removes its own and higher ones
+ * after the include set is applied, or an included key would recurse). */
+static int run_keys(ke_call *c, ke_keyset ks, ke_keyset mask) {
     ke_tls *tls = &ke_tls_state;
-    ks = (ks | tls->include) & ~tls->exclude;
+    ks = (ks | tls->include) & ~tls->exclude & mask;
     if (!(ks & KE_BACKEND_KEYS)) return ke_err(KL_ERR_INTERNAL, ke_opname(c), "no backend key to dispatch to");
     int k = highest_key(ks);
     ke_handler_fn h = handlers[k];
@@ -66,15 +69,14 @@ int ke_dispatch(ke_call *c) {
         /* creation ops: the target device decides the backend */
         ks = ke_device_key(c->device);
     }
-    return run_keys(c, ks);
+    return run_keys(c, ks, ~(ke_keyset)0);
 }
 
 int ke_redispatch(ke_call *c, ke_key below) {
     ke_keyset ks = 0;
     if (call_keys(c, &ks)) return -1;
     if (c->nin == 0) ks = ke_device_key(c->device);
-    ke_keyset mask = KE_KS(below) - 1; /* keys strictly lower than `below` */
-    return run_keys(c, ks & mask);
+    return run_keys(c, ks, KE_KS(below) - 1); /* keys strictly lower than `below` */
 }
 
 /* ---- the backend step --------------------------------------------------- */
@@ -196,15 +198,31 @@ kl_tensor *ke_call1(ke_call *c) {
     return c->out[0];
 }
 
+/* A call with no attributes. Only the attribute slots that can be read are
+ * cleared (the list is read only up to nlist): zeroing the whole record is a
+ * visible share of a small op's cost. */
+static inline void call_init(ke_call *c, int op, int inplace, int nin, kl_tensor *const *in) {
+    c->op = op;
+    c->inplace = (uint8_t)inplace;
+    c->nin = nin;
+    c->in = in;
+    c->nout = 0;
+    c->device = KL_DEVICE_CPU;
+    c->compute = KL_F32;
+    memset(&c->a, 0, offsetof(ke_attrs, list));
+}
+
 kl_tensor *ke_unary(int op, kl_tensor *x, int inplace) {
     kl_tensor *in[1] = {x};
-    ke_call c = {.op = op, .inplace = (uint8_t)inplace, .nin = 1, .in = in};
+    ke_call c;
+    call_init(&c, op, inplace, 1, in);
     return ke_call1(&c);
 }
 
 kl_tensor *ke_binary(int op, kl_tensor *a, kl_tensor *b, int inplace) {
     kl_tensor *in[2] = {a, b};
-    ke_call c = {.op = op, .inplace = (uint8_t)inplace, .nin = 2, .in = in};
+    ke_call c;
+    call_init(&c, op, inplace, 2, in);
     return ke_call1(&c);
 }
 

@@ -12,6 +12,7 @@
 #include "alloc.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -20,9 +21,43 @@ ke_tls *ke_tls_get(void) { return &ke_tls_state; }
 
 void (*ke_autograd_free_hook)(kl_tensor *t);
 
-static _Atomic int64_t live_tensors, live_storages;
-int64_t kl_live_tensors(void) { return atomic_load(&live_tensors); }
-int64_t kl_live_storages(void) { return atomic_load(&live_storages); }
+/* Live counts are per-thread (no locked instruction on the per-op path) and
+ * summed on request. A header freed on another thread decrements that
+ * thread's counter, so only the sum is meaningful. Counter blocks are never
+ * freed: a thread's counts outlive it. */
+typedef struct live_counts {
+    _Atomic int64_t tensors, storages; /* relaxed loads/stores by the owner only */
+    struct live_counts *next;
+} live_counts;
+static live_counts *all_counts;
+static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local live_counts *tl_counts;
+
+static live_counts *my_counts(void) {
+    if (KE_LIKELY(tl_counts != NULL)) return tl_counts;
+    live_counts *c = calloc(1, sizeof *c);
+    KE_ASSERT(c); /* a few bytes once per thread */
+    pthread_mutex_lock(&counts_lock);
+    c->next = all_counts;
+    all_counts = c;
+    pthread_mutex_unlock(&counts_lock);
+    return tl_counts = c;
+}
+
+static inline void count_add(_Atomic int64_t *ctr, int64_t d) {
+    atomic_store_explicit(ctr, atomic_load_explicit(ctr, memory_order_relaxed) + d, memory_order_relaxed);
+}
+
+static int64_t sum_counts(int storages) {
+    int64_t n = 0;
+    pthread_mutex_lock(&counts_lock);
+    for (live_counts *c = all_counts; c; c = c->next)
+        n += atomic_load_explicit(storages ? &c->storages : &c->tensors, memory_order_relaxed);
+    pthread_mutex_unlock(&counts_lock);
+    return n;
+}
+int64_t kl_live_tensors(void) { return sum_counts(0); }
+int64_t kl_live_storages(void) { return sum_counts(1); }
 
 /* ---- free lists ----------------------------------------------------------- */
 
@@ -50,13 +85,13 @@ static kl_tensor *header_alloc(void) {
         }
         t = &chunk[0];
     }
-    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
+    count_add(&my_counts()->tensors, 1);
     return t;
 }
 
 static void header_free(kl_tensor *t) {
     t->magic = KE_MAGIC_DEAD;
-    atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
+    count_add(&my_counts()->tensors, -1);
     /* Never freed (see top): a header freed on another thread joins that
      * thread's list, so chunks circulate between threads. */
     t->next_free = tl_free_tensors;
@@ -73,12 +108,12 @@ static ke_storage *storage_header_alloc(void) {
         s = aligned_alloc(64, sizeof *s); /* sizeof is a multiple of 64: inline_data is aligned */
         if (!s) return NULL;
     }
-    atomic_fetch_add_explicit(&live_storages, 1, memory_order_relaxed);
+    count_add(&my_counts()->storages, 1);
     return s;
 }
 
 static void storage_header_free(ke_storage *s) {
-    atomic_fetch_sub_explicit(&live_storages, 1, memory_order_relaxed);
+    count_add(&my_counts()->storages, -1);
     if (tl_n_free_storages < KE_FREELIST_MAX) {
         s->next_free = tl_free_storages;
         tl_free_storages = s;
@@ -213,8 +248,13 @@ kl_tensor *ke_tensor_new(kl_dtype dt, int ndim, const int64_t *shape, kl_device 
     ke_storage *s = ke_storage_new(nbytes, dev, op);
     if (!s) return NULL;
     kl_tensor *t = ke_tensor_wrap(s, dt, ndim, shape, stride, 0);
-    ke_storage_decref(s); /* the header holds it now */
-    if (!t) ke_err(KL_ERR_OOM, op, "out of memory allocating a tensor header");
+    if (!t) {
+        ke_storage_decref(s);
+        ke_err(KL_ERR_OOM, op, "out of memory allocating a tensor header");
+        return NULL;
+    }
+    /* hand the new storage's only reference to the header (no second atomic) */
+    atomic_store_explicit(&s->refcount, 1, memory_order_relaxed);
     return t;
 }
 
