@@ -26,27 +26,6 @@ kl_pool2d_options kl_pool2d_options_default(int64_t k) {
                                .ceil_mode = false, .count_include_pad = true};
 }
 
-/* Runs fn with the inputs as contiguous tensors of the compute dtype and an
- * output of that dtype (out itself, or an f32 temporary for f16/bf16). */
-typedef int (*compute_fn)(ke_call *c, kl_tensor *const *xs, kl_tensor *y);
-static int with_compute_dtype(ke_call *c, compute_fn fn) {
-    kl_tensor *out = c->out[0];
-    int64_t n = ke_numel(out->ndim, out->shape);
-    if (n == 0) return 0;
-    kl_dtype ct = c->compute;
-    kl_scope_begin();
-    kl_tensor *xs[4] = {0};
-    int ok = 1;
-    for (int i = 0; i < c->nin && ok; i++) {
-        xs[i] = kl_contiguous(kl_to_dtype(c->in[i], ct));
-        ok = xs[i] != NULL;
-    }
-    kl_tensor *y = out->dtype == ct ? out : kl_empty_on(out->ndim, out->shape, ct, KL_DEVICE_CPU);
-    int rc = ok && y ? fn(c, xs, y) : -1;
-    if (!rc && y != out) ke_convert(ke_data(out), (kl_dtype)out->dtype, ke_data(y), ct, n);
-    kl_scope_end();
-    return rc;
-}
 
 /* ---- conv2d --------------------------------------------------------------------------- */
 
@@ -267,7 +246,7 @@ static int conv_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     return 0;
 }
 
-int ke_cpu_conv2d(ke_call *c) { return with_compute_dtype(c, conv_compute); }
+int ke_cpu_conv2d(ke_call *c) { return ke_with_compute_dtype(c, conv_compute); }
 
 kl_tensor *kl_conv2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv2d_options *opts) {
     kl_conv2d_options o = opts ? *opts : kl_conv2d_options_default();
@@ -410,8 +389,8 @@ static int pool_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     return 0;
 }
 
-int ke_cpu_max_pool2d(ke_call *c) { return with_compute_dtype(c, pool_compute); }
-int ke_cpu_avg_pool2d(ke_call *c) { return with_compute_dtype(c, pool_compute); }
+int ke_cpu_max_pool2d(ke_call *c) { return ke_with_compute_dtype(c, pool_compute); }
+int ke_cpu_avg_pool2d(ke_call *c) { return ke_with_compute_dtype(c, pool_compute); }
 
 static kl_tensor *pool_call(int op, kl_tensor *x, const kl_pool2d_options *o) {
     if (!o) {

@@ -67,4 +67,10 @@ int ke_cpu_conv2d(ke_call *c);
 int ke_infer_pool2d(ke_call *c, ke_outspec *out);
 int ke_cpu_max_pool2d(ke_call *c);
 int ke_cpu_avg_pool2d(ke_call *c);
+/* Runs fn(c, xs, y) with xs = the inputs as contiguous tensors of the compute
+ * dtype and y = an output of that dtype: out[0] itself, or an f32 temporary
+ * copied into out[0] afterwards (f16/bf16). Shared by nn.c and conv.c. */
+typedef int (*ke_compute_fn)(ke_call *c, kl_tensor *const *xs, kl_tensor *y);
+int ke_with_compute_dtype(ke_call *c, ke_compute_fn fn);
+
 #endif

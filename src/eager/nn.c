@@ -214,17 +214,15 @@ typedef struct softmax_ctx {
 KE_SOFTMAX(float, f32, ke_vexpf, ke_vlogf)
 KE_SOFTMAX(double, f64, exp, log)
 
-/* Runs fn(c, xs, ys) with xs = the inputs as contiguous tensors of the compute
- * dtype and ys = an output of that dtype: out itself, or an f32 temporary
- * copied into out afterwards (f16/bf16). */
-typedef int (*compute_fn)(ke_call *c, kl_tensor *const *xs, kl_tensor *y);
-static int with_compute_dtype(ke_call *c, compute_fn fn) {
+/* (declared in kernels_nn.h) */
+int ke_with_compute_dtype(ke_call *c, ke_compute_fn fn) {
     kl_tensor *out = c->out[0];
     int64_t n = ke_numel(out->ndim, out->shape);
     if (n == 0) return 0;
     kl_dtype ct = c->compute;
     kl_scope_begin();
-    kl_tensor *xs[KE_MAX_OUT + 4] = {0};
+    kl_tensor *xs[8] = {0};
+    KE_ASSERT(c->nin <= 8);
     int ok = 1;
     for (int i = 0; i < c->nin && ok; i++) {
         xs[i] = kl_contiguous(kl_to_dtype(c->in[i], ct));
@@ -255,7 +253,7 @@ static int softmax_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     return 0;
 }
 
-int ke_cpu_softmax(ke_call *c) { return with_compute_dtype(c, softmax_compute); }
+int ke_cpu_softmax(ke_call *c) { return ke_with_compute_dtype(c, softmax_compute); }
 
 /* softmax = exp(x - max) / sum(exp(x - max)); log_softmax = (x - max) - log(sum(...)). */
 int ke_decomp_softmax(ke_call *c) {
@@ -372,8 +370,8 @@ static int norm_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     return 0;
 }
 
-int ke_cpu_layer_norm(ke_call *c) { return with_compute_dtype(c, norm_compute); }
-int ke_cpu_rms_norm(ke_call *c) { return with_compute_dtype(c, norm_compute); }
+int ke_cpu_layer_norm(ke_call *c) { return ke_with_compute_dtype(c, norm_compute); }
+int ke_cpu_rms_norm(ke_call *c) { return ke_with_compute_dtype(c, norm_compute); }
 
 /* The last normalized_ndim dims, as a dim list. */
 static int norm_dims(const ke_call *c, int64_t *dims) {
