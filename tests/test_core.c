@@ -8,6 +8,9 @@
 #include "dispatch.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <stdlib.h>
 
@@ -439,6 +442,22 @@ static void dispatch_keys(void **s) {
     assert_non_null(kl_add(a, a));
 }
 
+static void abort_on_error_env(void **s) {
+    (void)s;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) { /* the child fails a call with KL_ABORT_ON_ERROR=1: it must abort there */
+        setenv("KL_ABORT_ON_ERROR", "1", 1);
+        freopen("/dev/null", "w", stderr);
+        kl_add(kl_ones(KL_SHAPE(2), KL_F32), kl_ones(KL_SHAPE(3), KL_F32));
+        _exit(0);
+    }
+    int status = 0;
+    assert_true(pid > 0);
+    waitpid(pid, &status, 0);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(scope_frees_temporaries), KT_TEST(retain_release),     KT_TEST(release_twice_is_an_error),
@@ -448,7 +467,7 @@ int main(void) {
         KT_TEST(expand_squeeze_flatten),  KT_TEST(creation),           KT_TEST(blob_deleter_runs_once),
         KT_TEST(random_is_reproducible),  KT_TEST(meta_tensors),       KT_TEST(broadcast_and_strided_ew),
         KT_TEST(out_of_memory_is_reported), KT_TEST(ownership_misuse_is_reported), KT_TEST(unsupported_device),
-        KT_TEST(dispatch_keys),
+        KT_TEST(dispatch_keys),           KT_TEST(abort_on_error_env),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

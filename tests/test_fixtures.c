@@ -881,6 +881,74 @@ static bool fx_selected(const fx_case *c, const char *filter) {
 
 /* ---- tests -------------------------------------------------------------------------------------- */
 
+/* Replays a case that succeeded on the CPU with every input moved to the Meta
+ * device (and Meta as the default device for creation ops): the op must give
+ * outputs of the same shapes and dtypes without touching data, since the
+ * tracer will run every op this way. */
+static bool fx_meta_case(const fx_case *c) {
+    bool ok = true;
+    if (c->error || !strcmp(c->op, "to_device")) return ok;
+    fx_ctx cx, mx;
+    memset(&cx, 0, sizeof cx);
+    cx.c = c;
+    cx.op = fx_find_op(c->op);
+    fx_current = c->name;
+    if (!cx.op) return ok;
+    kl_clear_error();
+    kl_scope_begin();
+    char err[512] = "";
+    cx.nin = c->nin;
+    for (int i = 0; i < c->nin && ok; i++) {
+        if (!strcmp(c->in[i], "-")) continue;
+        cx.in[i] = fx_build(c->in[i], NULL, err, sizeof err);
+        if (!cx.in[i]) FX_FAIL("input %d: %s", i, err);
+    }
+    mx = cx;
+    for (int i = 0; i < c->nin && ok; i++)
+        if (cx.in[i]) mx.in[i] = kl_to_device(cx.in[i], KL_DEVICE_META);
+    if (ok && cx.op->run(&cx) == 0) {
+        kl_device prev = kl_get_default_device();
+        kl_set_default_device(KL_DEVICE_META);
+        memset(mx.out, 0, sizeof mx.out);
+        mx.nout = 0;
+        int r = mx.op->run(&mx);
+        kl_set_default_device(prev);
+        if (r != 0) {
+            FX_FAIL("on meta: %s: %s", kl_status_name(kl_last_status()), kl_last_error());
+        } else {
+            for (int k = 0; k < cx.nout && ok; k++) {
+                kl_tensor *a = cx.out[k], *b = mx.out[k];
+                if (!b || kl_device_of(b).type != KL_META || kl_dtype_of(a) != kl_dtype_of(b) ||
+                    kl_ndim(a) != kl_ndim(b) || memcmp(kl_shape(a), kl_shape(b), sizeof(int64_t) * kl_ndim(a)))
+                    FX_FAIL("output %d on meta differs in device, dtype or shape", k);
+            }
+        }
+    }
+    kl_clear_error();
+    kl_scope_end();
+    fx_current = "(none)";
+    return ok;
+}
+
+static void fixtures_run_on_meta(void **s) {
+    (void)s;
+    fx_manifest m;
+    if (!fx_load_manifest(&m)) {
+        fx_free_manifest(&m);
+        fail();
+    }
+    const char *filter = getenv("KT_FIXTURE_FILTER");
+    int run = 0, failed = 0;
+    for (int i = 0; i < m.n; i++) {
+        if (!fx_selected(&m.cases[i], filter)) continue;
+        run++;
+        failed += !fx_meta_case(&m.cases[i]);
+    }
+    print_message("fixtures on meta: %d cases, %d failed\n", run, failed);
+    fx_free_manifest(&m);
+    assert_int_equal(failed, 0);
+}
+
 static void fixtures_match_torch(void **s) {
     (void)s;
     fx_manifest m;
@@ -962,6 +1030,7 @@ int main(void) {
         KT_TEST(fixtures_runner_table_is_consistent),
         KT_TEST(fixtures_cover_every_op),
         KT_TEST(fixtures_match_torch),
+        KT_TEST(fixtures_run_on_meta),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -406,6 +406,7 @@ kl_tensor *kl_fill_inplace(kl_tensor *t, double value) {
     kl_tensor *v = ke_tensor_new((kl_dtype)t->dtype, 0, NULL, KL_DEVICE_CPU, "fill_inplace");
     if (!v) return NULL;
     ke_store_f64(v->storage->data, (kl_dtype)t->dtype, 0, value);
+    v->flags |= KE_TF_WRAPPED; /* a C scalar: joins a computation on any device */
     kl_tensor *r = ke_binary(KE_OP_copy, t, v, 1);
     ke_tensor_decref(v);
     return r;

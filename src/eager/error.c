@@ -14,13 +14,10 @@ typedef struct ke_error {
 
 static _Thread_local ke_error tl_err;
 
+/* Read at every error (errors are rare), so a program or test may set it late. */
 static int abort_on_error(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        const char *v = getenv("KL_ABORT_ON_ERROR");
-        cached = v && v[0] && strcmp(v, "0") != 0;
-    }
-    return cached;
+    const char *v = getenv("KL_ABORT_ON_ERROR");
+    return v && v[0] && strcmp(v, "0") != 0;
 }
 
 int ke_verr(kl_status code, const char *op, const char *fmt, va_list ap) {
