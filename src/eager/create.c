@@ -200,7 +200,9 @@ static void rand_range(void *ctx_, int64_t begin, int64_t end) {
         }
         /* fills write dst[begin..end) relative to element 0: shift the buffer base */
         int direct = tdt == dt;
-        tgt = direct ? (void *)dst : (void *)(buf - b * (int64_t)ke_dtypes[tdt].size);
+        /* the fill writes tgt[b..e): point tgt b elements before buf, through
+         * integers, since pointer arithmetic outside buf would be undefined */
+        tgt = direct ? (void *)dst : (void *)((uintptr_t)buf - (uintptr_t)(b * (int64_t)ke_dtypes[tdt].size));
         switch (r->kind) {
         case KE_PHILOX_UNIFORM_F32: ke_philox_uniform_f32(r->seed, r->offset, tgt, b, e, 0.f, 1.f); break;
         case KE_PHILOX_UNIFORM_F64: ke_philox_uniform_f64(r->seed, r->offset, tgt, b, e, 0., 1.); break;

@@ -192,8 +192,16 @@ ke_storage *ke_storage_blob(void *data, size_t nbytes, void (*deleter)(void *, v
     return s;
 }
 
+/* Drops one reference; 1 if it was the last. A count of 1 seen with acquire
+ * means this caller holds the only reference, so no other thread can touch
+ * the count any more: no locked instruction on the common path. */
+static inline int drop_ref(_Atomic int32_t *rc) {
+    if (atomic_load_explicit(rc, memory_order_acquire) == 1) return 1;
+    return atomic_fetch_sub_explicit(rc, 1, memory_order_acq_rel) == 1;
+}
+
 void ke_storage_decref(ke_storage *s) {
-    if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (!drop_ref(&s->refcount)) return;
     switch (s->alloc) {
     case KE_ALLOC_CPU: ke_cpu_free(s->data, s->nbytes); break;
     case KE_ALLOC_BLOB:
@@ -215,8 +223,17 @@ ke_keyset ke_device_key(kl_device d) {
     }
 }
 
+static kl_tensor *wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
+                       int64_t offset, int take_ref);
+
 kl_tensor *ke_tensor_wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape,
                           const int64_t *stride, int64_t offset) {
+    return wrap(s, dt, ndim, shape, stride, offset, 1);
+}
+
+/* take_ref = 0: the caller hands over its reference to s (fresh storage). */
+static kl_tensor *wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
+                       int64_t offset, int take_ref) {
     kl_tensor *t = header_alloc();
     if (!t) return NULL;
     t->magic = KE_MAGIC_LIVE;
@@ -229,7 +246,7 @@ kl_tensor *ke_tensor_wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *s
     t->scope_slot = -1;
     t->scope = NULL;
     t->storage = s;
-    atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed);
+    if (take_ref) atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed);
     t->offset = offset;
     for (int i = 0; i < ndim; i++) {
         t->shape[i] = shape[i];
@@ -247,14 +264,11 @@ kl_tensor *ke_tensor_new(kl_dtype dt, int ndim, const int64_t *shape, kl_device 
     size_t nbytes = (size_t)ke_numel(ndim, shape) * ke_dtypes[dt].size;
     ke_storage *s = ke_storage_new(nbytes, dev, op);
     if (!s) return NULL;
-    kl_tensor *t = ke_tensor_wrap(s, dt, ndim, shape, stride, 0);
+    kl_tensor *t = wrap(s, dt, ndim, shape, stride, 0, 0); /* the header takes s's only reference */
     if (!t) {
         ke_storage_decref(s);
         ke_err(KL_ERR_OOM, op, "out of memory allocating a tensor header");
-        return NULL;
     }
-    /* hand the new storage's only reference to the header (no second atomic) */
-    atomic_store_explicit(&s->refcount, 1, memory_order_relaxed);
     return t;
 }
 
@@ -267,7 +281,7 @@ kl_tensor *ke_tensor_view(const kl_tensor *base, int ndim, const int64_t *shape,
 }
 
 void ke_tensor_decref(kl_tensor *t) {
-    if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (!drop_ref(&t->refcount)) return;
     if (t->autograd && ke_autograd_free_hook) ke_autograd_free_hook(t);
     ke_storage_decref(t->storage);
     header_free(t);
