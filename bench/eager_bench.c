@@ -113,6 +113,7 @@ static void report(const char *name, stats s, double bytes, double ref_gbs, cons
 int main(int argc, char **argv) {
     if (argc > 1) kl_set_num_threads(atoi(argv[1]));
     int nt = kl_get_num_threads();
+    openblas_set_num_threads(nt); /* the direct sgemm uses as many threads as Kiln */
     printf("eager_bench: %d threads, Kiln %s\n\n", nt, kl_version());
 
     /* STREAM on 64 MiB arrays */
