@@ -45,7 +45,21 @@ static inline kl_dtype ke_compute_dtype(kl_dtype d) {
 }
 
 /* f16/bf16 <-> f32 conversion (round to nearest even, NaN preserved). */
-float ke_f16_to_f32(uint16_t h);
+/* Exact: the 15 magnitude bits shifted into f32 position and scaled by
+ * 2^112 rebias the exponent (subnormal halves become normal floats); inf/NaN
+ * keep an all-ones exponent. Inline and branch-light, as f16 loops call it
+ * per element. */
+static inline float ke_f16_to_f32(uint16_t h) {
+    uint32_t em = h & 0x7fffu, u = em << 13;
+    float f;
+    memcpy(&f, &u, 4);
+    f *= 0x1p112f;
+    memcpy(&u, &f, 4);
+    if (em >= 0x7c00u) u = (em << 13) | 0x7f800000u;
+    u |= (uint32_t)(h & 0x8000u) << 16;
+    memcpy(&f, &u, 4);
+    return f;
+}
 uint16_t ke_f32_to_f16(float f);
 static inline float ke_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;

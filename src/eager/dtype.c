@@ -84,30 +84,6 @@ int ke_check_scalar_cast(const char *op, double v, kl_dtype dt) {
 
 /* ---- f16 ---------------------------------------------------------------- */
 
-float ke_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0x1f) {
-        u = sign | 0x7f800000u | (man << 13);
-    } else if (exp == 0) {
-        if (man == 0) {
-            u = sign;
-        } else { /* subnormal half: renormalize */
-            int e = -1;
-            do {
-                e++;
-                man <<= 1;
-            } while (!(man & 0x400));
-            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else {
-        u = sign | ((exp + 112) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 uint16_t ke_f32_to_f16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
