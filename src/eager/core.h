@@ -247,7 +247,6 @@ typedef struct ke_scope {
 
 /* Puts a fresh tensor (refcount 1, not scope-owned) into the current scope. */
 void ke_scope_adopt(kl_tensor *t);
-/* A tensor's result reference: in the scope if it is new, else nothing. */
 
 /* ---- thread-local state -------------------------------------------------- */
 

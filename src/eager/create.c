@@ -273,10 +273,7 @@ int ke_decomp_to_device(ke_call *c) {
         ke_err(KL_ERR_DEVICE, ke_opname(c), "cannot move %s to %s%s", ke_fmt_tensor(b, sizeof b, x),
                ke_device_name(to), to.type == KL_CUDA ? " (CUDA is not available in this build)" : "");
     }
-    if (!y) return -1;
-    c->out[0] = y;
-    c->nout = 1;
-    return 0;
+    return ke_set_out1(c, y);
 }
 
 /* ---- public wrappers ---------------------------------------------------------- */

@@ -53,7 +53,6 @@ enum ke_op_flags {
     KE_F_NONDIFF = 1 << 1,   /* not differentiable (outputs never require grad) */
     KE_F_IMPLICIT = 1 << 2,  /* composite that decomposes before autograd/trace */
     KE_F_RANDOM = 1 << 3,    /* consumes the generator (seed/offset in attrs) */
-    KE_F_SCALAR_OK = 1 << 4, /* a wrapped scalar may stand for input 1 */
     KE_F_ANYCAST = 1 << 5,   /* in-place output may have any dtype (copy) */
 };
 
@@ -146,6 +145,13 @@ kl_tensor *ke_call1(ke_call *c);           /* dispatch, return out[0] or NULL */
 kl_tensor *ke_unary(int op, kl_tensor *x, int inplace);
 kl_tensor *ke_binary(int op, kl_tensor *a, kl_tensor *b, int inplace);
 kl_tensor *ke_binary_scalar(int op, kl_tensor *a, double s, int inplace);
+/* The one result of a decomposition: out[0] = t; -1 if t is NULL (its error stands). */
+static inline int ke_set_out1(ke_call *c, kl_tensor *t) {
+    if (!t) return -1;
+    c->out[0] = t;
+    c->nout = 1;
+    return 0;
+}
 /* Fills c->a.list/nlist from (n, dims); KL_ERR_ARG if too many. */
 int ke_set_list(ke_call *c, int n, const int64_t *v);
 

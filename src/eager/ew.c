@@ -214,8 +214,6 @@ static int ew_error(ke_call *c, int err) {
     switch (err) {
     case KE_EW_OK: return 0;
     case KE_EW_INT_DIV_ZERO: return ke_err(KL_ERR_ARG, ke_opname(c), "integer division by zero");
-    case KE_EW_INT_NEG_POW:
-        return ke_err(KL_ERR_ARG, ke_opname(c), "integers to negative integer powers are not allowed");
     default: return ke_err(KL_ERR_INTERNAL, ke_opname(c), "elementwise loop failed");
     }
 }

@@ -15,7 +15,7 @@
 #include "dispatch.h"
 
 /* err codes a loop may raise (first one wins; the engine turns it into an error) */
-enum { KE_EW_OK, KE_EW_INT_DIV_ZERO, KE_EW_INT_NEG_POW };
+enum { KE_EW_OK, KE_EW_INT_DIV_ZERO };
 
 typedef void (*ke_ew_loop)(int64_t n, void *out, const void *const *in, unsigned bcast, const ke_attrs *a,
                            int *err);

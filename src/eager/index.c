@@ -481,10 +481,7 @@ int ke_decomp_take_along_dim(ke_call *c) {
         kl_keep(y);
         kl_scope_end();
     }
-    if (!y) return -1;
-    c->out[0] = y;
-    c->nout = 1;
-    return 0;
+    return ke_set_out1(c, y);
 }
 
 /* ---- public wrappers ------------------------------------------------------------------------ */

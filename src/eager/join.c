@@ -209,12 +209,6 @@ int ke_cpu_cat(ke_call *c) {
 
 /* ---- stack, split, chunk (decompositions) ------------------------------------------ */
 
-static int set_out(ke_call *c, kl_tensor *t) {
-    if (!t) return -1;
-    c->out[0] = t;
-    c->nout = 1;
-    return 0;
-}
 
 /* cat of unsqueezed views: the cat kernel copies strided inputs directly, and
  * autograd and tracing need no rule of their own. */
@@ -248,7 +242,7 @@ int ke_decomp_stack(ke_call *c) {
     kl_keep(y);
     kl_scope_end();
     free(u);
-    return set_out(c, y);
+    return ke_set_out1(c, y);
 }
 
 /* Emits pieces i2 .. i2+i3-1 of `total` narrows of x along d, piece k at

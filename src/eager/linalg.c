@@ -472,10 +472,7 @@ int ke_decomp_linear(ke_call *c) {
     if (c->a.i[0]) y = kl_add(y, c->in[2]);
     kl_keep(y);
     kl_scope_end();
-    if (!y) return -1;
-    c->out[0] = y;
-    c->nout = 1;
-    return 0;
+    return ke_set_out1(c, y);
 }
 
 /* ---- public wrappers ------------------------------------------------------------------- */

@@ -17,12 +17,6 @@
 
 #define KE_IGNORE_INDEX (-100)
 
-static int set_out(ke_call *c, kl_tensor *t) {
-    if (!t) return -1;
-    c->out[0] = t;
-    c->nout = 1;
-    return 0;
-}
 
 static int check_reduction(ke_call *c) {
     int64_t r = c->a.i[0];
@@ -211,7 +205,7 @@ int ke_decomp_nll_loss(ke_call *c) {
     kl_tensor *y = nll ? reduce_loss((int)c->a.i[0], nll, valid) : NULL;
     kl_keep(y);
     kl_scope_end();
-    return set_out(c, y);
+    return ke_set_out1(c, y);
 }
 
 int ke_decomp_cross_entropy(ke_call *c) {
@@ -232,7 +226,7 @@ int ke_decomp_cross_entropy(ke_call *c) {
     }
     kl_keep(y);
     kl_scope_end();
-    return set_out(c, y);
+    return ke_set_out1(c, y);
 }
 
 static kl_tensor *class_loss_call(int op, kl_tensor *x, kl_tensor *target, kl_reduction red, double ls) {
@@ -283,7 +277,7 @@ int ke_decomp_mse_loss(ke_call *c) {
     kl_tensor *y = reduce_pair((int)c->a.i[0], kl_mul(d, d));
     kl_keep(y);
     kl_scope_end();
-    return set_out(c, y);
+    return ke_set_out1(c, y);
 }
 
 /* PyTorch 1.13's form, m = max(-x, 0): (1 - y) x + m + log(exp(-m) + exp(-x - m)).
@@ -300,7 +294,7 @@ int ke_decomp_bce_logits(ke_call *c) {
     kl_tensor *y = reduce_pair((int)c->a.i[0], l);
     kl_keep(y);
     kl_scope_end();
-    return set_out(c, y);
+    return ke_set_out1(c, y);
 }
 
 static kl_tensor *pair_loss_call(int op, kl_tensor *a, kl_tensor *b, kl_reduction red) {

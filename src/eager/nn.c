@@ -27,12 +27,6 @@
 #define KE_ROW_GRAIN 32768     /* elements per parallel chunk, at least */
 #define KE_COL_BLOCK 64        /* columns a non-last-dim softmax handles at once */
 
-static int set_out(ke_call *c, kl_tensor *t) {
-    if (!t) return -1;
-    c->out[0] = t;
-    c->nout = 1;
-    return 0;
-}
 
 /* Prefetches 256 bytes (one block of lanes) of the next row's input and
  * output (either may be NULL) while this row is worked on: a row of a few
@@ -267,7 +261,7 @@ int ke_decomp_softmax(ke_call *c) {
     kl_tensor *y = c->op == KE_OP_softmax ? kl_div(e, s) : kl_sub(z, kl_log(s));
     kl_keep(y);
     kl_scope_end();
-    return set_out(c, y);
+    return ke_set_out1(c, y);
 }
 
 kl_tensor *kl_softmax(kl_tensor *x, int dim) {
@@ -394,7 +388,7 @@ int ke_decomp_layer_norm(ke_call *c) {
     if (b) y = kl_add(y, b);
     kl_keep(y);
     kl_scope_end();
-    return set_out(c, y);
+    return ke_set_out1(c, y);
 }
 
 int ke_decomp_rms_norm(ke_call *c) {
@@ -409,7 +403,7 @@ int ke_decomp_rms_norm(ke_call *c) {
     if (w) y = kl_mul(y, w);
     kl_keep(y);
     kl_scope_end();
-    return set_out(c, y);
+    return ke_set_out1(c, y);
 }
 
 static kl_tensor *norm_call(int op, kl_tensor *x, int normalized_ndim, kl_tensor *weight, kl_tensor *bias,
@@ -595,7 +589,7 @@ int ke_decomp_sdpa(ke_call *c) {
     kl_tensor *y = kl_matmul(kl_softmax(s, -1), v);
     kl_keep(y);
     kl_scope_end();
-    return set_out(c, y);
+    return ke_set_out1(c, y);
 }
 
 kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor *v, kl_tensor *mask, bool causal,

@@ -270,12 +270,6 @@ int ke_view_alias(ke_call *c) {
 
 /* ---- composite views ---------------------------------------------------- */
 
-static int set_out(ke_call *c, kl_tensor *t) {
-    if (!t) return -1;
-    c->out[0] = t;
-    c->nout = 1;
-    return 0;
-}
 
 int ke_decomp_reshape(ke_call *c) {
     kl_tensor *x = c->in[0];
@@ -284,17 +278,17 @@ int ke_decomp_reshape(ke_call *c) {
     if (nd > KL_MAX_DIMS) return ke_err(KL_ERR_SHAPE, ke_opname(c), "%d dims requested; at most %d", nd, KL_MAX_DIMS);
     memcpy(shape, c->a.list, sizeof(int64_t) * nd);
     if (infer_size(ke_opname(c), x, nd, shape)) return -1;
-    if (view_strides(x, nd, shape, stride) == 0) return set_out(c, kl_view(x, nd, shape));
+    if (view_strides(x, nd, shape, stride) == 0) return ke_set_out1(c, kl_view(x, nd, shape));
     kl_scope_begin();
     kl_tensor *y = kl_view(kl_clone(x), nd, shape);
     kl_keep(y);
     kl_scope_end();
-    return set_out(c, y);
+    return ke_set_out1(c, y);
 }
 
 int ke_decomp_flatten(ke_call *c) {
     kl_tensor *x = c->in[0];
-    if (x->ndim == 0) return set_out(c, kl_reshape(x, 1, (int64_t[]){1}));
+    if (x->ndim == 0) return ke_set_out1(c, kl_reshape(x, 1, (int64_t[]){1}));
     int s = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim), e;
     if (s < 0 || (e = ke_wrap_dim(ke_opname(c), c->a.i[1], x->ndim)) < 0) return -1;
     if (s > e) return ke_err(KL_ERR_ARG, ke_opname(c), "start_dim %d comes after end_dim %d", s, e);
@@ -305,7 +299,7 @@ int ke_decomp_flatten(ke_call *c) {
     for (int d = s; d <= e; d++) m *= x->shape[d];
     shape[nd++] = m;
     for (int d = e + 1; d < x->ndim; d++) shape[nd++] = x->shape[d];
-    return set_out(c, kl_reshape(x, nd, shape));
+    return ke_set_out1(c, kl_reshape(x, nd, shape));
 }
 
 int ke_decomp_narrow(ke_call *c) {
@@ -318,7 +312,7 @@ int ke_decomp_narrow(ke_call *c) {
     if (start < 0 || len < 0 || start > n || len > n - start)
         return ke_err(KL_ERR_INDEX, ke_opname(c), "start %lld and length %lld out of range for dim %d of size %lld",
                       (long long)c->a.i[1], (long long)len, d, (long long)n);
-    return set_out(c, kl_slice(x, d, start, start + len, 1));
+    return ke_set_out1(c, kl_slice(x, d, start, start + len, 1));
 }
 
 int ke_decomp_t(ke_call *c) {
@@ -328,20 +322,20 @@ int ke_decomp_t(ke_call *c) {
         return ke_err(KL_ERR_SHAPE, ke_opname(c), "expects a tensor with at most 2 dims, got %s",
                       ke_fmt_tensor(b, sizeof b, x));
     }
-    if (x->ndim < 2) return set_out(c, ke_unary(KE_OP_alias, x, 0));
-    return set_out(c, kl_transpose(x, 0, 1));
+    if (x->ndim < 2) return ke_set_out1(c, ke_unary(KE_OP_alias, x, 0));
+    return ke_set_out1(c, kl_transpose(x, 0, 1));
 }
 
 int ke_decomp_squeeze_all(ke_call *c) {
     kl_tensor *in[1] = {c->in[0]};
     ke_call s = {.op = KE_OP_squeeze, .nin = 1, .in = in};
     s.a.i[1] = 1;
-    return set_out(c, ke_call1(&s));
+    return ke_set_out1(c, ke_call1(&s));
 }
 
 int ke_decomp_contiguous(ke_call *c) {
     kl_tensor *x = c->in[0];
-    return set_out(c, ke_is_contig(x) ? ke_unary(KE_OP_alias, x, 0) : kl_clone(x));
+    return ke_set_out1(c, ke_is_contig(x) ? ke_unary(KE_OP_alias, x, 0) : kl_clone(x));
 }
 
 /* ---- public wrappers ------------------------------------------------------ */
