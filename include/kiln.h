@@ -509,6 +509,101 @@ KL_API kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl
                                                   kl_tensor *mask, bool causal, double scale);
 
 /* ------------------------------------------------------------------------ */
+/* Autograd (reverse mode)                                                   */
+/*                                                                          */
+/*     kl_set_requires_grad(w, true);            // w: a leaf parameter      */
+/*     kl_tensor *loss = kl_mse_loss(kl_matmul(x, w), y, KL_REDUCE_MEAN);    */
+/*     kl_backward(loss, NULL, NULL);            // accumulates into grad(w) */
+/*     kl_tensor *g = kl_grad(w);                                            */
+/*                                                                          */
+/* An op records a backward node when grad mode is on and one of its inputs  */
+/* requires grad; its floating outputs then require grad too. The graph     */
+/* lives as long as the tensors that refer to it (scopes free it).          */
+/* In-place ops on tensors in the graph are recorded; the rules, and where   */
+/* Kiln refuses what PyTorch allows, are in docs/AUTOGRAD.md:                */
+/*  - an in-place op on a leaf that requires grad is an error (as PyTorch);  */
+/*  - an in-place op on a view of a tensor in the graph is an error (PyTorch */
+/*    would rebase the base's history; Kiln asks you to clone instead);      */
+/*  - a tensor saved for backward and modified in place afterwards makes    */
+/*    the backward fail, naming the op that saved it and the op that wrote.  */
+/* ------------------------------------------------------------------------ */
+
+/* Marks a leaf as requiring grad (or not). Floating dtypes only; a non-leaf
+ * cannot be changed (KL_ERR_STATE). Returns 0 or -1. */
+KL_API int kl_set_requires_grad(kl_tensor *t, bool requires_grad);
+/* true if t requires grad (a leaf marked so, or the result of a recorded op). */
+KL_API bool kl_requires_grad(const kl_tensor *t);
+/* true unless t was produced by a recorded op. */
+KL_API bool kl_is_leaf(const kl_tensor *t);
+/* The gradient accumulated into t by kl_backward, or NULL if none. Borrowed:
+ * owned by t, valid until kl_zero_grad / kl_set_grad on t or t's release
+ * (accumulation writes into it in place unless create_graph is set). */
+KL_API kl_tensor *kl_grad(const kl_tensor *t);
+/* Replaces t's gradient (NULL clears it); g must match t's shape, dtype and
+ * device. Returns 0 or -1. */
+KL_API int kl_set_grad(kl_tensor *t, kl_tensor *g);
+/* Drops t's gradient (PyTorch's zero_grad(set_to_none=True)). Returns 0 or -1. */
+KL_API int kl_zero_grad(kl_tensor *t);
+/* A non-leaf keeps its gradient in kl_grad after backward. Returns 0 or -1. */
+KL_API int kl_retain_grad(kl_tensor *t);
+/* A new tensor sharing t's storage with no history (requires_grad false). */
+KL_API kl_tensor *kl_detach(kl_tensor *t);
+
+/* Grad mode is per thread and nests: begin pushes, end pops (LIFO, checked:
+ * an end without a begin is KL_ERR_STATE). Ops in no-grad mode record nothing. */
+KL_API void kl_no_grad_begin(void);
+KL_API void kl_no_grad_end(void);
+KL_API void kl_enable_grad_begin(void);
+KL_API void kl_enable_grad_end(void);
+KL_API bool kl_is_grad_enabled(void);
+
+typedef struct kl_backward_options {
+    bool retain_graph;   /* keep saved tensors for another backward */
+    bool create_graph;   /* record the backward itself (double backward) */
+    bool allow_unused;   /* kl_autograd_grad: unreachable inputs give NULL, not an error */
+} kl_backward_options;
+KL_API kl_backward_options kl_backward_options_default(void);
+/* Accumulates d(out)/d(leaf) into every reachable leaf's grad. grad_output
+ * NULL means ones for a one-element out (required otherwise); opts NULL =
+ * defaults. Without retain_graph, saved tensors are freed as the pass goes and
+ * a second backward through the same nodes is KL_ERR_STATE. Returns 0 or -1. */
+KL_API int kl_backward(kl_tensor *out, kl_tensor *grad_output, const kl_backward_options *opts);
+/* Gradients of outputs with respect to inputs, without touching any grad
+ * field. grad_outputs may be NULL (ones for one-element outputs) or hold NULL
+ * entries. grads[i] is scope-owned (NULL for an unused input with
+ * allow_unused). Returns 0 or -1. */
+KL_API int kl_autograd_grad(int n_out, kl_tensor *const *outputs, kl_tensor *const *grad_outputs,
+                            int n_in, kl_tensor *const *inputs, kl_tensor **grads,
+                            const kl_backward_options *opts);
+
+/* Anomaly mode (also KL_ANOMALY=1): a NaN or Inf produced by a backward node
+ * fails the backward naming the forward op that created the node. */
+KL_API void kl_set_anomaly(bool on);
+KL_API bool kl_anomaly_enabled(void);
+/* Writes t's backward graph as Graphviz DOT (ops, shapes, saved tensors,
+ * leaves). Returns 0 or -1 (KL_ERR_IO). */
+KL_API int kl_autograd_dot(const kl_tensor *t, const char *path);
+
+/* gradcheck: fn maps n inputs to one output tensor (scope-owned). */
+typedef kl_tensor *(*kl_grad_fn)(void *user, int n, kl_tensor *const *inputs);
+typedef struct kl_gradcheck_options {
+    double eps, atol, rtol;   /* PyTorch's defaults: 1e-6, 1e-5, 1e-3 */
+    bool quiet;               /* do not print the mismatching Jacobian entry */
+} kl_gradcheck_options;
+KL_API kl_gradcheck_options kl_gradcheck_options_default(void);
+/* Compares the analytic gradient of fn with central finite differences for
+ * every input that requires grad (which must be float64 and must not
+ * overlap itself). Inputs are perturbed in place and restored. Returns 1 if
+ * they agree, 0 if not (kl_last_error says where, as KL_ERR_ARG), -1 on an
+ * error in fn or backward. */
+KL_API int kl_gradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *inputs,
+                        const kl_gradcheck_options *opts);
+/* The same for the gradient of fn (second order), with a fixed random
+ * grad_output: checks that backward itself is differentiable. */
+KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *inputs,
+                            const kl_gradcheck_options *opts);
+
+/* ------------------------------------------------------------------------ */
 /* Comparison helpers, printing, files                                       */
 /* ------------------------------------------------------------------------ */
 
@@ -542,6 +637,9 @@ KL_API int kl_save_npy(const char *path, const kl_tensor *t);
 struct DLManagedTensor;
 KL_API struct DLManagedTensor *kl_to_dlpack(kl_tensor *t);
 KL_API kl_tensor *kl_from_dlpack(struct DLManagedTensor *m);
+
+/* nn helpers: initialisers, parameter collections, optimizers, safetensors. */
+#include "kiln/nn.h"
 
 #ifdef __cplusplus
 }

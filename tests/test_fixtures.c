@@ -14,6 +14,18 @@
  * '-' is a NULL tensor argument. Special keys: tol, error=1 (Kiln must fail),
  * novalues=1 (shape and dtype only), ref (informational).
  *
+ * Gradients: a case of a differentiable op with f32/f64 inputs also has
+ *     gw=FILE|-,...     per output: the weight W of loss = sum(out * W)
+ *                       ('-' for integer outputs, which are not weighted)
+ *     grad=FILE|-,...   per input: torch's d loss / d stored input ('-': none)
+ * The gradient pass loads each input with a grad spec, marks the loaded
+ * (stored) tensor requires_grad BEFORE its :T/:S2/:E modifiers (so the view
+ * ops' derivatives run too), clones the first input of an _inplace op (an
+ * in-place write on a leaf is refused, as in torch), runs the op, backwards
+ * the sum over floating outputs of sum(out * W), and compares kl_grad of each
+ * stored tensor (compared as zeros where no gradient arrived). Optional key
+ * gtol=T overrides the per-dtype gradient tolerance.
+ *
  * The op table below is the only per-op code: it maps each manifest OP (a
  * public function name without kl_) to the op-table row it exercises and a
  * small runner that reads the attributes and calls the kl_ function.
@@ -26,6 +38,7 @@
  */
 #include "harness.h"
 
+#include "autograd.h"
 #include "dispatch.h"
 
 #include <limits.h>
@@ -45,6 +58,9 @@ typedef struct fx_case {
     char *out[FX_MAX_OUT];
     char *key[FX_MAX_ATTR], *val[FX_MAX_ATTR];
     bool error, novalues;
+    int ngw, ngrad;               /* gradient keys; 0 when the case has none */
+    char *gw[FX_MAX_OUT];
+    char *grad[FX_MAX_IN];
 } fx_case;
 
 typedef struct fx_manifest {
@@ -488,6 +504,7 @@ static const struct {
     {"empty", "uninitialized memory: its cases check shape and dtype only (novalues)"},
     {"rand", "random values: cases check shape and dtype only; statistics are in test_philox"},
     {"randn", "random values: cases check shape and dtype only; statistics are in test_philox"},
+    {"max_pool2d_indices", "internal op of max_pool2d's derivative: checked through its gradients (grad_nn.c)"},
 };
 
 static const fx_op *fx_find_op(const char *name) {
@@ -573,6 +590,10 @@ static bool fx_parse_line(char *line, int lineno, fx_case *c) {
             if ((c->nin = fx_split_commas(v, c->in, FX_MAX_IN)) < 0) return false;
         } else if (!strcmp(tok, "out")) {
             if ((c->nout = fx_split_commas(v, c->out, FX_MAX_OUT)) < 0) return false;
+        } else if (!strcmp(tok, "gw")) {
+            if ((c->ngw = fx_split_commas(v, c->gw, FX_MAX_OUT)) < 0) return false;
+        } else if (!strcmp(tok, "grad")) {
+            if ((c->ngrad = fx_split_commas(v, c->grad, FX_MAX_IN)) < 0) return false;
         } else {
             if (c->nattr == FX_MAX_ATTR) return false;
             c->key[c->nattr] = tok;
@@ -625,8 +646,10 @@ static void fx_free_manifest(fx_manifest *m) {
 
 /* ---- building inputs -------------------------------------------------------------------------- */
 
-/* "file:mod:mod" -> a tensor; its dtype for outputs goes to *want (bf16 marks). */
-static kl_tensor *fx_build(const char *spec, kl_dtype *want, char *err, size_t cap) {
+/* "file:mod:mod" -> a tensor; its dtype for outputs goes to *want (bf16 marks).
+ * With leaf, the loaded tensor is marked requires_grad before the modifiers
+ * and returned there (the tensor whose gradient is compared). */
+static kl_tensor *fx_build_leaf(const char *spec, kl_dtype *want, kl_tensor **leaf, char *err, size_t cap) {
     char buf[512], path[PATH_MAX + 600];
     snprintf(buf, sizeof buf, "%s", spec);
     char *save = NULL, *file = strtok_r(buf, ":", &save);
@@ -637,6 +660,13 @@ static kl_tensor *fx_build(const char *spec, kl_dtype *want, char *err, size_t c
         return NULL;
     }
     if (want) *want = kl_dtype_of(t);
+    if (leaf) {
+        if (kl_set_requires_grad(t, true) != 0) {
+            snprintf(err, cap, "cannot make %s a leaf: %s", file, kl_last_error());
+            return NULL;
+        }
+        *leaf = t;
+    }
     for (char *mod; t && (mod = strtok_r(NULL, ":", &save));) {
         if (!strcmp(mod, "bf16")) {
             if (want) *want = KL_BF16;
@@ -661,6 +691,10 @@ static kl_tensor *fx_build(const char *spec, kl_dtype *want, char *err, size_t c
     }
     if (!t) snprintf(err, cap, "building %s failed: %s", spec, kl_last_error());
     return t;
+}
+
+static kl_tensor *fx_build(const char *spec, kl_dtype *want, char *err, size_t cap) {
+    return fx_build_leaf(spec, want, NULL, err, cap);
 }
 
 /* ---- comparing -------------------------------------------------------------------------------- */
@@ -879,6 +913,105 @@ static bool fx_selected(const fx_case *c, const char *filter) {
     return !filter || strstr(c->name, filter) || !strcmp(c->op, filter);
 }
 
+/* ---- gradients ---------------------------------------------------------------------------------- */
+
+/* Gradients come from a longer chain of roundings than values (the backward
+ * formula after the forward, in either library's own order): f32 is looser.
+ * A gradient is as precise as the least precise dtype it went through: its
+ * own, or a floating output's (an f64 input added to an f32 tensor gets an
+ * f64 gradient summed in f32). */
+static double fx_grad_tol(const fx_case *c, kl_dtype d, kl_tensor *const *out, int nout) {
+    for (int i = 0; i < c->nattr; i++)
+        if (!strcmp(c->key[i], "gtol")) return strtod(c->val[i], NULL);
+    bool f32 = d != KL_F64;
+    for (int k = 0; k < nout; k++)
+        if (out[k] && kl_dtype_of(out[k]) == KL_F32) f32 = true;
+    return f32 ? 1e-4 : 1e-10;
+}
+
+static bool fx_is_inplace(const fx_case *c) {
+    size_t n = strlen(c->op), k = strlen("_inplace");
+    return n > k && !strcmp(c->op + n - k, "_inplace");
+}
+
+/* The gradient pass of one case (see the top of the file); true if it passed. */
+static bool fx_grad_case(const fx_case *c) {
+    bool ok = true;
+    fx_ctx cx;
+    memset(&cx, 0, sizeof cx);
+    cx.c = c;
+    cx.op = fx_find_op(c->op);
+    fx_current = c->name;
+    if (!cx.op) {
+        FX_FAIL("no runner for op '%s' in test_fixtures.c", c->op);
+        return ok;
+    }
+    if (c->ngrad != c->nin || c->ngw != c->nout) {
+        FX_FAIL("grad= needs one spec per input and gw= one per output");
+        return ok;
+    }
+    kl_clear_error();
+    kl_scope_begin();
+    char err[512] = "";
+    kl_tensor *leaf[FX_MAX_IN] = {0};
+    cx.nin = c->nin;
+    for (int i = 0; i < c->nin && ok; i++) {
+        if (!strcmp(c->in[i], "-")) continue;
+        bool g = strcmp(c->grad[i], "-") != 0;
+        cx.in[i] = fx_build_leaf(c->in[i], NULL, g ? &leaf[i] : NULL, err, sizeof err);
+        if (!cx.in[i]) FX_FAIL("input %d: %s", i, err);
+    }
+    if (ok && fx_is_inplace(c) && cx.in[0] && !(cx.in[0] = kl_clone(cx.in[0])))
+        FX_FAIL("cloning input 0: %s", kl_last_error());
+    kl_tensor *loss = NULL;
+    if (ok) {
+        kl_clear_error();
+        int r = cx.op->run(&cx);
+        if (cx.bad[0])
+            FX_FAIL("%s", cx.bad);
+        else if (r != 0)
+            FX_FAIL("forward with requires_grad inputs: %s: %s", kl_status_name(kl_last_status()), kl_last_error());
+        else if (cx.nout != c->nout)
+            FX_FAIL("%d outputs, torch %d", cx.nout, c->nout);
+    }
+    for (int k = 0; ok && k < c->nout; k++) {
+        if (!strcmp(c->gw[k], "-")) continue;
+        kl_tensor *w = fx_build(c->gw[k], NULL, err, sizeof err);
+        if (!w) {
+            FX_FAIL("weight %d: %s", k, err);
+        } else if (!cx.out[k] || !kl_requires_grad(cx.out[k])) {
+            FX_FAIL("output %d does not require grad (torch's does)", k);
+        } else {
+            kl_tensor *term = kl_sum(kl_mul(cx.out[k], w), 0, NULL, false);
+            loss = loss && term ? kl_add(loss, term) : term;
+            if (!loss) FX_FAIL("loss over output %d: %s", k, kl_last_error());
+        }
+    }
+    if (ok && !loss) FX_FAIL("no floating output to weight");
+    if (ok && kl_backward(loss, NULL, NULL) != 0)
+        FX_FAIL("backward: %s: %s", kl_status_name(kl_last_status()), kl_last_error());
+    bool ran = ok;  /* (every input's gradient is compared, not just up to the first mismatch) */
+    for (int i = 0; ran && i < c->nin; i++) {
+        if (!leaf[i]) continue;
+        kl_dtype want_dt;
+        kl_tensor *want = fx_build(c->grad[i], &want_dt, err, sizeof err);
+        if (!want) {
+            FX_FAIL("gradient %d: %s", i, err);
+            continue;
+        }
+        kl_tensor *got = kl_grad(leaf[i]);
+        bool none = !got;
+        if (none) got = kl_zeros_like(leaf[i]);
+        char msg[512];
+        if (fx_compare(got, want, want_dt, fx_grad_tol(c, want_dt, cx.out, cx.nout), true, msg, sizeof msg))
+            FX_FAIL("gradient of input %d%s: %s", i, none ? " (none arrived: compared as zeros)" : "", msg);
+    }
+    kl_clear_error();
+    kl_scope_end();
+    fx_current = "(none)";
+    return ok;
+}
+
 /* ---- tests -------------------------------------------------------------------------------------- */
 
 /* Replays a case that succeeded on the CPU with every input moved to the Meta
@@ -972,6 +1105,80 @@ static void fixtures_match_torch(void **s) {
     assert_int_equal(failed, 0);
 }
 
+/* Gradients of every case with grad keys against torch's (the second pass:
+ * the values are checked by fixtures_match_torch). */
+static void fixtures_gradients_match_torch(void **s) {
+    (void)s;
+    fx_manifest m;
+    if (!fx_load_manifest(&m)) {
+        fx_free_manifest(&m);
+        fail();
+    }
+    const char *filter = getenv("KT_FIXTURE_FILTER");
+    const char *verbose = getenv("KT_FIXTURE_VERBOSE");
+    int run = 0, failed = 0;
+    fx_catch_signals(true);
+    for (int i = 0; i < m.n; i++) {
+        if (!m.cases[i].ngrad || !fx_selected(&m.cases[i], filter)) continue;
+        if (verbose && *verbose == '1') print_message("gradients of %s\n", m.cases[i].name);
+        run++;
+        failed += !fx_grad_case(&m.cases[i]);
+    }
+    fx_catch_signals(false);
+    print_message("gradients: %d cases checked, %d failed\n", run, failed);
+    fx_free_manifest(&m);
+    assert_int_equal(failed, 0);
+}
+
+/* Rows with a derivative that torch cannot give a reference for. Every other
+ * row with a derivative (or a decomposition) in ag_derivs must have at least
+ * one case whose gradients are compared. */
+static const struct {
+    const char *row, *why;
+} fx_grad_allowlist[] = {
+    {"", ""},  /* (none: keeps the array non-empty) */
+};
+
+/* Every differentiable row has a gradient-checked case unless allowlisted. */
+static void fixtures_cover_every_derivative(void **s) {
+    (void)s;
+    fx_manifest m;
+    if (!fx_load_manifest(&m)) {
+        fx_free_manifest(&m);
+        fail();
+    }
+    int covered[KE_OP_COUNT] = {0}, bad = 0;
+    for (int i = 0; i < m.n; i++) {
+        const fx_op *op = fx_find_op(m.cases[i].op);
+        int row = op ? fx_row_index(op->row) : -1;
+        if (row >= 0 && m.cases[i].ngrad) covered[row]++;
+    }
+    int rows = 0;
+    for (int r = 0; r < KE_OP_COUNT; r++) {
+        bool diff = ag_derivs[r].fn || ag_derivs[r].decomp;
+        const char *why = NULL;
+        for (size_t a = 0; a < sizeof fx_grad_allowlist / sizeof fx_grad_allowlist[0]; a++)
+            if (!strcmp(fx_grad_allowlist[a].row, ke_ops[r].name)) why = fx_grad_allowlist[a].why;
+        rows += diff;
+        if (diff && !covered[r] && !why) {
+            print_message("op '%s' has a derivative but no gradient-checked fixture case\n", ke_ops[r].name);
+            bad++;
+        } else if (covered[r] && why) {
+            print_message("op '%s' is in fx_grad_allowlist but has %d gradient cases: drop it\n", ke_ops[r].name,
+                          covered[r]);
+            bad++;
+        } else if (covered[r] && !diff && !(ke_ops[r].flags & KE_F_IMPLICIT)) {
+            /* (implicit rows decompose before autograd: their pieces' derivatives run) */
+            print_message("op '%s' has gradient cases but no derivative in ag_derivs\n", ke_ops[r].name);
+            bad++;
+        }
+    }
+    print_message("derivatives: %d rows, gradient fixtures cover every one not allowlisted: %s\n", rows,
+                  bad ? "no" : "yes");
+    fx_free_manifest(&m);
+    assert_int_equal(bad, 0);
+}
+
 /* Every op-table row has a value-checked case unless allowlisted (with a reason). */
 static void fixtures_cover_every_op(void **s) {
     (void)s;
@@ -1031,6 +1238,8 @@ int main(void) {
         KT_TEST(fixtures_cover_every_op),
         KT_TEST(fixtures_match_torch),
         KT_TEST(fixtures_run_on_meta),
+        KT_TEST(fixtures_cover_every_derivative),
+        KT_TEST(fixtures_gradients_match_torch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -130,6 +130,8 @@ typedef struct ke_storage {
     void *data;
     size_t nbytes;
     _Atomic int64_t version;       /* bumped by every in-place write */
+    int32_t last_write_op;         /* ke_op of the last in-place write, -1 if none
+                                      (autograd names it when a saved tensor is stale) */
     void (*deleter)(void *data, void *ctx);
     void *deleter_ctx;
     struct ke_storage *next_free;
@@ -254,7 +256,6 @@ typedef struct ke_tls {
     ke_keyset include;        /* keys forced on (Trace while tracing) */
     ke_keyset exclude;        /* keys masked off (below autograd, no-grad) */
     kl_device default_device;
-    int grad_enabled;
 } ke_tls;
 ke_tls *ke_tls_get(void);
 extern _Thread_local ke_tls ke_tls_state;

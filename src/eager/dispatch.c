@@ -168,7 +168,10 @@ int ke_backend_run(ke_call *c) {
         for (int j = c->inplace ? 1 : 0; j < nout; j++) ke_tensor_decref(c->out[j]);
         return -1;
     }
-    if (c->inplace) ke_bump_version(c->in[0]);
+    if (c->inplace) {
+        ke_bump_version(c->in[0]);
+        c->in[0]->storage->last_write_op = c->op;
+    }
     for (int j = c->inplace ? 1 : 0; j < nout; j++) ke_scope_adopt(c->out[j]);
     return 0;
 }

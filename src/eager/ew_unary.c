@@ -103,7 +103,7 @@ KE_UNARY_MATH(erf, ke_verff(x), erf(x))
 /* gelu is the exact erf form; gelu_tanh PyTorch's approximate='tanh'. Their
  * and silu's PyTorch formulas give NaN at -inf (-inf * 0); vmath gives the
  * limit 0, so the f32 loops select NaN there to match. */
-#define NAN_AT_NEG_INF(x, v) ((x) == -INFINITY ? NAN : (v))
+#define NAN_AT_NEG_INF(x, v) ke__self((x) == -INFINITY, NAN, (v)) /* a select, so the loop vectorizes */
 KE_UNARY_MATH(gelu, NAN_AT_NEG_INF(x, ke_vgelu_erff(x)), 0.5 * x * (1.0 + erf(x * M_SQRT1_2)))
 KE_UNARY_MATH(gelu_tanh, NAN_AT_NEG_INF(x, ke_vgelu_tanhf(x)),
               0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x))))

@@ -67,6 +67,8 @@ int ke_cpu_conv2d(ke_call *c);
 int ke_infer_pool2d(ke_call *c, ke_outspec *out);
 int ke_cpu_max_pool2d(ke_call *c);
 int ke_cpu_avg_pool2d(ke_call *c);
+/* Internal ops of the nn derivatives (nn_backward.c). */
+int ke_cpu_max_pool2d_indices(ke_call *c);
 /* Runs fn(c, xs, y) with xs = the inputs as contiguous tensors of the compute
  * dtype and y = an output of that dtype: out[0] itself, or an f32 temporary
  * copied into out[0] afterwards (f16/bf16). Shared by nn.c and conv.c. */

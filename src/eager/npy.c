@@ -26,6 +26,7 @@
  * bfloat16 has no numpy dtype: it is saved as float32 ('<f4'), exactly.
  */
 #include "core.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -372,35 +373,6 @@ static void npy_unmap(void *data, void *ctx) {
 }
 
 /* Reads a non-regular file (pipe, character device) to its end. */
-static uint8_t *read_all(int fd, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *p = malloc(cap);
-    while (p) {
-        if (n == cap) {
-            uint8_t *q = cap <= SIZE_MAX / 2 ? realloc(p, cap * 2) : NULL;
-            if (!q) {
-                free(p);
-                errno = ENOMEM;
-                return NULL;
-            }
-            p = q;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, p + n, cap - n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            int e = errno;
-            free(p);
-            errno = e;
-            return NULL;
-        }
-        if (r == 0) break;
-        n += (size_t)r;
-    }
-    *len = n;
-    return p;
-}
-
 kl_tensor *kl_load_npy(const char *path) {
     if (!path) {
         ke_err(KL_ERR_NULL_ARG, "load_npy", "path is NULL");
@@ -426,7 +398,7 @@ kl_tensor *kl_load_npy(const char *path) {
         base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (base == MAP_FAILED) {
         /* Pipes, size-less files (procfs) and filesystems without mmap: read it all. */
-        uint8_t *all = read_all(fd, &len);
+        uint8_t *all = ke_read_all(fd, &len);
         int e = errno;
         close(fd);
         if (!all) {
@@ -464,18 +436,6 @@ kl_tensor *kl_load_npy(const char *path) {
 
 /* ---- saving ---------------------------------------------------------------------------- */
 
-static int write_all(int fd, const void *p, size_t n) {
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* numpy 1.24's header for a C-order array, padding and all. Returns its length. */
 static size_t npy_header_text(char *out, size_t cap, kl_dtype dt, int ndim, const int64_t *shape, int *major) {
     char dict[512], sh[256];
@@ -512,37 +472,6 @@ static size_t npy_header_text(char *out, size_t cap, kl_dtype dt, int ndim, cons
     return total;
 }
 
-static _Atomic unsigned tmp_counter;
-
-/* Writes header + data to a fresh temp file beside path, then renames it over path. */
-static int write_atomic(const npy_src *src, const char *path, const char *hdr, size_t hn, const void *data,
-                        size_t dn) {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 48);
-    if (!tmp) return npy_fail(src, KL_ERR_OOM, "out of memory");
-    int fd = -1;
-    for (int tries = 0; fd < 0 && tries < 100; tries++) {
-        snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&tmp_counter, 1));
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST) break;
-    }
-    if (fd < 0) {
-        npy_fail(src, KL_ERR_IO, "cannot create a temporary file beside it: %s", strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    int bad = write_all(fd, hdr, hn) || (dn && write_all(fd, data, dn));
-    int e = errno;
-    if (close(fd) != 0 && !bad) bad = 1, e = errno;
-    if (!bad && rename(tmp, path) != 0) bad = 1, e = errno;
-    if (bad) {
-        unlink(tmp);
-        npy_fail(src, KL_ERR_IO, "write failed: %s", strerror(e ? e : EIO));
-    }
-    free(tmp);
-    return bad ? -1 : 0;
-}
-
 int kl_save_npy(const char *path, const kl_tensor *t) {
     npy_src src = {"save_npy", path};
     if (ke_check_tensor(t, "save_npy", 1)) return kl_last_status();
@@ -568,7 +497,9 @@ int kl_save_npy(const char *path, const kl_tensor *t) {
         size_t hn = npy_header_text(hdr, sizeof hdr, (kl_dtype)c->dtype, c->ndim, c->shape, &major);
         size_t dn = (size_t)ke_numel(c->ndim, c->shape) * ke_dtypes[c->dtype].size;
         KE_ASSERT(hn > 0);
-        rc = write_atomic(&src, path, hdr, hn, dn ? ke_data(c) : NULL, dn);
+        const void *parts[2] = {hdr, dn ? ke_data(c) : NULL};
+        size_t sizes[2] = {hn, dn};
+        rc = ke_write_file_atomic("save_npy", path, 2, parts, sizes);
     }
     kl_scope_end();
     return rc ? (int)kl_last_status() : 0;

@@ -16,7 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-_Thread_local ke_tls ke_tls_state = {0, 0, {KL_CPU, 0}, 1};
+_Thread_local ke_tls ke_tls_state = {0, 0, {KL_CPU, 0}};
 ke_tls *ke_tls_get(void) { return &ke_tls_state; }
 
 void (*ke_autograd_free_hook)(kl_tensor *t);
@@ -139,6 +139,7 @@ int ke_device_available(kl_device_type type) {
 static void storage_init(ke_storage *s, void *data, size_t nbytes, kl_device dev, ke_alloc_kind kind) {
     atomic_init(&s->refcount, 1);
     atomic_init(&s->version, 0);
+    s->last_write_op = -1;
     s->alloc = (uint8_t)kind;
     s->device = dev;
     s->data = data;

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# run_train_bench.sh [BUILD_DIR] [THREADS...] — the digits_step workload in
+# Kiln (BUILD_DIR/bench/train_bench) and in PyTorch 1.13 eager
+# (bench/torch_train.py, Debian's python3-torch) side by side: for each thread
+# count (default 1 2), ROUNDS (default 3) alternating runs of each at batch 64
+# and 256. This 2-vCPU machine is shared and noisy, so each system's table
+# entry is its best median over the rounds (the same rule for both); every
+# run's line is printed too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+shift || true
+threads=("$@")
+[ ${#threads[@]} -eq 0 ] && threads=(1 2)
+rounds=${ROUNDS:-3}
+export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
+echo "run_train_bench: $(date -u '+%F %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for t in "${threads[@]}"; do
+    for ((r = 1; r <= rounds; r++)); do
+        "$build/bench/train_bench" "$t" 64 256 | sed "s/^/kiln  $t | /" | tee -a "$out"
+        /usr/bin/python3 bench/torch_train.py "$t" 64 256 | sed "s/^/torch $t | /" | tee -a "$out"
+    done
+done
+echo
+echo "| threads | batch | Kiln ms/step [IQR] | PyTorch ms/step [IQR] | PyTorch / Kiln |"
+echo "|---|---|---|---|---|"
+tr -d '[],|' <"$out" | awk '
+    $3 == "digits_step" {
+        k = $2 " " $5; s = $1 " " k
+        if (!(s in ms) || $6 < ms[s]) { ms[s] = $6; iqr[s] = sprintf("%.3f [%.3f, %.3f]", $6, $8, $9) }
+        if (!(k in seen)) { seen[k] = 1; keys[n++] = k }
+    }
+    END {
+        for (i = 0; i < n; i++) {
+            split(keys[i], f, " ")
+            printf "| %s | %s | %s | %s | %.2fx |\n", f[1], f[2], iqr["kiln " keys[i]], iqr["torch " keys[i]],
+                   ms["torch " keys[i]] / ms["kiln " keys[i]]
+        }
+    }'
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

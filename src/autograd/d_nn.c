@@ -1,0 +1,444 @@
+/*
+ * d_nn.c — derivative formulas of the linalg and nn families (rows in
+ * derivs_nn.def), after PyTorch 1.13's derivatives.yaml.
+ *
+ * Every formula is written with kl_ ops, so it runs on any backend and is
+ * itself recorded under create_graph: double backward goes through the ops a
+ * formula uses (conv2d's gradients are conv2d's, max_pool2d's a scatter_add
+ * whose own derivative is a gather). Formulas leave a gradient with its
+ * broadcast shape where that is natural; the engine sums it down to the
+ * input's shape. Composites get formulas rather than their decompositions
+ * where the decomposition would save much more (softmax, the norms, the
+ * losses): they save x (or y) and recompute the row statistics.
+ */
+#include "autograd.h"
+
+#include <stdlib.h>
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+static int64_t numel_of(const ag_tmeta *m) {
+    int64_t n = 1;
+    for (int d = 0; d < m->ndim; d++) n *= m->shape[d];
+    return n;
+}
+
+/* A 0-dim zero of dtype dt on dev (the "else" of a masked gradient). */
+static kl_tensor *zero_scalar(kl_dtype dt, kl_device dev) {
+    return kl_to_device(kl_scalar_tensor(0, dt), dev);
+}
+
+static kl_tensor *zeros_on(int ndim, const int64_t *shape, kl_dtype dt, kl_device dev) {
+    return kl_zero_inplace(kl_empty_on(ndim, shape, dt, dev));
+}
+
+/* The output gradient of a mean/sum/none-reduced elementwise loss spread
+ * back over the n elements the loss reduced. */
+static kl_tensor *spread_reduction(const ag_ctx *c, kl_tensor *g, int64_t n) {
+    return c->a->i[0] == KL_REDUCE_MEAN ? kl_div_scalar(g, (double)n) : g;
+}
+
+/* ---- matrix products ----------------------------------------------------------------- */
+
+/* torch.matmul's cases: 1-D operands gain a dim (a in front, b behind) and
+ * lose it again, batch dims broadcast. Each gradient is the product with
+ * the other operand's transpose, summed over the dims the operand was
+ * broadcast along; a matrix b under a batched a (x @ W) gets one folded
+ * product instead of a batch of them and a sum. */
+int ag_d_matmul(ag_ctx *c) {
+    kl_tensor *a = c->in[0], *b = c->in[1], *g = c->gout[0];
+    const ag_tmeta *am = &c->in_meta[0], *bm = &c->in_meta[1];
+    if (am->ndim == 1 && bm->ndim == 1) {
+        if (c->need[0] && !(c->gin[0] = kl_mul(g, b))) return -1;
+        if (c->need[1] && !(c->gin[1] = kl_mul(g, a))) return -1;
+        return 0;
+    }
+    if (c->need[0]) {
+        kl_tensor *ga;
+        if (am->ndim == 1) /* g [..., N]: ga[k] = sum b[..., k, n] g[..., n] */
+            ga = kl_squeeze(kl_matmul(b, kl_unsqueeze(g, -1)), -1);
+        else if (bm->ndim == 1) /* g [..., M]: ga = g outer b */
+            ga = kl_mul(kl_unsqueeze(g, -1), b);
+        else
+            ga = kl_matmul(g, kl_transpose(b, -2, -1));
+        c->gin[0] = ag_sum_to(ga, am->ndim, am->shape);
+        if (!c->gin[0]) return -1;
+    }
+    if (c->need[1]) {
+        kl_tensor *gb;
+        int64_t K = am->shape[am->ndim - 1], rows = 1;
+        for (int d = 0; d < am->ndim - 1; d++) rows *= am->shape[d];
+        if (am->ndim == 1) { /* gb = a outer g */
+            gb = kl_mul(kl_unsqueeze(a, -1), kl_unsqueeze(g, -2));
+        } else if (bm->ndim == 1) { /* gb[k] = sum a[..., m, k] g[..., m], folded over rows */
+            gb = kl_matmul(kl_reshape(g, 1, &rows), kl_reshape(a, 2, (int64_t[]){rows, K}));
+        } else if (bm->ndim == 2) { /* folded: [rows, K]^T @ [rows, N] */
+            int64_t N = bm->shape[1];
+            gb = kl_mm(kl_t(kl_reshape(a, 2, (int64_t[]){rows, K})), kl_reshape(g, 2, (int64_t[]){rows, N}));
+        } else {
+            gb = kl_matmul(kl_transpose(a, -2, -1), g);
+        }
+        c->gin[1] = ag_sum_to(gb, bm->ndim, bm->shape);
+        if (!c->gin[1]) return -1;
+    }
+    return 0;
+}
+
+int ag_d_mm(ag_ctx *c) {
+    kl_tensor *a = c->in[0], *b = c->in[1], *g = c->gout[0];
+    if (c->need[0] && !(c->gin[0] = kl_mm(g, kl_t(b)))) return -1;
+    if (c->need[1] && !(c->gin[1] = kl_mm(kl_t(a), g))) return -1;
+    return 0;
+}
+
+int ag_d_bmm(ag_ctx *c) {
+    kl_tensor *a = c->in[0], *b = c->in[1], *g = c->gout[0];
+    if (c->need[0] && !(c->gin[0] = kl_bmm(g, kl_transpose(b, 1, 2)))) return -1;
+    if (c->need[1] && !(c->gin[1] = kl_bmm(kl_transpose(a, 1, 2), g))) return -1;
+    return 0;
+}
+
+/* out = beta * bias + alpha * a @ b. beta = 0 still multiplies (a NaN in g
+ * stays NaN), as PyTorch's maybe_multiply does. */
+int ag_d_addmm(ag_ctx *c) {
+    kl_tensor *a = c->in[1], *b = c->in[2], *g = c->gout[0];
+    double beta = c->a->f[0], alpha = c->a->f[1];
+    if (c->need[0] && !(c->gin[0] = beta == 1 ? g : kl_mul_scalar(g, beta))) return -1;
+    kl_tensor *ga = alpha == 1 ? g : kl_mul_scalar(g, alpha);
+    if (c->need[1] && !(c->gin[1] = kl_mm(ga, kl_t(b)))) return -1;
+    if (c->need[2] && !(c->gin[2] = kl_mm(kl_t(a), ga))) return -1;
+    return 0;
+}
+
+/* y = x @ w^T (+ bias), w [out, in] or [in]. The weight's gradient folds
+ * x's batch dims into one product, g^T @ x over all rows. */
+int ag_d_linear(ag_ctx *c) {
+    kl_tensor *x = c->in[0], *w = c->in[1], *g = c->gout[0];
+    const ag_tmeta *xm = &c->in_meta[0], *wm = &c->in_meta[1];
+    int64_t in = xm->shape[xm->ndim - 1], rows = 1;
+    for (int d = 0; d < xm->ndim - 1; d++) rows *= xm->shape[d];
+    if (wm->ndim == 2) {
+        int64_t out = wm->shape[0];
+        if (c->need[0] && !(c->gin[0] = kl_matmul(g, w))) return -1;
+        if (c->need[1] && !(c->gin[1] = kl_mm(kl_t(kl_reshape(g, 2, (int64_t[]){rows, out})),
+                                              kl_reshape(x, 2, (int64_t[]){rows, in}))))
+            return -1;
+    } else {
+        if (c->need[0] && !(c->gin[0] = kl_mul(kl_unsqueeze(g, -1), w))) return -1;
+        if (c->need[1] &&
+            !(c->gin[1] = kl_matmul(kl_reshape(g, 1, &rows), kl_reshape(x, 2, (int64_t[]){rows, in}))))
+            return -1;
+    }
+    if (c->nin == 3 && c->need[2]) c->gin[2] = g;
+    return 0;
+}
+
+/* ---- softmax and the norms ----------------------------------------------------------- */
+
+/* From the saved output y: softmax' = y * (g - sum(g * y)); log_softmax' =
+ * g - exp(y) * sum(g). The saved y carries the node back under create_graph,
+ * so the second derivative flows through it to x. */
+int ag_d_softmax(ag_ctx *c) {
+    int64_t d = c->a->i[0];
+    kl_tensor *y = c->out[0], *g = c->gout[0];
+    c->gin[0] = kl_mul(y, kl_sub(g, kl_sum(kl_mul(g, y), 1, &d, true)));
+    return c->gin[0] ? 0 : -1;
+}
+
+int ag_d_log_softmax(ag_ctx *c) {
+    int64_t d = c->a->i[0];
+    kl_tensor *y = c->out[0], *g = c->gout[0];
+    c->gin[0] = kl_sub(g, kl_mul(kl_exp(y), kl_sum(g, 1, &d, true)));
+    return c->gin[0] ? 0 : -1;
+}
+
+/* layer_norm and rms_norm over the last nd dims; the statistics are
+ * recomputed from the saved x. With xh = (x - mean) * rstd (rms: x * rstd)
+ * and gh = g * weight:
+ *   layer_norm  dx = rstd * (gh - mean(gh) - xh * mean(gh * xh))
+ *   rms_norm    dx = rstd * (gh - xh * mean(gh * xh))
+ *   dweight = g * xh, dbias = g (summed over the leading dims). */
+static int norm_backward(ag_ctx *c, int rms) {
+    kl_tensor *x = c->in[0], *g = c->gout[0];
+    int nd = (int)c->a->i[0], has_w = c->a->i[1] != 0, has_b = !rms && c->a->i[2] != 0;
+    int64_t dims[KL_MAX_DIMS];
+    for (int i = 0; i < nd; i++) dims[i] = i - nd;
+    kl_tensor *xc = rms ? x : kl_sub(x, kl_mean(x, nd, dims, true));
+    kl_tensor *rstd = kl_rsqrt(kl_add_scalar(kl_mean(kl_mul(xc, xc), nd, dims, true), c->a->f[0]));
+    kl_tensor *xh = kl_mul(xc, rstd);
+    if (has_w && c->need[1] && !(c->gin[1] = kl_mul(g, xh))) return -1;
+    if (has_b && c->need[1 + has_w]) c->gin[1 + has_w] = g;
+    if (c->need[0]) {
+        kl_tensor *gh = has_w ? kl_mul(g, c->in[1]) : g;
+        kl_tensor *r = kl_sub(gh, kl_mul(xh, kl_mean(kl_mul(gh, xh), nd, dims, true)));
+        if (!rms) r = kl_sub(r, kl_mean(gh, nd, dims, true));
+        if (!(c->gin[0] = kl_mul(r, rstd))) return -1;
+    }
+    return 0;
+}
+
+int ag_d_layer_norm(ag_ctx *c) { return norm_backward(c, 0); }
+int ag_d_rms_norm(ag_ctx *c) { return norm_backward(c, 1); }
+
+/* The same mask on g: the forward op with its recorded seed and offset
+ * gives g * mask / (1 - p) exactly (the mask depends on the dtype's Philox
+ * stream, so g is brought to the input's dtype first). */
+int ag_d_dropout(ag_ctx *c) {
+    kl_tensor *g = c->gout[0];
+    if (kl_dtype_of(g) != (kl_dtype)c->in_meta[0].dtype) g = kl_to_dtype(g, (kl_dtype)c->in_meta[0].dtype);
+    c->gin[0] = g ? ag_call(KE_OP_dropout, 1, &g, c->a) : NULL;
+    return c->gin[0] ? 0 : -1;
+}
+
+/* ---- losses ------------------------------------------------------------------------- */
+
+/* Class dim of a class loss's input: 0 for [C], else 1. */
+static int class_dim(const ag_ctx *c) { return c->in_meta[0].ndim == 1 ? 0 : 1; }
+
+/* Per-row weight (the target's shape) of a class loss's gradient: g spread
+ * by the reduction (the mean divides by the rows not ignored), and exactly 0
+ * on ignored rows, which PyTorch never writes even when that count is 0. */
+static kl_tensor *class_row_weights(const ag_ctx *c, kl_tensor *t, kl_tensor *g) {
+    kl_dtype dt = (kl_dtype)c->in_meta[0].dtype;
+    kl_tensor *valid = kl_ne_scalar(t, (double)c->a->i[1]);
+    kl_tensor *w = g;
+    if (c->a->i[0] == KL_REDUCE_MEAN) w = kl_div(g, kl_to_dtype(kl_sum(valid, KL_ALL_DIMS, false), dt));
+    return kl_where(valid, w, zero_scalar(dt, c->in_meta[0].device));
+}
+
+/* one_hot(t) along the class dim, in the input's dtype and shape. */
+static kl_tensor *class_one_hot(const ag_ctx *c, kl_tensor *t) {
+    const ag_tmeta *m = &c->in_meta[0];
+    int cd = class_dim(c), n = 0;
+    int64_t shape[KL_MAX_DIMS];
+    shape[n++] = m->shape[cd];
+    for (int d = cd + 1; d < m->ndim; d++) shape[n++] = 1;
+    kl_tensor *classes = kl_reshape(kl_to_device(kl_arange(0, (double)m->shape[cd], 1, KL_I64), m->device), n, shape);
+    return kl_to_dtype(kl_eq(kl_unsqueeze(t, cd), classes), (kl_dtype)m->dtype);
+}
+
+/* Row loss lse(x) - (1 - ls) x[t] - ls / C * sum(x), so
+ * dx = (softmax(x) - (1 - ls) one_hot(t) - ls / C) * row weight. */
+int ag_d_cross_entropy(ag_ctx *c) {
+    if (!c->need[0]) return 0;
+    kl_tensor *x = c->in[0], *t = c->in[1], *g = c->gout[0];
+    int cd = class_dim(c);
+    double ls = c->a->f[0], C = (double)c->in_meta[0].shape[cd];
+    kl_tensor *oh = class_one_hot(c, t);
+    kl_tensor *d = kl_sub(kl_softmax(x, cd), ls > 0 ? kl_mul_scalar(oh, 1 - ls) : oh);
+    if (ls > 0) d = kl_sub_scalar(d, ls / C);
+    c->gin[0] = kl_mul(d, kl_unsqueeze(class_row_weights(c, t, g), cd));
+    return c->gin[0] ? 0 : -1;
+}
+
+/* Row loss -x[t]: dx = -one_hot(t) * row weight. */
+int ag_d_nll_loss(ag_ctx *c) {
+    if (!c->need[0]) return 0;
+    kl_tensor *t = c->in[1], *g = c->gout[0];
+    c->gin[0] = kl_mul(class_one_hot(c, t), kl_unsqueeze(kl_neg(class_row_weights(c, t, g)), class_dim(c)));
+    return c->gin[0] ? 0 : -1;
+}
+
+/* Elements a pair loss reduces: its operands' broadcast shape. */
+static int64_t pair_numel(const ag_ctx *c) {
+    const ag_tmeta *a = &c->in_meta[0], *b = &c->in_meta[1];
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) {
+        int da = d - (nd - a->ndim), db = d - (nd - b->ndim);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        n *= sa == 1 ? sb : sa;
+    }
+    return n;
+}
+
+/* (a - b)^2: da = 2 (a - b) g, db = -da. */
+int ag_d_mse_loss(ag_ctx *c) {
+    kl_tensor *g = spread_reduction(c, c->gout[0], pair_numel(c));
+    kl_tensor *da = kl_mul(kl_sub(c->in[0], c->in[1]), kl_mul_scalar(g, 2));
+    if (c->need[0] && !(c->gin[0] = da)) return -1;
+    if (c->need[1] && !(c->gin[1] = kl_neg(da))) return -1;
+    return 0;
+}
+
+/* (1 - y) x + log(1 + exp(-x)): dx = (sigmoid(x) - y) g, dy = -x g. */
+int ag_d_binary_cross_entropy_with_logits(ag_ctx *c) {
+    kl_tensor *x = c->in[0], *y = c->in[1];
+    kl_tensor *g = spread_reduction(c, c->gout[0], pair_numel(c));
+    if (c->need[0] && !(c->gin[0] = kl_mul(kl_sub(kl_sigmoid(x), y), g))) return -1;
+    if (c->need[1] && !(c->gin[1] = kl_neg(kl_mul(x, g)))) return -1;
+    return 0;
+}
+
+/* ---- convolution and pooling ---------------------------------------------------------- */
+
+typedef struct conv_params {
+    int64_t st[2], pad[2], dil[2], groups;
+} conv_params;
+
+/* Indices k-1, ..., 0 (to flip a kernel dim). */
+static kl_tensor *reversed(int64_t k, kl_device dev) {
+    return kl_to_device(kl_arange((double)(k - 1), -1, -1, KL_I64), dev);
+}
+
+/* dL/dx of conv2d for g [N, O, OH, OW] and w [O, C/G, kh, kw] (x [N, C, H, W]):
+ * the transposed convolution, written as a convolution. g gets s - 1 zeros
+ * after each element (zero insertion: pad an extra unit dim and fold it in),
+ * then pads (negative ones crop) so that
+ *   dx[ih] = sum_ki g[(ih + p - ki d) / s] w[ki]
+ * becomes a stride-1 correlation with the flipped, in/out-swapped kernel at
+ * dilation d: lo = d (k - 1) - p in front and whatever makes the length
+ * H + d (k - 1) behind (which covers rows no window reached: their gradient
+ * is 0). flip = 0 skips the flip for symmetric kernels. */
+static kl_tensor *conv_input_grad(kl_tensor *g, kl_tensor *w, const conv_params *cp, const int64_t *in_hw,
+                                  int flip) {
+    const int64_t *gs = kl_shape(g), *ws = kl_shape(w);
+    if (!gs || !ws) return NULL;
+    int64_t N = gs[0], O = gs[1], OH = gs[2], OW = gs[3];
+    int64_t G = cp->groups, Og = O / G, Cg = ws[1], kh = ws[2], kw = ws[3];
+    kl_device dev = kl_device_of(g);
+    /* weight [G*Og, Cg, kh, kw] -> [G*Cg, Og, kh, kw], flipped */
+    kl_tensor *wt = G == 1 ? kl_transpose(w, 0, 1)
+                           : kl_reshape(kl_transpose(kl_reshape(w, 5, (int64_t[]){G, Og, Cg, kh, kw}), 1, 2), 4,
+                                        (int64_t[]){G * Cg, Og, kh, kw});
+    if (flip && kh > 1) wt = kl_index_select(wt, 2, reversed(kh, dev));
+    if (flip && kw > 1) wt = kl_index_select(wt, 3, reversed(kw, dev));
+    /* zero insertion */
+    int64_t len[2] = {OH, OW};
+    if (cp->st[1] > 1) {
+        g = kl_reshape(kl_pad(kl_unsqueeze(g, 4), 2, (int64_t[]){0, cp->st[1] - 1}, 0), 4,
+                       (int64_t[]){N, O, OH, OW * cp->st[1]});
+        len[1] = OW * cp->st[1];
+    }
+    if (cp->st[0] > 1) {
+        g = kl_reshape(kl_pad(kl_unsqueeze(g, 3), 4, (int64_t[]){0, 0, 0, cp->st[0] - 1}, 0), 4,
+                       (int64_t[]){N, O, OH * cp->st[0], len[1]});
+        len[0] = OH * cp->st[0];
+    }
+    int64_t lo[2], hi[2], k[2] = {kh, kw};
+    for (int d = 0; d < 2; d++) {
+        lo[d] = cp->dil[d] * (k[d] - 1) - cp->pad[d];
+        hi[d] = in_hw[d] + cp->dil[d] * (k[d] - 1) - lo[d] - len[d];
+    }
+    kl_conv2d_options o = kl_conv2d_options_default();
+    o.dilation[0] = cp->dil[0], o.dilation[1] = cp->dil[1], o.groups = G;
+    if (lo[0] == hi[0] && lo[1] == hi[1] && lo[0] >= 0 && lo[1] >= 0) {
+        o.padding[0] = lo[0], o.padding[1] = lo[1];
+    } else {
+        g = kl_pad(g, 4, (int64_t[]){lo[1], hi[1], lo[0], hi[0]}, 0);
+    }
+    return kl_conv2d(g, wt, NULL, &o);
+}
+
+/* dL/dw of conv2d, also a convolution: batch and channels of x swap roles
+ * (x as [C/G, G*N, H, W], g as the kernel [G*Og, N, OH, OW]), stride and
+ * dilation swap, and the result [C/G, O, kh', kw'] is cut to the kernel
+ * (kh' > kh when the last rows of x were never reached). */
+static kl_tensor *conv_weight_grad(kl_tensor *x, kl_tensor *g, const conv_params *cp, const ag_tmeta *wm) {
+    const int64_t *xs = kl_shape(x), *gs = kl_shape(g);
+    if (!xs || !gs) return NULL;
+    int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], O = gs[1], OH = gs[2], OW = gs[3];
+    int64_t G = cp->groups, Cg = C / G, Og = O / G;
+    kl_tensor *xi, *gi;
+    if (G == 1) {
+        xi = kl_transpose(x, 0, 1);
+        gi = kl_transpose(g, 0, 1);
+    } else {
+        xi = kl_reshape(kl_permute(kl_reshape(x, 5, (int64_t[]){N, G, Cg, H, W}), 5, (int64_t[]){2, 1, 0, 3, 4}), 4,
+                        (int64_t[]){Cg, G * N, H, W});
+        gi = kl_reshape(kl_permute(kl_reshape(g, 5, (int64_t[]){N, G, Og, OH, OW}), 5, (int64_t[]){1, 2, 0, 3, 4}),
+                        4, (int64_t[]){G * Og, N, OH, OW});
+    }
+    kl_conv2d_options o = {.stride = {cp->dil[0], cp->dil[1]},
+                           .padding = {cp->pad[0], cp->pad[1]},
+                           .dilation = {cp->st[0], cp->st[1]},
+                           .groups = G};
+    kl_tensor *r = kl_conv2d(xi, gi, NULL, &o);
+    r = kl_narrow(kl_narrow(r, 2, 0, wm->shape[2]), 3, 0, wm->shape[3]);
+    return kl_transpose(r, 0, 1);
+}
+
+int ag_d_conv2d(ag_ctx *c) {
+    const ag_tmeta *xm = &c->in_meta[0], *wm = &c->in_meta[1];
+    kl_tensor *g = c->gout[0];
+    int batched = xm->ndim == 4;
+    const int64_t *l = c->a->list;
+    conv_params cp = {{l[0], l[1]}, {l[2], l[3]}, {l[4], l[5]}, c->a->i[0]};
+    if (c->a->i[1] && c->need[2]) {
+        c->gin[2] = batched ? kl_sum(g, KL_DIMS(0, 2, 3), false) : kl_sum(g, KL_DIMS(1, 2), false);
+        if (!c->gin[2]) return -1;
+    }
+    /* an empty x or g: the other gradients are all zero (or empty) */
+    if (numel_of(xm) == 0 || numel_of(&c->out_meta[0]) == 0) return 0;
+    if (!batched) g = kl_unsqueeze(g, 0);
+    if (c->need[0]) {
+        kl_tensor *gx = conv_input_grad(g, c->in[1], &cp, xm->shape + batched + 1, 1);
+        c->gin[0] = batched ? gx : kl_squeeze(gx, 0);
+        if (!c->gin[0]) return -1;
+    }
+    if (c->need[1]) {
+        kl_tensor *x = batched ? c->in[0] : kl_unsqueeze(c->in[0], 0);
+        if (!(c->gin[1] = conv_weight_grad(x, g, &cp, wm))) return -1;
+    }
+    return 0;
+}
+
+/* The gradient goes to each window's maximum (max_pool2d_indices: PyTorch's
+ * choice among ties and NaNs), scattered into the planes of x; one spare
+ * column per plane catches windows that saw no element of x. */
+int ag_d_max_pool2d(ag_ctx *c) {
+    const ag_tmeta *xm = &c->in_meta[0], *om = &c->out_meta[0];
+    int b = xm->ndim == 4;
+    int64_t HW = xm->shape[b + 1] * xm->shape[b + 2], OHW = om->shape[b + 1] * om->shape[b + 2];
+    int64_t planes = (b ? xm->shape[0] : 1) * xm->shape[b];
+    if (planes == 0 || HW == 0) return 0;
+    kl_tensor *x = c->in[0], *g = c->gout[0];
+    kl_tensor *idx = ag_call(KE_OP_max_pool2d_indices, 1, &x, c->a);
+    kl_tensor *buf = zeros_on(2, (int64_t[]){planes, HW + 1}, kl_dtype_of(g), xm->device);
+    kl_tensor *gx = kl_scatter_add(buf, 1, kl_reshape(idx, 2, (int64_t[]){planes, OHW}),
+                                   kl_reshape(g, 2, (int64_t[]){planes, OHW}));
+    c->gin[0] = kl_reshape(kl_narrow(gx, 1, 0, HW), xm->ndim, xm->shape);
+    return c->gin[0] ? 0 : -1;
+}
+
+/* 1 / divisor of the windows along one axis (0 for a window that misses
+ * the input): the forward divides by a product of one factor per axis. */
+static kl_tensor *pool_inverse_divisors(int64_t out, int64_t in, int64_t k, int64_t s, int64_t p, int cip,
+                                        kl_dtype dt, kl_device dev) {
+    double *v = malloc(sizeof(double) * (size_t)(out > 0 ? out : 1));
+    if (!v) {
+        ke_err(KL_ERR_OOM, "avg_pool2d", "out of memory for %lld window divisors", (long long)out);
+        return NULL;
+    }
+    for (int64_t o = 0; o < out; o++) {
+        int64_t hs = o * s - p, he = hs + k < in + p ? hs + k : in + p, pool = he - hs;
+        int64_t cs = hs < 0 ? 0 : hs, ce = he > in ? in : he;
+        v[o] = cs >= ce ? 0 : 1.0 / (double)(cip ? pool : ce - cs);
+    }
+    kl_tensor *t = kl_from_data(v, 1, &out, KL_F64);
+    free(v);
+    return kl_to_device(kl_to_dtype(t, dt), dev);
+}
+
+/* avg_pool2d is linear: its gradient spreads g / divisor over each window,
+ * i.e. the transposed convolution of g / divisor with a kernel of ones (per
+ * plane: planes become the batch). */
+int ag_d_avg_pool2d(ag_ctx *c) {
+    const ag_tmeta *xm = &c->in_meta[0], *om = &c->out_meta[0];
+    int b = xm->ndim == 4, cip = c->a->i[1] != 0;
+    const int64_t *l = c->a->list;
+    int64_t H = xm->shape[b + 1], W = xm->shape[b + 2], OH = om->shape[b + 1], OW = om->shape[b + 2];
+    int64_t planes = (b ? xm->shape[0] : 1) * xm->shape[b];
+    if (planes == 0 || H == 0 || W == 0) return 0;
+    kl_tensor *g = c->gout[0];
+    kl_dtype dt = kl_dtype_of(g);
+    kl_tensor *ih = pool_inverse_divisors(OH, H, l[0], l[2], l[4], cip, dt, xm->device);
+    kl_tensor *iw = pool_inverse_divisors(OW, W, l[1], l[3], l[5], cip, dt, xm->device);
+    g = kl_mul(kl_mul(g, kl_unsqueeze(ih, 1)), iw);
+    kl_tensor *ones = kl_fill_inplace(kl_empty_on(4, (int64_t[]){1, 1, l[0], l[1]}, dt, xm->device), 1);
+    conv_params cp = {{l[2], l[3]}, {l[4], l[5]}, {1, 1}, 1};
+    kl_tensor *gx = conv_input_grad(kl_reshape(g, 4, (int64_t[]){planes, 1, OH, OW}), ones, &cp,
+                                    (int64_t[]){H, W}, 0);
+    c->gin[0] = kl_reshape(gx, xm->ndim, xm->shape);
+    return c->gin[0] ? 0 : -1;
+}

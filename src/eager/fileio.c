@@ -1,0 +1,84 @@
+/*
+ * fileio.c — whole-descriptor reads and atomic file writes (see fileio.h).
+ */
+#include "fileio.h"
+
+#include "core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+uint8_t *ke_read_all(int fd, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *p = malloc(cap);
+    while (p) {
+        if (n == cap) {
+            uint8_t *q = cap <= SIZE_MAX / 2 ? realloc(p, cap * 2) : NULL;
+            if (!q) {
+                free(p);
+                errno = ENOMEM;
+                return NULL;
+            }
+            p = q;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, p + n, cap - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            free(p);
+            errno = e;
+            return NULL;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    *len = n;
+    return p;
+}
+
+static int write_all(int fd, const void *p, size_t n) {
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static _Atomic unsigned tmp_counter;
+
+int ke_write_file_atomic(const char *op, const char *path, int n, const void *const *parts, const size_t *sizes) {
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 48);
+    if (!tmp) return ke_err(KL_ERR_OOM, op, "%s: out of memory", path);
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 100; tries++) {
+        snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&tmp_counter, 1));
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        ke_err(KL_ERR_IO, op, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    int bad = 0;
+    for (int i = 0; i < n && !bad; i++)
+        if (sizes[i]) bad = write_all(fd, parts[i], sizes[i]);
+    int e = bad ? errno : 0;
+    if (close(fd) != 0 && !bad) bad = 1, e = errno;
+    if (!bad && rename(tmp, path) != 0) bad = 1, e = errno;
+    if (bad) {
+        unlink(tmp);
+        ke_err(KL_ERR_IO, op, "%s: write failed: %s", path, strerror(e ? e : EIO));
+    }
+    free(tmp);
+    return bad ? -1 : 0;
+}

@@ -1,0 +1,21 @@
+/*
+ * fileio.h — the file helpers every format reader and writer shares (.npy here,
+ * safetensors in src/nn): read a whole descriptor, and write a file
+ * atomically (a temporary beside it, renamed over it).
+ */
+#ifndef KE_FILEIO_H
+#define KE_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* All of fd's remaining bytes (for pipes and files mmap refuses). NULL with
+ * errno set on failure; the caller frees. */
+uint8_t *ke_read_all(int fd, size_t *len);
+
+/* Writes parts[0..n) to a fresh temporary file beside path, then renames it
+ * over path, so readers never see half a file. Returns 0, or -1 with
+ * KL_ERR_IO ("kl_<op>: <path>: ...") or KL_ERR_OOM recorded. */
+int ke_write_file_atomic(const char *op, const char *path, int n, const void *const *parts, const size_t *sizes);
+
+#endif /* KE_FILEIO_H */

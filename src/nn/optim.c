@@ -1,0 +1,268 @@
+/*
+ * optim.c — SGD, Adam and AdamW with torch.optim 1.13's single-tensor
+ * updates (the same operations in the same order, so results agree to the
+ * rounding of fused multiply-adds).
+ *
+ * A step is written only with kl_ ops (out-of-place temporaries in a scope,
+ * then in-place writes into the parameter and its state) under no-grad, so a
+ * later layer can trace one step and compile it into one kernel. Scalars that
+ * depend on the step count (bias corrections) are computed in C, as PyTorch
+ * does without `capturable`.
+ */
+#include "core.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_NUM_KINDS };
+enum { OPT_MAX_STATE = 3 };
+
+/* One parameter and its lazily created state. */
+typedef struct opt_slot {
+    kl_tensor *param;                   /* internal reference */
+    kl_tensor *state[OPT_MAX_STATE];    /* internal references, NULL until the first step */
+    int64_t step;                       /* updates applied to this parameter */
+} opt_slot;
+
+struct kl_optim {
+    int kind;
+    kl_sgd_options sgd;
+    kl_adam_options adam;
+    int n;
+    opt_slot *slots;
+    int64_t steps;
+};
+
+/* ---- options ----------------------------------------------------------------- */
+
+kl_sgd_options kl_sgd_options_default(void) {
+    return (kl_sgd_options){.lr = 0.01};
+}
+
+kl_adam_options kl_adam_options_default(void) {
+    return (kl_adam_options){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+}
+
+kl_adam_options kl_adamw_options_default(void) {
+    kl_adam_options o = kl_adam_options_default();
+    o.weight_decay = 1e-2;
+    return o;
+}
+
+/* torch.optim's constructor checks, with its messages. */
+static int check_sgd(const kl_sgd_options *o) {
+    if (!(o->lr >= 0)) return ke_err(KL_ERR_ARG, "optim_sgd", "invalid learning rate: %g", o->lr);
+    if (!(o->momentum >= 0)) return ke_err(KL_ERR_ARG, "optim_sgd", "invalid momentum value: %g", o->momentum);
+    if (!(o->weight_decay >= 0))
+        return ke_err(KL_ERR_ARG, "optim_sgd", "invalid weight_decay value: %g", o->weight_decay);
+    if (isnan(o->dampening)) return ke_err(KL_ERR_ARG, "optim_sgd", "invalid dampening value: nan");
+    if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+        return ke_err(KL_ERR_ARG, "optim_sgd", "nesterov momentum requires a momentum and zero dampening "
+                      "(momentum %g, dampening %g)", o->momentum, o->dampening);
+    return 0;
+}
+
+static int check_adam(const kl_adam_options *o, const char *op) {
+    if (!(o->lr >= 0)) return ke_err(KL_ERR_ARG, op, "invalid learning rate: %g", o->lr);
+    if (!(o->eps >= 0)) return ke_err(KL_ERR_ARG, op, "invalid epsilon value: %g", o->eps);
+    if (!(o->beta1 >= 0 && o->beta1 < 1))
+        return ke_err(KL_ERR_ARG, op, "invalid beta parameter at index 0: %g", o->beta1);
+    if (!(o->beta2 >= 0 && o->beta2 < 1))
+        return ke_err(KL_ERR_ARG, op, "invalid beta parameter at index 1: %g", o->beta2);
+    if (!(o->weight_decay >= 0)) return ke_err(KL_ERR_ARG, op, "invalid weight_decay value: %g", o->weight_decay);
+    return 0;
+}
+
+/* ---- updates ----------------------------------------------------------------- */
+
+/* A new state tensor owned by the slot (kept past the step's scope). */
+static kl_tensor *slot_state(opt_slot *s, int i, kl_tensor *t) {
+    if (!t) return NULL;
+    ke_tensor_incref(t);
+    s->state[i] = t;
+    return t;
+}
+
+/* _single_tensor_sgd. state[0]: momentum_buffer. */
+static int sgd_update(const kl_optim *o, opt_slot *s, kl_tensor *grad) {
+    const kl_sgd_options *op = &o->sgd;
+    kl_tensor *p = s->param;
+    kl_tensor *d = op->maximize ? kl_neg(grad) : grad;
+    if (op->weight_decay != 0) d = kl_add(d, kl_mul_scalar(p, op->weight_decay));
+    if (op->momentum != 0) {
+        kl_tensor *buf = s->state[0];
+        if (!buf) {
+            buf = slot_state(s, 0, kl_clone(d));
+        } else {
+            kl_mul_scalar_inplace(buf, op->momentum);
+            kl_add_inplace(buf, kl_mul_scalar(d, 1 - op->dampening));
+        }
+        d = op->nesterov ? kl_add(d, kl_mul_scalar(buf, op->momentum)) : buf;
+    }
+    return kl_add_inplace(p, kl_mul_scalar(d, -op->lr)) ? 0 : -1;
+}
+
+/* _single_tensor_adam / _single_tensor_adamw. state: exp_avg, exp_avg_sq,
+ * max_exp_avg_sq (amsgrad). */
+static int adam_update(const kl_optim *o, opt_slot *s, kl_tensor *grad) {
+    const kl_adam_options *op = &o->adam;
+    kl_tensor *p = s->param;
+    kl_tensor *g = op->maximize ? kl_neg(grad) : grad;
+    if (!g) return -1;
+    if (!s->state[0]) {
+        slot_state(s, 0, kl_zeros_like(p));
+        slot_state(s, 1, kl_zeros_like(p));
+        if (op->amsgrad) slot_state(s, 2, kl_zeros_like(p));
+        if (!s->state[0] || !s->state[1] || (op->amsgrad && !s->state[2])) return -1;
+    }
+    kl_tensor *m = s->state[0], *v = s->state[1];
+    s->step++;
+    if (o->kind == OPT_ADAMW) {
+        if (op->weight_decay != 0) kl_mul_scalar_inplace(p, 1 - op->lr * op->weight_decay);
+    } else if (op->weight_decay != 0) {
+        g = kl_add(g, kl_mul_scalar(p, op->weight_decay));
+    }
+    /* exp_avg.mul_(beta1).add_(grad, alpha=1-beta1) */
+    kl_mul_scalar_inplace(m, op->beta1);
+    kl_add_inplace(m, kl_mul_scalar(g, 1 - op->beta1));
+    /* exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2): value*g first, as ATen */
+    kl_mul_scalar_inplace(v, op->beta2);
+    kl_add_inplace(v, kl_mul(kl_mul_scalar(g, 1 - op->beta2), g));
+
+    double step = (double)s->step;
+    double bias_correction1 = 1 - pow(op->beta1, step);
+    double bias_correction2 = 1 - pow(op->beta2, step);
+    double step_size = op->lr / bias_correction1;
+    double bias_correction2_sqrt = sqrt(bias_correction2);
+    kl_tensor *second = v;
+    if (op->amsgrad) second = kl_maximum_inplace(s->state[2], v);
+    /* denom = (second.sqrt() / bias_correction2_sqrt).add_(eps) */
+    kl_tensor *denom = kl_sqrt(second);
+    kl_div_scalar_inplace(denom, bias_correction2_sqrt);
+    kl_add_scalar_inplace(denom, op->eps);
+    /* param.addcdiv_(exp_avg, denom, value=-step_size) */
+    return kl_add_inplace(p, kl_div(kl_mul_scalar(m, -step_size), denom)) ? 0 : -1;
+}
+
+typedef struct opt_kind_info {
+    const char *name;    /* for messages: "optim_sgd" -> kl_optim_sgd */
+    int (*update)(const kl_optim *o, opt_slot *s, kl_tensor *grad);
+} opt_kind_info;
+
+static const opt_kind_info opt_kinds[] = {
+    [OPT_SGD]   = {"optim_sgd",   sgd_update},
+    [OPT_ADAM]  = {"optim_adam",  adam_update},
+    [OPT_ADAMW] = {"optim_adamw", adam_update},
+};
+_Static_assert(sizeof opt_kinds / sizeof opt_kinds[0] == OPT_NUM_KINDS, "one row per optimizer kind");
+
+/* ---- lifetime ------------------------------------------------------------------ */
+
+static kl_optim *optim_new(int kind, const kl_params *p) {
+    const char *op = opt_kinds[kind].name;
+    if (!p) {
+        if (!ke_error_pending()) ke_err(KL_ERR_NULL_ARG, op, "the parameter collection is NULL");
+        return NULL;
+    }
+    int n = kl_params_count(p);
+    if (n == 0) {
+        ke_err(KL_ERR_ARG, op, "optimizer got an empty parameter list");
+        return NULL;
+    }
+    kl_optim *o = calloc(1, sizeof *o);
+    opt_slot *slots = calloc((size_t)n, sizeof *slots);
+    if (!o || !slots) {
+        free(o);
+        free(slots);
+        ke_err(KL_ERR_OOM, op, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        slots[i].param = kl_params_get(p, i);
+        ke_tensor_incref(slots[i].param);
+    }
+    o->kind = kind;
+    o->n = n;
+    o->slots = slots;
+    return o;
+}
+
+kl_optim *kl_optim_sgd(const kl_params *p, const kl_sgd_options *opts) {
+    kl_sgd_options o = opts ? *opts : kl_sgd_options_default();
+    if (!p && ke_error_pending()) return NULL;
+    if (check_sgd(&o)) return NULL;
+    kl_optim *r = optim_new(OPT_SGD, p);
+    if (r) r->sgd = o;
+    return r;
+}
+
+static kl_optim *adam_new(int kind, const kl_params *p, const kl_adam_options *opts) {
+    kl_adam_options o = opts ? *opts : kind == OPT_ADAMW ? kl_adamw_options_default() : kl_adam_options_default();
+    if (!p && ke_error_pending()) return NULL;
+    if (check_adam(&o, opt_kinds[kind].name)) return NULL;
+    kl_optim *r = optim_new(kind, p);
+    if (r) r->adam = o;
+    return r;
+}
+
+kl_optim *kl_optim_adam(const kl_params *p, const kl_adam_options *opts) { return adam_new(OPT_ADAM, p, opts); }
+kl_optim *kl_optim_adamw(const kl_params *p, const kl_adam_options *opts) { return adam_new(OPT_ADAMW, p, opts); }
+
+void kl_optim_free(kl_optim *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n; i++) {
+        for (int k = 0; k < OPT_MAX_STATE; k++)
+            if (o->slots[i].state[k]) ke_tensor_decref(o->slots[i].state[k]);
+        ke_tensor_decref(o->slots[i].param);
+    }
+    free(o->slots);
+    free(o);
+}
+
+static int check_optim(const kl_optim *o, const char *op) {
+    if (o) return 0;
+    if (ke_error_pending()) return -1;
+    return ke_err(KL_ERR_NULL_ARG, op, "the optimizer is NULL");
+}
+
+/* ---- steps ------------------------------------------------------------------------ */
+
+int kl_optim_step(kl_optim *o) {
+    if (check_optim(o, "optim_step")) return -1;
+    if (ke_error_pending()) return -1; /* a failed forward/backward: do not half-update */
+    int rc = 0;
+    kl_no_grad_begin();
+    for (int i = 0; i < o->n && rc == 0; i++) {
+        kl_tensor *g = kl_grad(o->slots[i].param);
+        if (!g) continue;
+        kl_scope_begin();
+        if (o->kind == OPT_SGD) o->slots[i].step++;
+        rc = opt_kinds[o->kind].update(o, &o->slots[i], g);
+        kl_scope_end();
+    }
+    kl_no_grad_end();
+    if (rc == 0) o->steps++;
+    return rc;
+}
+
+int kl_optim_zero_grad(kl_optim *o) {
+    if (check_optim(o, "optim_zero_grad")) return -1;
+    for (int i = 0; i < o->n; i++)
+        if (kl_zero_grad(o->slots[i].param)) return -1;
+    return 0;
+}
+
+int kl_optim_set_lr(kl_optim *o, double lr) {
+    if (check_optim(o, "optim_set_lr")) return -1;
+    if (!(lr >= 0)) return ke_err(KL_ERR_ARG, "optim_set_lr", "invalid learning rate: %g", lr);
+    if (o->kind == OPT_SGD) o->sgd.lr = lr;
+    else o->adam.lr = lr;
+    return 0;
+}
+
+double kl_optim_get_lr(const kl_optim *o) {
+    if (check_optim(o, "optim_get_lr")) return NAN;
+    return o->kind == OPT_SGD ? o->sgd.lr : o->adam.lr;
+}
+
+int64_t kl_optim_steps(const kl_optim *o) { return o ? o->steps : -1; }
