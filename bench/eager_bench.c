@@ -8,6 +8,8 @@
  *   build/bench/eager_bench [threads]
  */
 #include "kiln.h"
+
+#include "bench_util.h"
 #include "threadpool.h"
 
 #include <cblas.h>
@@ -16,20 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-typedef struct stats {
-    double median, q1, q3;
-} stats;
+typedef kb_stats stats;
 
 /* Times fn(ctx) (each call inside its own scope) until 10 reps and 0.5 s. */
 static stats timeit(void (*fn)(void *), void *ctx) {
@@ -41,16 +31,15 @@ static stats timeit(void (*fn)(void *), void *ctx) {
         kl_scope_end();
     }
     int n = 0;
-    double start = now_s();
-    while (n < MAXR && (n < 10 || now_s() - start < 0.5)) {
+    double start = kb_now_s();
+    while (n < MAXR && (n < 10 || kb_now_s() - start < 0.5)) {
         kl_scope_begin();
-        double s = now_s();
+        double s = kb_now_s();
         fn(ctx);
-        t[n++] = now_s() - s;
+        t[n++] = kb_now_s() - s;
         kl_scope_end();
     }
-    qsort(t, (size_t)n, sizeof t[0], cmp_d);
-    return (stats){t[n / 2], t[n / 4], t[(3 * n) / 4]};
+    return kb_summarize(t, n);
 }
 
 /* ---- machine limits ------------------------------------------------------ */

@@ -10,22 +10,14 @@
  *   build/bench/train_bench [threads] [batch ...]     (default: 1; 64 256)
  */
 #include <kiln.h>
+
+#include "bench_util.h"
 #include <kiln/nn.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct model {
     kl_tensor *w[3], *b[3];
@@ -72,11 +64,11 @@ int main(int argc, char **argv) {
         static double t[MAXR];
         int n = 0, rc = m.opt && m.x && m.y ? 0 : -1;
         for (int w = 0; w < 3 && rc == 0; w++) rc = step(&m);
-        double start = now_s();
-        while (rc == 0 && n < MAXR && (n < 10 || now_s() - start < 0.5)) {
-            double s = now_s();
+        double start = kb_now_s();
+        while (rc == 0 && n < MAXR && (n < 10 || kb_now_s() - start < 0.5)) {
+            double s = kb_now_s();
             rc = step(&m);
-            t[n++] = now_s() - s;
+            t[n++] = kb_now_s() - s;
         }
         kl_optim_free(m.opt);
         kl_params_free(p);
@@ -85,9 +77,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "train_bench: %s\n", kl_last_error());
             return 1;
         }
-        qsort(t, (size_t)n, sizeof t[0], cmp_d);
-        printf("digits_step batch %4lld  %8.3f ms  [%8.3f, %8.3f]\n", (long long)batch, t[n / 2] * 1e3,
-               t[n / 4] * 1e3, t[(3 * n) / 4] * 1e3);
+        kb_stats st = kb_summarize(t, n);
+        printf("digits_step batch %4lld  %8.3f ms  [%8.3f, %8.3f]\n", (long long)batch, st.median * 1e3,
+               st.q1 * 1e3, st.q3 * 1e3);
     }
     return 0;
 }

@@ -18,6 +18,40 @@
 
 #include "kiln.h"
 
+#include <dirent.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* A per-process scratch folder for tests that write files; kt_tmp_cleanup
+ * removes it and what is in it (call it at the end of main). */
+static char kt_tmp_dir[64];
+
+static inline const char *kt_tmp_path(const char *name) {
+    static char bufs[4][512];
+    static int k;
+    if (!kt_tmp_dir[0]) {
+        strcpy(kt_tmp_dir, "/tmp/kiln_test_XXXXXX");
+        assert_non_null(mkdtemp(kt_tmp_dir));
+    }
+    char *b = bufs[k++ % 4];
+    snprintf(b, 512, "%s/%s", kt_tmp_dir, name);
+    return b;
+}
+
+static inline void kt_tmp_cleanup(void) {
+    if (!kt_tmp_dir[0]) return;
+    DIR *d = opendir(kt_tmp_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", kt_tmp_dir, e->d_name);
+        if (rmdir(p) != 0) unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(kt_tmp_dir);
+}
+
 static inline int kt_setup(void **state) {
     (void)state;
     kl_clear_error();

@@ -1063,27 +1063,10 @@ static bool fx_meta_case(const fx_case *c) {
     return ok;
 }
 
-static void fixtures_run_on_meta(void **s) {
-    (void)s;
-    fx_manifest m;
-    if (!fx_load_manifest(&m)) {
-        fx_free_manifest(&m);
-        fail();
-    }
-    const char *filter = getenv("KT_FIXTURE_FILTER");
-    int run = 0, failed = 0;
-    for (int i = 0; i < m.n; i++) {
-        if (!fx_selected(&m.cases[i], filter)) continue;
-        run++;
-        failed += !fx_meta_case(&m.cases[i]);
-    }
-    print_message("fixtures on meta: %d cases, %d failed\n", run, failed);
-    fx_free_manifest(&m);
-    assert_int_equal(failed, 0);
-}
-
-static void fixtures_match_torch(void **s) {
-    (void)s;
+/* Runs `run` over the manifest's cases (those with gradient keys only if
+ * grads_only), honouring KT_FIXTURE_FILTER / KT_FIXTURE_VERBOSE; fails the
+ * test if any case failed, after running them all. */
+static void fx_run_all(const char *what, bool grads_only, bool catch_signals, bool (*run)(const fx_case *)) {
     fx_manifest m;
     if (!fx_load_manifest(&m)) {
         fx_free_manifest(&m);
@@ -1091,43 +1074,35 @@ static void fixtures_match_torch(void **s) {
     }
     const char *filter = getenv("KT_FIXTURE_FILTER");
     const char *verbose = getenv("KT_FIXTURE_VERBOSE");
-    int run = 0, failed = 0;
-    fx_catch_signals(true);
+    int count = 0, failed = 0;
+    if (catch_signals) fx_catch_signals(true);
     for (int i = 0; i < m.n; i++) {
-        if (!fx_selected(&m.cases[i], filter)) continue;
-        if (verbose && *verbose == '1') print_message("case %s\n", m.cases[i].name);
-        run++;
-        failed += !fx_run_case(&m.cases[i]);
+        if ((grads_only && !m.cases[i].ngrad) || !fx_selected(&m.cases[i], filter)) continue;
+        if (verbose && *verbose == '1') print_message("%s: %s\n", what, m.cases[i].name);
+        count++;
+        failed += !run(&m.cases[i]);
     }
-    fx_catch_signals(false);
-    print_message("fixtures: %d cases run, %d failed\n", run, failed);
+    if (catch_signals) fx_catch_signals(false);
+    print_message("%s: %d cases run, %d failed\n", what, count, failed);
     fx_free_manifest(&m);
     assert_int_equal(failed, 0);
+}
+
+static void fixtures_run_on_meta(void **s) {
+    (void)s;
+    fx_run_all("fixtures on meta", false, false, fx_meta_case);
+}
+
+static void fixtures_match_torch(void **s) {
+    (void)s;
+    fx_run_all("fixtures", false, true, fx_run_case);
 }
 
 /* Gradients of every case with grad keys against torch's (the second pass:
  * the values are checked by fixtures_match_torch). */
 static void fixtures_gradients_match_torch(void **s) {
     (void)s;
-    fx_manifest m;
-    if (!fx_load_manifest(&m)) {
-        fx_free_manifest(&m);
-        fail();
-    }
-    const char *filter = getenv("KT_FIXTURE_FILTER");
-    const char *verbose = getenv("KT_FIXTURE_VERBOSE");
-    int run = 0, failed = 0;
-    fx_catch_signals(true);
-    for (int i = 0; i < m.n; i++) {
-        if (!m.cases[i].ngrad || !fx_selected(&m.cases[i], filter)) continue;
-        if (verbose && *verbose == '1') print_message("gradients of %s\n", m.cases[i].name);
-        run++;
-        failed += !fx_grad_case(&m.cases[i]);
-    }
-    fx_catch_signals(false);
-    print_message("gradients: %d cases checked, %d failed\n", run, failed);
-    fx_free_manifest(&m);
-    assert_int_equal(failed, 0);
+    fx_run_all("gradients", true, true, fx_grad_case);
 }
 
 /* Rows with a derivative that torch cannot give a reference for. Every other

@@ -45,38 +45,11 @@ static void assert_same_values(const kl_tensor *a, const kl_tensor *b) {
     }
 }
 
-static char tmp_dir[64];
-
-static const char *tpath(const char *name) {
-    static char bufs[4][512];
-    static int k;
-    if (!tmp_dir[0]) {
-        strcpy(tmp_dir, "/tmp/kl_interop_XXXXXX");
-        assert_non_null(mkdtemp(tmp_dir));
-    }
-    char *b = bufs[k++ % 4];
-    snprintf(b, 512, "%s/%s", tmp_dir, name);
-    return b;
-}
-
-static void remove_tmp_dir(void) {
-    if (!tmp_dir[0]) return;
-    DIR *d = opendir(tmp_dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char p[600];
-        snprintf(p, sizeof p, "%s/%s", tmp_dir, e->d_name);
-        if (rmdir(p) != 0) unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(tmp_dir);
-}
 
 /* Names in the temp dir containing ".tmp." (leftovers of a non-atomic save). */
 static int count_temp_leftovers(void) {
     int n = 0;
-    DIR *d = opendir(tmp_dir);
+    DIR *d = opendir(kt_tmp_dir);
     struct dirent *e;
     while (d && (e = readdir(d))) n += strstr(e->d_name, ".tmp.") != NULL;
     if (d) closedir(d);
@@ -344,9 +317,9 @@ static void npy_save_matches_numpy_bytes(void **s) {
         if (!sm->canonical) continue;
         kl_scope_begin();
         kl_tensor *t = kl_load_npy(sample_path(sm->file));
-        assert_int_equal(kl_save_npy(tpath("copy.npy"), t), 0);
+        assert_int_equal(kl_save_npy(kt_tmp_path("copy.npy"), t), 0);
         size_t la, lb;
-        uint8_t *a = read_file(sample_path(sm->file), &la), *b = read_file(tpath("copy.npy"), &lb);
+        uint8_t *a = read_file(sample_path(sm->file), &la), *b = read_file(kt_tmp_path("copy.npy"), &lb);
         if (la != lb || memcmp(a, b, la) != 0) {
             print_error("%s: kl_save_npy output differs from numpy's (%zu vs %zu bytes)\n", sm->file, lb, la);
             fail();
@@ -357,15 +330,15 @@ static void npy_save_matches_numpy_bytes(void **s) {
         checked++;
     }
     assert_true(checked >= 10);
-    unlink(tpath("copy.npy"));
+    unlink(kt_tmp_path("copy.npy"));
 }
 
 static void npy_load_is_zero_copy_and_private(void **s) {
     (void)s;
     size_t len;
     uint8_t *orig = read_file(sample_path("f4_2x3.npy"), &len);
-    write_file(tpath("z.npy"), orig, len);
-    kl_tensor *t = kl_load_npy(tpath("z.npy"));
+    write_file(kt_tmp_path("z.npy"), orig, len);
+    kl_tensor *t = kl_load_npy(kt_tmp_path("z.npy"));
     assert_non_null(t);
     /* the data sits right after the 128-byte header of a page-aligned mapping */
     assert_int_equal((uintptr_t)kl_data_ptr(t) % 4096, 128);
@@ -374,17 +347,17 @@ static void npy_load_is_zero_copy_and_private(void **s) {
     KT_VALUES(t, 0, 42, 42, 42, 42, 42, 42);
     /* MAP_PRIVATE: the file is untouched */
     size_t len2;
-    uint8_t *now = read_file(tpath("z.npy"), &len2);
+    uint8_t *now = read_file(kt_tmp_path("z.npy"), &len2);
     assert_int_equal(len2, len);
     assert_memory_equal(now, orig, len);
-    KT_VALUES(kl_load_npy(tpath("z.npy")), 0, -0.75, -0.5, -0.25, 0, 0.25, 0.5);
+    KT_VALUES(kl_load_npy(kt_tmp_path("z.npy")), 0, -0.75, -0.5, -0.25, 0, 0.25, 0.5);
     free(orig);
     free(now);
     /* the mapping outlives the scope of the first view, not the last */
     kl_scope_begin();
-    kl_tensor *row = kl_keep(kl_select(kl_load_npy(tpath("z.npy")), 0, 1));
+    kl_tensor *row = kl_keep(kl_select(kl_load_npy(kt_tmp_path("z.npy")), 0, 1));
     kl_scope_end();
-    unlink(tpath("z.npy"));
+    unlink(kt_tmp_path("z.npy"));
     KT_VALUES(row, 0, 0, 0.25, 0.5);
 }
 
@@ -394,8 +367,8 @@ static void npy_bool_bytes_are_normalized(void **s) {
     uint8_t *img = read_file(sample_path("b1_2x3.npy"), &len);
     img[len - 6] = 7;   /* element 0 */
     img[len - 1] = 255; /* element 5 */
-    write_file(tpath("b.npy"), img, len);
-    kl_tensor *a = kl_load_npy(tpath("b.npy")), *b = kl_load_npy_buffer(img, len);
+    write_file(kt_tmp_path("b.npy"), img, len);
+    kl_tensor *a = kl_load_npy(kt_tmp_path("b.npy")), *b = kl_load_npy_buffer(img, len);
     uint8_t *pa = kl_data_ptr(a), *pb = kl_data_ptr(b);
     for (int i = 0; i < 6; i++) {
         assert_true(pa[i] <= 1);
@@ -404,12 +377,12 @@ static void npy_bool_bytes_are_normalized(void **s) {
     assert_int_equal(pa[0], 1);
     assert_int_equal(pa[5], 1);
     free(img);
-    unlink(tpath("b.npy"));
+    unlink(kt_tmp_path("b.npy"));
 }
 
 static void npy_load_from_pipe(void **s) {
     (void)s;
-    const char *fifo = tpath("pipe.npy");
+    const char *fifo = kt_tmp_path("pipe.npy");
     assert_int_equal(mkfifo(fifo, 0600), 0);
     fflush(NULL);
     pid_t pid = fork();
@@ -446,8 +419,8 @@ static void npy_round_trip_every_dtype(void **s) {
         };
         for (size_t k = 0; k < sizeof views / sizeof views[0]; k++) {
             assert_non_null(views[k]);
-            assert_int_equal(kl_save_npy(tpath("rt.npy"), views[k]), 0);
-            kl_tensor *back = kl_load_npy(tpath("rt.npy"));
+            assert_int_equal(kl_save_npy(kt_tmp_path("rt.npy"), views[k]), 0);
+            kl_tensor *back = kl_load_npy(kt_tmp_path("rt.npy"));
             assert_non_null(back);
             assert_int_equal(kl_dtype_of(back), dt == KL_BF16 ? KL_F32 : dt);
             assert_true(kl_is_contiguous(back));
@@ -456,38 +429,38 @@ static void npy_round_trip_every_dtype(void **s) {
         kl_scope_end();
     }
     assert_int_equal(count_temp_leftovers(), 0);
-    unlink(tpath("rt.npy"));
+    unlink(kt_tmp_path("rt.npy"));
 }
 
 static void npy_save_overwrites_atomically(void **s) {
     (void)s;
-    assert_int_equal(kl_save_npy(tpath("o.npy"), kl_ones(KL_SHAPE(1000), KL_F64)), 0);
-    assert_int_equal(kl_save_npy(tpath("o.npy"), kl_zeros(KL_SHAPE(2), KL_I32)), 0);
-    kl_tensor *t = kl_load_npy(tpath("o.npy"));
+    assert_int_equal(kl_save_npy(kt_tmp_path("o.npy"), kl_ones(KL_SHAPE(1000), KL_F64)), 0);
+    assert_int_equal(kl_save_npy(kt_tmp_path("o.npy"), kl_zeros(KL_SHAPE(2), KL_I32)), 0);
+    kl_tensor *t = kl_load_npy(kt_tmp_path("o.npy"));
     assert_int_equal(kl_dtype_of(t), KL_I32);
     KT_VALUES(t, 0, 0, 0);
     assert_int_equal(count_temp_leftovers(), 0);
-    unlink(tpath("o.npy"));
+    unlink(kt_tmp_path("o.npy"));
 }
 
 static void npy_save_errors(void **s) {
     (void)s;
     kl_tensor *t = kl_ones(KL_SHAPE(2), KL_F32);
-    assert_int_equal(kl_save_npy(tpath("m.npy"), kl_empty_on(KL_SHAPE(2), KL_F32, KL_DEVICE_META)), KL_ERR_DEVICE);
+    assert_int_equal(kl_save_npy(kt_tmp_path("m.npy"), kl_empty_on(KL_SHAPE(2), KL_F32, KL_DEVICE_META)), KL_ERR_DEVICE);
     KT_EXPECT_ERROR(KL_ERR_DEVICE, "m.npy: cannot save [2] float32 meta: move it to the CPU first");
     assert_int_equal(kl_save_npy(NULL, t), KL_ERR_NULL_ARG);
     KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_save_npy: path is NULL");
-    assert_int_equal(kl_save_npy(tpath("n.npy"), NULL), KL_ERR_NULL_ARG);
+    assert_int_equal(kl_save_npy(kt_tmp_path("n.npy"), NULL), KL_ERR_NULL_ARG);
     KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_save_npy: tensor argument 1 is NULL");
     assert_int_equal(kl_save_npy("/nonexistent-dir/x.npy", t), KL_ERR_IO);
     KT_EXPECT_ERROR(KL_ERR_IO, "kl_save_npy: /nonexistent-dir/x.npy: cannot create a temporary file beside it: "
                                "No such file or directory");
     /* the target is a directory: the rename fails and the temp file goes */
-    assert_int_equal(mkdir(tpath("adir"), 0700), 0);
-    assert_int_equal(kl_save_npy(tpath("adir"), t), KL_ERR_IO);
+    assert_int_equal(mkdir(kt_tmp_path("adir"), 0700), 0);
+    assert_int_equal(kl_save_npy(kt_tmp_path("adir"), t), KL_ERR_IO);
     KT_EXPECT_ERROR(KL_ERR_IO, "write failed: Is a directory");
     assert_int_equal(count_temp_leftovers(), 0);
-    rmdir(tpath("adir"));
+    rmdir(kt_tmp_path("adir"));
 }
 
 /* ---- .npy: malformed input ------------------------------------------------------------------- */
@@ -565,10 +538,10 @@ static void expect_bad_buffer(const uint8_t *img, size_t len, const char *needle
     }
     kl_clear_error();
     /* the same through a file: the message names it */
-    write_file(tpath("bad.npy"), img, len);
-    assert_null(kl_load_npy(tpath("bad.npy")));
+    write_file(kt_tmp_path("bad.npy"), img, len);
+    assert_null(kl_load_npy(kt_tmp_path("bad.npy")));
     char want[600];
-    snprintf(want, sizeof want, "kl_load_npy: %s: ", tpath("bad.npy"));
+    snprintf(want, sizeof want, "kl_load_npy: %s: ", kt_tmp_path("bad.npy"));
     if (kl_last_status() != KL_ERR_FORMAT || !strstr(kl_last_error(), needle) || !strstr(kl_last_error(), want)) {
         print_error("file: expected \"%s\" ... \"%s\", got \"%s\"\n", want, needle, kl_last_error());
         fail();
@@ -589,7 +562,7 @@ static void npy_malformed_headers(void **s) {
             expect_bad_buffer(img, len, bad_headers[k].needle);
         }
     }
-    unlink(tpath("bad.npy"));
+    unlink(kt_tmp_path("bad.npy"));
 }
 
 static void npy_malformed_preamble(void **s) {
@@ -612,7 +585,7 @@ static void npy_malformed_preamble(void **s) {
     expect_bad_buffer(img, 11, "truncated: 11 bytes, shorter than the 12-byte preamble");
     memset(img + 8, 0xff, 4);
     expect_bad_buffer(img, len, "truncated header: header length 4294967295 but only 124 bytes follow");
-    unlink(tpath("bad.npy"));
+    unlink(kt_tmp_path("bad.npy"));
     assert_null(kl_load_npy_buffer(NULL, 10));
     KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_load_npy_buffer: buffer pointer is NULL for 10 bytes");
     assert_null(kl_load_npy_buffer(NULL, 0));
@@ -629,10 +602,10 @@ static void npy_load_io_errors(void **s) {
     KT_EXPECT_ERROR(KL_ERR_IO, "cannot read: is a directory");
     assert_null(kl_load_npy("/proc/self/status")); /* size 0 in stat: read, not mapped */
     KT_EXPECT_ERROR(KL_ERR_FORMAT, "kl_load_npy: /proc/self/status: bad magic: not a .npy file");
-    write_file(tpath("empty.npy"), "", 0);
-    assert_null(kl_load_npy(tpath("empty.npy")));
+    write_file(kt_tmp_path("empty.npy"), "", 0);
+    assert_null(kl_load_npy(kt_tmp_path("empty.npy")));
     KT_EXPECT_ERROR(KL_ERR_FORMAT, "empty.npy: truncated: 0 bytes");
-    unlink(tpath("empty.npy"));
+    unlink(kt_tmp_path("empty.npy"));
 }
 
 /* ---- DLPack ---------------------------------------------------------------------------------- */
@@ -839,6 +812,6 @@ int main(void) {
         KT_TEST(dlpack_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    remove_tmp_dir();
+    kt_tmp_cleanup();
     return rc;
 }

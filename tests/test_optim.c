@@ -38,33 +38,6 @@ static void stats(kl_tensor *t, double *mean, double *std, double *lo, double *h
         }                                                                                  \
     } while (0)
 
-static char tmp_dir[64];
-
-static const char *tpath(const char *name) {
-    static char bufs[4][512];
-    static int k;
-    if (!tmp_dir[0]) {
-        strcpy(tmp_dir, "/tmp/kl_optim_XXXXXX");
-        assert_non_null(mkdtemp(tmp_dir));
-    }
-    char *b = bufs[k++ % 4];
-    snprintf(b, 512, "%s/%s", tmp_dir, name);
-    return b;
-}
-
-static void remove_tmp_dir(void) {
-    if (!tmp_dir[0]) return;
-    DIR *d = opendir(tmp_dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char p[600];
-        snprintf(p, sizeof p, "%s/%s", tmp_dir, e->d_name);
-        if (rmdir(p) != 0) unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(tmp_dir);
-}
 
 /* tests/data/safetensors, found from the npy directory meson passes. */
 static const char *st_path(const char *name) {
@@ -596,7 +569,7 @@ static void safetensors_round_trip(void **s) {
     const char *names[] = {"w.T", "scalar", "h", "bf", "i32", "i64", "u8", "mask", "empty",
                            "caf\xc3\xa9 \"q\"\n"};
     const char *meta[] = {"format", "pt", "note", "line\nbreak \"q\" \\", NULL};
-    const char *path = tpath("rt.safetensors");
+    const char *path = kt_tmp_path("rt.safetensors");
     assert_int_equal(kl_save_safetensors(path, 10, names, ts, meta), 0);
     assert_int_equal(kl_save_safetensors(path, 10, names, ts, meta), 0); /* overwrite */
     assert_true(kl_is_leaf(ts[9]));
@@ -639,7 +612,7 @@ static void safetensors_round_trip(void **s) {
     assert_memory_equal(buf + 8, "{\"__metadata__\":{\"format\":\"pt\",", 31);
     assert_int_equal(len, 8 + hn + 6 * 4 + 8 + 5 * 2 + 4 * 2 + 3 * 4 + 2 * 8 + 3 + 5 + 0 + 4 * 4);
     free(buf);
-    DIR *d = opendir(tmp_dir);
+    DIR *d = opendir(kt_tmp_dir);
     struct dirent *e;
     int leftovers = 0;
     while ((e = readdir(d)))
@@ -648,12 +621,12 @@ static void safetensors_round_trip(void **s) {
     assert_int_equal(leftovers, 0);
 
     /* nothing at all */
-    assert_int_equal(kl_save_safetensors(tpath("none.safetensors"), 0, NULL, NULL, NULL), 0);
-    f = kl_load_safetensors(tpath("none.safetensors"));
+    assert_int_equal(kl_save_safetensors(kt_tmp_path("none.safetensors"), 0, NULL, NULL, NULL), 0);
+    f = kl_load_safetensors(kt_tmp_path("none.safetensors"));
     assert_non_null(f);
     assert_int_equal(kl_safetensors_count(f), 0);
     kl_safetensors_free(f);
-    buf = read_file(tpath("none.safetensors"), &len);
+    buf = read_file(kt_tmp_path("none.safetensors"), &len);
     assert_int_equal(len, 16);
     assert_memory_equal(buf, "\x08\0\0\0\0\0\0\0{}      ", 16);
     free(buf);
@@ -663,7 +636,7 @@ static void safetensors_save_errors(void **s) {
     (void)s;
     kl_tensor *a = kl_ones(KL_SHAPE(2), KL_F32), *b = kl_ones(KL_SHAPE(2), KL_F64);
     kl_tensor *ts[] = {a, b};
-    const char *p = tpath("bad.safetensors");
+    const char *p = kt_tmp_path("bad.safetensors");
     assert_int_equal(kl_save_safetensors(p, 2, (const char *[]){"x", "x"}, ts, NULL), -1);
     KT_EXPECT_ERROR(KL_ERR_ARG, "kl_save_safetensors: duplicate tensor name 'x'");
     assert_int_equal(kl_save_safetensors(p, 2, (const char *[]){"x", "__metadata__"}, ts, NULL), -1);
@@ -694,9 +667,9 @@ static void safetensors_save_errors(void **s) {
     KT_EXPECT_ERROR(KL_ERR_IO, "/nonexistent-dir/x.safetensors: cannot create a temporary file");
     assert_int_equal(access(p, F_OK), -1); /* nothing written by the failures */
     /* reading: missing files and directories are I/O errors */
-    assert_null(kl_load_safetensors(tpath("missing.safetensors")));
+    assert_null(kl_load_safetensors(kt_tmp_path("missing.safetensors")));
     KT_EXPECT_ERROR(KL_ERR_IO, "cannot open");
-    assert_null(kl_load_safetensors(tmp_dir));
+    assert_null(kl_load_safetensors(kt_tmp_dir));
     KT_EXPECT_ERROR(KL_ERR_IO, "is a directory");
     assert_null(kl_load_safetensors(NULL));
     KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_load_safetensors: path is NULL");
@@ -760,7 +733,7 @@ static void safetensors_from_torch(void **s) {
         ts[i] = x->dt == KL_I64 ? kl_from_data(x->i64, x->ndim, x->shape, KL_I64)
                                 : from_f64(x->vals, x->ndim, x->shape, x->dt);
     }
-    const char *out = tpath("mixed.safetensors");
+    const char *out = kt_tmp_path("mixed.safetensors");
     assert_int_equal(kl_save_safetensors(out, KT_ST_N, names, ts, (const char *[]){"format", "pt", NULL}), 0);
     size_t la, lb;
     unsigned char *a = read_file(out, &la), *b = read_file(st_path("torch_mixed.safetensors"), &lb);
@@ -782,7 +755,7 @@ static void safetensors_params(void **s) {
     kt_assert_values(kl_linear(x, w, b), kt_st_linear_y, 6, 1e-6);
 
     /* save / load through a fresh collection */
-    const char *mine = tpath("params.safetensors");
+    const char *mine = kt_tmp_path("params.safetensors");
     assert_int_equal(kl_params_save_safetensors(p, mine), 0);
     kl_params *q = kl_params_new();
     kl_tensor *w2, *b2;
@@ -820,7 +793,7 @@ static void safetensors_params(void **s) {
     kl_set_default_dtype(KL_F32);
     assert_int_equal(kl_params_load_safetensors(q, mine, true), -1);
     KT_EXPECT_ERROR(KL_ERR_DTYPE, "parameter 'fc.bias' is [3] float64 cpu but the file's tensor is [3] float32");
-    assert_int_equal(kl_params_load_safetensors(q, tpath("missing.safetensors"), true), -1);
+    assert_int_equal(kl_params_load_safetensors(q, kt_tmp_path("missing.safetensors"), true), -1);
     KT_EXPECT_ERROR(KL_ERR_IO, "kl_load_safetensors");
     assert_int_equal(kl_params_load_safetensors(NULL, mine, true), -1);
     KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_params_load_safetensors");
@@ -958,7 +931,7 @@ static void safetensors_malformed(void **s) {
     assert_null(kl_load_safetensors_buffer("\x10\0\0\0\0\0\0\0{}", 10));
     KT_EXPECT_ERROR(KL_ERR_FORMAT, "header length 16 runs past the end of the file (2 bytes after the length)");
     /* the file loader names the file */
-    const char *path = tpath("bad_file.safetensors");
+    const char *path = kt_tmp_path("bad_file.safetensors");
     FILE *fp = fopen(path, "wb");
     fwrite("\x02\0\0\0\0\0\0\0{x", 1, 10, fp);
     fclose(fp);
@@ -1082,6 +1055,6 @@ int main(void) {
         KT_TEST(safetensors_fuzz),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    remove_tmp_dir();
+    kt_tmp_cleanup();
     return rc;
 }
