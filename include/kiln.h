@@ -604,6 +604,80 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
                             const kl_gradcheck_options *opts);
 
 /* ------------------------------------------------------------------------ */
+/* Compile mode                                                              */
+/*                                                                          */
+/*     static int step(void *user, kl_tensor *const *in, int n_in,           */
+/*                     kl_tensor **out, int n_out) {                         */
+/*         out[0] = kl_gelu(kl_add(in[0], in[1]));                           */
+/*         return out[0] ? 0 : -1;                                           */
+/*     }                                                                    */
+/*     kl_fn *f = kl_compile(step, NULL, NULL);                              */
+/*     kl_tensor *y;                                                         */
+/*     kl_fn_call(f, (kl_tensor *[]){a, b}, 2, &y, 1);                       */
+/*     kl_fn_release(f);                                                     */
+/*                                                                          */
+/* The first call with a new input signature (dtype, shape, strides, device, */
+/* requires_grad of each input, grad mode) traces fn once with meta tensors  */
+/* that carry no data: every op it calls is recorded into a graph, which is  */
+/* optimized and cached; later calls with the same signature run the graph.  */
+/* So side effects in fn (printf, counters, reading globals) happen only     */
+/* while tracing, as in JAX. An op that needs data during tracing (kl_item,  */
+/* kl_data_ptr, printing, comparisons) stops the trace: that signature runs  */
+/* eagerly from then on, with the reason logged once (KL_LOG=recompile).     */
+/* Tensors fn uses that are not inputs are read at every call, never baked   */
+/* in. After recompile_limit signatures the function runs eagerly.           */
+/* Environment: KL_COMPILE=0 runs every compiled function eagerly;           */
+/* KL_COMPILE_CHECK=1 also runs fn eagerly on copies of the inputs and fails */
+/* the call (KL_ERR_STATE) if an output differs beyond the dtype's tolerance */
+/* (f64 1e-9, f32 1e-4, f16 1e-2, bf16 5e-2 relative+absolute; exact for    */
+/* integers and bool). KL_LOG=trace prints each traced graph.               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct kl_fn kl_fn;
+/* An eager function: reads n_in inputs, writes n_out outputs (scope-owned
+ * results of kl_ ops, or inputs). Returns 0, or -1 with an error recorded. */
+typedef int (*kl_traceable)(void *user, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out);
+
+typedef enum kl_compile_mode {
+    KL_COMPILE_OFF,        /* call fn eagerly every time */
+    KL_COMPILE_TRACE_ONLY, /* trace, then run the recorded graph op by op (no passes) */
+    KL_COMPILE_NO_FUSE,    /* trace and optimize, run op by op */
+    KL_COMPILE_FUSE        /* trace, optimize and fuse (the default) */
+} kl_compile_mode;
+
+typedef struct kl_compile_options {
+    kl_compile_mode mode;
+    int recompile_limit;   /* signatures traced before falling back to eager (default 8) */
+    const char *name;      /* for logs and dumps (default "fn") */
+} kl_compile_options;
+KL_API kl_compile_options kl_compile_options_default(void);
+
+/* A compiled wrapper of fn (opts NULL = defaults). user is passed to fn. */
+KL_API kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts);
+/* Calls the compiled function: outputs[0..n_out) receive scope-owned results
+ * (or the input itself where fn returns an input). Returns 0, or -1 with an
+ * error recorded (bad arguments, fn's own errors, a failed check). */
+KL_API int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out);
+KL_API void kl_fn_release(kl_fn *f);
+
+typedef struct kl_fn_stats {
+    int64_t calls;            /* kl_fn_call calls */
+    int64_t traces;           /* signatures traced (successfully or not) */
+    int64_t cache_hits;       /* calls served by a cached graph */
+    int64_t recompiles;       /* traces after the first */
+    int64_t eager_calls;      /* calls run eagerly (mode off, trace break, limit) */
+    int64_t graph_ops;        /* ops in the graphs cached now */
+    int64_t kernels;          /* kernels (or op launches) per call, summed over cached graphs */
+    double compile_ms;        /* total time spent tracing and optimizing */
+    char last_reason[256];    /* why the last trace happened or fell back */
+} kl_fn_stats;
+/* Fills *out with f's counters. Returns 0 or -1. */
+KL_API int kl_fn_get_stats(const kl_fn *f, kl_fn_stats *out);
+/* Writes the graph cached for the most recent signature as text (the IR's
+ * stable form) into buf (snprintf semantics). Returns the full length or -1. */
+KL_API int kl_fn_graph_text(const kl_fn *f, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------ */
 /* Comparison helpers, printing, files                                       */
 /* ------------------------------------------------------------------------ */
 

@@ -260,4 +260,16 @@ typedef struct ke_tls {
 ke_tls *ke_tls_get(void);
 extern _Thread_local ke_tls ke_tls_state;
 
+/* Accessors that read data (item, data_ptr, printing values, comparisons,
+ * saving) call this first. While a function is traced, no data may be read:
+ * traced tensors have none, and a value read from a captured tensor would be
+ * baked into the graph. The trace layer's hook turns the call into a trace
+ * break, recording why. */
+extern int (*ke_trace_data_hook)(const kl_tensor *t, const char *op);
+static inline int ke_check_data(const kl_tensor *t, const char *op) {
+    if (KE_UNLIKELY((ke_tls_state.include & ~ke_tls_state.exclude) & KE_KS(KE_KEY_TRACE)) && ke_trace_data_hook)
+        return ke_trace_data_hook(t, op);
+    return 0;
+}
+
 #endif /* KE_CORE_H */

@@ -329,53 +329,71 @@ kl_tensor *kl_zeros_like(const kl_tensor *t) { return like(t, KE_OP_full, 0, "ze
 kl_tensor *kl_ones_like(const kl_tensor *t) { return like(t, KE_OP_full, 1, "ones_like"); }
 kl_tensor *kl_full_like(const kl_tensor *t, double value) { return like(t, KE_OP_full, value, "full_like"); }
 
-/* Random ops reserve their counters here, at the call, so the seed and offset
- * are attributes: a trace records them and replays the same numbers. */
-static kl_tensor *random_call(int op, int ndim, const int64_t *shape, kl_dtype dt, kl_device dev, int kind,
-                              int64_t lo, int64_t hi) {
+/* Random ops reserve their Philox counters at the call, so the seed and offset
+ * are attributes (i0, i1): a trace records them, and a replay of the trace
+ * calls this again for fresh numbers. The counters used depend on the op, the
+ * element count and the dtype; this is the one place that knows how. */
+int ke_random_reserve(ke_call *c) {
+    int64_t n;
+    kl_dtype dt;
+    if (c->nin == 0) {
+        n = ke_numel(c->a.nlist, c->a.list);
+        dt = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
+    } else {
+        n = ke_numel(c->in[0]->ndim, c->in[0]->shape);
+        dt = (kl_dtype)c->in[0]->dtype;
+    }
+    int f64 = dt == KL_F64, kind;
+    switch (c->op) {
+    case KE_OP_randn: kind = f64 ? KE_PHILOX_NORMAL_F64 : KE_PHILOX_NORMAL_F32; break;
+    case KE_OP_randint: kind = KE_PHILOX_RANDINT_I64; break;
+    case KE_OP_rand:
+    case KE_OP_bernoulli:
+    case KE_OP_dropout: kind = f64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32; break;
+    default: return ke_err(KL_ERR_INTERNAL, ke_opname(c), "is not a random op");
+    }
+    uint64_t seed, off = ke_generator_reserve_seeded(ke_default_generator(), ke_philox_counters_used(n, kind), &seed);
+    c->a.i[0] = (int64_t)seed;
+    c->a.i[1] = (int64_t)off;
+    return 0;
+}
+
+static kl_tensor *random_call(int op, int ndim, const int64_t *shape, kl_dtype dt, kl_device dev, int64_t lo,
+                              int64_t hi) {
     ke_call c = {.op = op, .device = dev};
     if (ke_check_shape(ke_opname(&c), ndim, shape, dt)) return NULL;
     ke_set_list(&c, ndim, shape);
-    uint64_t seed, off = ke_generator_reserve_seeded(ke_default_generator(),
-                                                     ke_philox_counters_used(ke_numel(ndim, shape), kind), &seed);
-    c.a.i[0] = (int64_t)seed, c.a.i[1] = (int64_t)off, c.a.i[2] = lo, c.a.i[3] = hi;
+    c.a.i[2] = lo, c.a.i[3] = hi;
     c.a.i[KE_ATTR_DTYPE] = dt;
+    if (ke_random_reserve(&c)) return NULL;
     return ke_call1(&c);
 }
 kl_tensor *kl_rand(int ndim, const int64_t *shape, kl_dtype dt) {
-    return random_call(KE_OP_rand, ndim, shape, dt, ke_tls_state.default_device,
-                       dt == KL_F64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32, 0, 0);
+    return random_call(KE_OP_rand, ndim, shape, dt, ke_tls_state.default_device, 0, 0);
 }
 kl_tensor *kl_randn(int ndim, const int64_t *shape, kl_dtype dt) {
-    return random_call(KE_OP_randn, ndim, shape, dt, ke_tls_state.default_device,
-                       dt == KL_F64 ? KE_PHILOX_NORMAL_F64 : KE_PHILOX_NORMAL_F32, 0, 0);
+    return random_call(KE_OP_randn, ndim, shape, dt, ke_tls_state.default_device, 0, 0);
 }
 kl_tensor *kl_randint(int64_t low, int64_t high, int ndim, const int64_t *shape, kl_dtype dt) {
     if (high <= low) {
         ke_err(KL_ERR_ARG, "randint", "low (%lld) must be less than high (%lld)", (long long)low, (long long)high);
         return NULL;
     }
-    return random_call(KE_OP_randint, ndim, shape, dt, ke_tls_state.default_device, KE_PHILOX_RANDINT_I64, low,
-                       high);
+    return random_call(KE_OP_randint, ndim, shape, dt, ke_tls_state.default_device, low, high);
 }
 kl_tensor *kl_rand_like(const kl_tensor *t) {
     if (ke_check_tensor(t, "rand_like", 1)) return NULL;
-    return random_call(KE_OP_rand, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device,
-                       t->dtype == KL_F64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32, 0, 0);
+    return random_call(KE_OP_rand, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device, 0, 0);
 }
 kl_tensor *kl_randn_like(const kl_tensor *t) {
     if (ke_check_tensor(t, "randn_like", 1)) return NULL;
-    return random_call(KE_OP_randn, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device,
-                       t->dtype == KL_F64 ? KE_PHILOX_NORMAL_F64 : KE_PHILOX_NORMAL_F32, 0, 0);
+    return random_call(KE_OP_randn, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device, 0, 0);
 }
 kl_tensor *kl_bernoulli(kl_tensor *p) {
     if (ke_check_tensor(p, "bernoulli", 1)) return NULL;
     kl_tensor *in[1] = {p};
     ke_call c = {.op = KE_OP_bernoulli, .nin = 1, .in = in};
-    int kind = p->dtype == KL_F64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32;
-    uint64_t seed, off = ke_generator_reserve_seeded(ke_default_generator(),
-                                                     ke_philox_counters_used(ke_numel(p->ndim, p->shape), kind), &seed);
-    c.a.i[0] = (int64_t)seed, c.a.i[1] = (int64_t)off;
+    if (ke_random_reserve(&c)) return NULL;
     return ke_call1(&c);
 }
 

@@ -152,6 +152,9 @@ static inline int ke_set_out1(ke_call *c, kl_tensor *t) {
     c->nout = 1;
     return 0;
 }
+/* A random op (KE_F_RANDOM) reserves fresh Philox counters for c: seed and
+ * offset into a.i[0], a.i[1] (create.c). Calls and replays of traces use it. */
+int ke_random_reserve(ke_call *c);
 /* Fills c->a.list/nlist from (n, dims); KL_ERR_ARG if too many. */
 int ke_set_list(ke_call *c, int n, const int64_t *v);
 

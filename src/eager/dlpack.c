@@ -49,7 +49,7 @@ static void dl_export_delete(DLManagedTensor *m) {
 }
 
 DLManagedTensor *kl_to_dlpack(kl_tensor *t) {
-    if (ke_check_tensor(t, "to_dlpack", 1)) return NULL;
+    if (ke_check_tensor(t, "to_dlpack", 1) || ke_check_data(t, "to_dlpack")) return NULL;
     if (t->storage->device.type != KL_CPU) {
         char desc[256];
         ke_err(KL_ERR_DEVICE, "to_dlpack", "only CPU tensors can be exported for now, got %s",

@@ -495,11 +495,8 @@ kl_tensor *kl_dropout(kl_tensor *x, double p, bool training) {
     if (!training || p == 0 || n == 0) return ke_unary(KE_OP_alias, x, 0);
     kl_tensor *in[1] = {x};
     ke_call c = {.op = KE_OP_dropout, .nin = 1, .in = in};
-    int kind = x->dtype == KL_F64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32;
-    uint64_t seed, off = ke_generator_reserve_seeded(ke_default_generator(), ke_philox_counters_used(n, kind), &seed);
     c.a.f[0] = p;
-    c.a.i[0] = (int64_t)seed;
-    c.a.i[1] = (int64_t)off;
+    if (ke_random_reserve(&c)) return NULL;
     return ke_call1(&c);
 }
 

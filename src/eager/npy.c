@@ -474,7 +474,7 @@ static size_t npy_header_text(char *out, size_t cap, kl_dtype dt, int ndim, cons
 
 int kl_save_npy(const char *path, const kl_tensor *t) {
     npy_src src = {"save_npy", path};
-    if (ke_check_tensor(t, "save_npy", 1)) return kl_last_status();
+    if (ke_check_tensor(t, "save_npy", 1) || ke_check_data(t, "save_npy")) return kl_last_status();
     if (!path) {
         ke_err(KL_ERR_NULL_ARG, "save_npy", "path is NULL");
         return KL_ERR_NULL_ARG;

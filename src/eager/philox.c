@@ -611,6 +611,21 @@ uint64_t ke_generator_get_seed(ke_generator *g)
     return s;
 }
 
+ke_generator ke_generator_get_state(ke_generator *g)
+{
+    pthread_mutex_lock(&ke_gen_lock);
+    ke_generator st = *g;
+    pthread_mutex_unlock(&ke_gen_lock);
+    return st;
+}
+
+void ke_generator_set_state(ke_generator *g, ke_generator st)
+{
+    pthread_mutex_lock(&ke_gen_lock);
+    *g = st;
+    pthread_mutex_unlock(&ke_gen_lock);
+}
+
 KL_API void kl_manual_seed(uint64_t seed)
 {
     ke_generator_set_seed(&ke_default_gen, seed);

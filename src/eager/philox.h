@@ -135,6 +135,10 @@ uint64_t ke_generator_reserve_seeded(ke_generator *g, uint64_t counters,
 
 /* Set seed and reset offset to 0 (under the lock). */
 void ke_generator_set_seed(ke_generator *g, uint64_t seed);
+/* Seed and offset together (under the lock): tracing saves and restores
+ * them, so recording a random op does not consume numbers. */
+ke_generator ke_generator_get_state(ke_generator *g);
+void ke_generator_set_state(ke_generator *g, ke_generator st);
 uint64_t ke_generator_get_seed(ke_generator *g);
 
 /* Public API: reseed the default generator (offset reset to 0), and read the

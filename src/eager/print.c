@@ -389,7 +389,7 @@ static int build_repr(sbuf *b, const kl_tensor *t) {
 
 /* The repr of t in b (the caller frees b->p). Returns 0 or -1 (error recorded). */
 static int format_into(sbuf *b, const kl_tensor *t) {
-    if (ke_check_tensor(t, "format", 1)) return -1;
+    if (ke_check_tensor(t, "format", 1) || ke_check_data(t, "format")) return -1;
     char desc[256];
     if (build_repr(b, t)) return -1;
     if (b->oom)

@@ -586,7 +586,8 @@ static kl_dtype rk_cmp_dtype(kl_dtype d) { return ke_is_float(d) ? ke_compute_dt
 int kl_allclose(kl_tensor *a, kl_tensor *b, double rtol, double atol, bool equal_nan) {
     const char *op = "allclose";
     char b1[256], b2[256];
-    if (ke_check_tensor(a, op, 1) || ke_check_tensor(b, op, 2)) return -1;
+    if (ke_check_tensor(a, op, 1) || ke_check_tensor(b, op, 2) || ke_check_data(a, op) || ke_check_data(b, op))
+        return -1;
     if (a->dtype != b->dtype)
         return ke_err(KL_ERR_DTYPE, op, "dtypes must match, got %s and %s", ke_fmt_tensor(b1, sizeof b1, a),
                       ke_fmt_tensor(b2, sizeof b2, b));
@@ -603,7 +604,8 @@ int kl_allclose(kl_tensor *a, kl_tensor *b, double rtol, double atol, bool equal
 
 int kl_equal(kl_tensor *a, kl_tensor *b) {
     const char *op = "equal";
-    if (ke_check_tensor(a, op, 1) || ke_check_tensor(b, op, 2)) return -1;
+    if (ke_check_tensor(a, op, 1) || ke_check_tensor(b, op, 2) || ke_check_data(a, op) || ke_check_data(b, op))
+        return -1;
     if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim)) return 0;
     /* values compare after PyTorch's promotion: int64 2^62+1 equals float32 2^62 */
     kl_dtype pt = kl_promote_types((kl_dtype)a->dtype, (kl_dtype)b->dtype);

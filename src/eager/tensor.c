@@ -20,6 +20,7 @@ _Thread_local ke_tls ke_tls_state = {0, 0, {KL_CPU, 0}};
 ke_tls *ke_tls_get(void) { return &ke_tls_state; }
 
 void (*ke_autograd_free_hook)(kl_tensor *t);
+int (*ke_trace_data_hook)(const kl_tensor *t, const char *op);
 
 /* Live counts are per-thread (no locked instruction on the per-op path) and
  * summed on request. A header freed on another thread decrements that
@@ -402,6 +403,7 @@ int64_t kl_version_of(const kl_tensor *t) {
 }
 void *kl_data_ptr(const kl_tensor *t) {
     ACCESS_CHECK(t, "data_ptr", NULL);
+    if (ke_check_data(t, "data_ptr")) return NULL;
     if (t->storage->device.type != KL_CPU) {
         char b[256];
         ke_err(KL_ERR_DEVICE, "data_ptr", "tensor %s has no CPU data (move it with kl_to_device)",
@@ -416,7 +418,7 @@ int kl_shares_storage(const kl_tensor *t, const kl_tensor *u) {
 }
 
 static int item_check(const kl_tensor *t, const char *op) {
-    if (ke_check_tensor(t, op, 1)) return -1;
+    if (ke_check_tensor(t, op, 1) || ke_check_data(t, op)) return -1;
     char b[256];
     if (ke_numel(t->ndim, t->shape) != 1)
         return ke_err(KL_ERR_SHAPE, op, "needs a tensor with one element, got %s", ke_fmt_tensor(b, sizeof b, t));

@@ -1,0 +1,131 @@
+/*
+ * ir.h — the graph IR of compiled functions (prefix ir_).
+ *
+ * A graph is SSA: every value is defined once, by a graph input or by one
+ * output of one node, and carries its dtype, shape, strides and device. Nodes
+ * are ops of the eager op table (the same ke_op ids and ke_attrs the
+ * dispatcher uses, so a node can always be run by building a ke_call) plus a
+ * few IR-only ops (constants, captured tensors). Nodes are kept in a valid
+ * execution order: every input of node k is a graph input or an output of a
+ * node before k.
+ *
+ * In-place ops are recorded as they were called (inplace = 1: output 0 is a
+ * new value that stands for input 0's storage after the write); the
+ * functionalization pass rewrites them. View ops produce values that alias
+ * their input's storage: a value's `base` names the value whose storage it
+ * shares (itself if it owns its storage), which the passes that move or
+ * remove writes must respect.
+ */
+#ifndef IR_IR_H
+#define IR_IR_H
+
+#include "dispatch.h"
+
+#include <stdio.h>
+
+/* IR-only ops, numbered after the op table. */
+enum ir_op {
+    IR_OP_SCALAR = KE_OP_COUNT, /* 0-dim constant: a.f[0] = value, dtype of the value; wrapped (C
+                                   scalar promotion rules) if a.i[0] = 1 */
+    IR_OP_CAPTURED,             /* a tensor captured from outside the traced function, read at each
+                                   call (not baked in): graph->captured[a.i[0]] */
+    IR_OP_COPY_BACK,            /* writes in[1] into graph input in[0]'s storage (functionalization's
+                                   final write-back); no outputs */
+    IR_OP_END
+};
+
+typedef enum ir_value_kind {
+    IR_VAL_INPUT,   /* graph input number `index` */
+    IR_VAL_NODE     /* output `index` of node `node` */
+} ir_value_kind;
+
+typedef struct ir_value {
+    int32_t id;
+    uint8_t kind;           /* ir_value_kind */
+    uint8_t dtype;
+    uint8_t ndim;
+    uint8_t wrapped;        /* a C scalar (lowest promotion priority) */
+    kl_device device;
+    int32_t node;           /* IR_VAL_NODE: defining node */
+    int32_t index;          /* input number or output index */
+    int32_t base;           /* value whose storage this one shares (itself if none) */
+    int64_t offset;         /* element offset into base's storage */
+    int64_t shape[KL_MAX_DIMS];
+    int64_t stride[KL_MAX_DIMS];
+} ir_value;
+
+typedef struct ir_node {
+    int32_t op;             /* ke_op or ir_op */
+    uint8_t inplace;        /* output 0 is input 0 after an in-place write */
+    uint8_t dead;           /* removed by a pass (compacted by ir_graph_compact) */
+    int32_t nin, nout;
+    int32_t *in;            /* [nin] value ids */
+    int32_t out[KE_MAX_OUT];
+    kl_device device;       /* the device the node computes on (creation ops: create on) */
+    ke_attrs a;
+} ir_node;
+
+typedef struct ir_graph {
+    ir_value *values;
+    int32_t nvalues, cap_values;
+    ir_node *nodes;
+    int32_t nnodes, cap_nodes;
+    int32_t *inputs, ninputs;      /* value ids of the graph inputs, in call order */
+    int32_t *outputs, noutputs;    /* value ids returned, in order */
+    kl_tensor **captured;          /* tensors IR_OP_CAPTURED reads (strong references) */
+    int32_t ncaptured;
+} ir_graph;
+
+/* ---- building (graph.c) ----------------------------------------------------------- */
+ir_graph *ir_graph_new(void);                    /* NULL + KL_ERR_OOM */
+void ir_graph_free(ir_graph *g);
+ir_graph *ir_graph_clone(const ir_graph *g);
+/* Adds a graph input shaped like t (dtype, shape, strides, device). Returns its value id or -1. */
+int32_t ir_add_input(ir_graph *g, const kl_tensor *t);
+/* Appends a node computing on device; its outputs get new value ids shaped
+ * like out_like (the meta results of the op) on that device. Returns the node
+ * index or -1. */
+int32_t ir_add_node(ir_graph *g, int op, int inplace, int nin, const int32_t *in, int nout,
+                    kl_tensor *const *out_like, const ke_attrs *a, kl_device device);
+/* A 0-dim constant node; returns its value id. */
+int32_t ir_add_scalar(ir_graph *g, double v, kl_dtype dt, int wrapped, kl_device device);
+/* Holds t (a reference) and adds an IR_OP_CAPTURED node; returns its value id. */
+int32_t ir_add_captured(ir_graph *g, kl_tensor *t);
+int ir_set_outputs(ir_graph *g, int n, const int32_t *ids);
+/* Drops dead nodes and unreferenced values, renumbering (passes call it last). */
+int ir_graph_compact(ir_graph *g);
+/* Number of uses of each value (node inputs + graph outputs) into uses[nvalues]. */
+void ir_count_uses(const ir_graph *g, int32_t *uses);
+
+static inline const char *ir_op_name(int op) {
+    if (op < KE_OP_COUNT) return ke_ops[op].name;
+    switch (op) {
+    case IR_OP_SCALAR: return "scalar";
+    case IR_OP_CAPTURED: return "captured";
+    case IR_OP_COPY_BACK: return "copy_back";
+    default: return "?";
+    }
+}
+
+/* ---- passes (pipeline.c; one pass per file) ---------------------------------------------- */
+/* The pass pipeline of NO_FUSE / FUSE modes. With KL_DEBUG_DIR set, the graph
+ * after each pass is written there. Returns 0 or -1. */
+int ir_optimize(ir_graph *g);
+/* Dead-code elimination: drops nodes whose outputs nothing uses, keeping
+ * writes into graph inputs or captured tensors and random ops (they advance
+ * the generator). Returns the number of nodes removed, or -1. */
+int ir_pass_dce(ir_graph *g);
+/* 1 if node n has an effect besides its outputs. */
+int ir_node_has_effect(const ir_graph *g, const ir_node *n);
+
+/* ---- checking and printing (verify.c, print.c) ---------------------------------------- */
+/* Checks SSA order, value descriptions and node arities. 0, or -1 with
+ * KL_ERR_INTERNAL naming the first problem (and `after`, the pass before it). */
+int ir_verify(const ir_graph *g, const char *after);
+/* The stable text form (golden tests): one line per input, node and output. */
+int ir_print(const ir_graph *g, FILE *f);
+/* The text form into a malloc'd string. */
+char *ir_to_string(const ir_graph *g);
+int ir_print_dot(const ir_graph *g, FILE *f);
+
+#endif /* IR_IR_H */

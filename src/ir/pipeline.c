@@ -1,0 +1,44 @@
+/*
+ * pipeline.c — the pass pipeline: one readable list, the verifier after every
+ * pass, and KL_DEBUG_DIR dumps (graph before and after each pass).
+ */
+#include "ir.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+typedef struct ir_pass {
+    const char *name;
+    int (*run)(ir_graph *g);   /* >= 0 on success (a count of changes), -1 on error */
+} ir_pass;
+
+static const ir_pass pipeline[] = {
+    {"dce", ir_pass_dce},
+};
+
+static _Atomic int dump_counter;
+
+static void dump(const ir_graph *g, int seq, int step, const char *name) {
+    const char *dir = getenv("KL_DEBUG_DIR");
+    if (!dir || !*dir) return;
+    mkdir(dir, 0777);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/graph%03d_%02d_%s.txt", dir, seq, step, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    ir_print(g, f);
+    fclose(f);
+}
+
+int ir_optimize(ir_graph *g) {
+    int seq = atomic_fetch_add(&dump_counter, 1);
+    dump(g, seq, 0, "traced");
+    for (size_t p = 0; p < sizeof pipeline / sizeof pipeline[0]; p++) {
+        if (pipeline[p].run(g) < 0) return -1;
+#ifndef NDEBUG
+        if (ir_verify(g, pipeline[p].name)) return -1;
+#endif
+        dump(g, seq, (int)p + 1, pipeline[p].name);
+    }
+    return 0;
+}

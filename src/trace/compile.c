@@ -1,0 +1,334 @@
+/*
+ * compile.c — kl_compile: the compiled-function object, its guards and cache,
+ * eager fallbacks, KL_COMPILE / KL_COMPILE_CHECK, and statistics.
+ *
+ * A cache entry is keyed by a guard: per input dtype, shape, device,
+ * requires_grad and either "contiguous" or the exact strides; plus grad mode.
+ * The mode and options are fixed per kl_fn, so they need no guard. A miss
+ * traces (up to recompile_limit signatures, then eager with one warning); a
+ * trace that breaks on a data-dependent op marks its signature eager.
+ */
+#include "trace.h"
+
+#include "log.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef struct tr_guard {
+    uint8_t dtype, ndim, requires_grad, contig;
+    kl_device device;
+    int64_t shape[KL_MAX_DIMS];
+    int64_t stride[KL_MAX_DIMS];
+} tr_guard;
+
+typedef struct tr_entry {
+    tr_guard *in;
+    uint8_t grad_mode;
+    uint8_t eager;            /* the trace broke: run this signature eagerly */
+    ir_graph *g;
+} tr_entry;
+
+struct kl_fn {
+    kl_traceable fn;
+    void *user;
+    kl_compile_options o;
+    int n_in;                 /* fixed by the first call */
+    tr_entry *entries;        /* [o.recompile_limit] */
+    int nentries;
+    int warned_limit;
+    int last;                 /* entry of the most recent call */
+    pthread_mutex_t lock;
+    kl_fn_stats st;
+};
+
+kl_compile_options kl_compile_options_default(void) {
+    return (kl_compile_options){.mode = KL_COMPILE_FUSE, .recompile_limit = 8, .name = "fn"};
+}
+
+static int env_flag(const char *name, int dflt) {
+    const char *e = getenv(name);
+    if (!e || !*e) return dflt;
+    return strcmp(e, "0") != 0;
+}
+
+kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
+    if (!fn) {
+        ke_err(KL_ERR_NULL_ARG, "compile", "fn is NULL");
+        return NULL;
+    }
+    kl_compile_options o = opts ? *opts : kl_compile_options_default();
+    if ((unsigned)o.mode > KL_COMPILE_FUSE) {
+        ke_err(KL_ERR_ARG, "compile", "unknown mode %d", (int)o.mode);
+        return NULL;
+    }
+    if (o.recompile_limit < 1 || o.recompile_limit > 1024) {
+        ke_err(KL_ERR_ARG, "compile", "recompile_limit must be in [1, 1024], got %d", o.recompile_limit);
+        return NULL;
+    }
+    if (!o.name) o.name = "fn";
+    kl_fn *f = calloc(1, sizeof *f);
+    if (f) f->entries = calloc((size_t)o.recompile_limit, sizeof *f->entries);
+    if (!f || !f->entries) {
+        free(f);
+        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        return NULL;
+    }
+    f->fn = fn;
+    f->user = user;
+    f->o = o;
+    f->n_in = -1;
+    f->last = -1;
+    pthread_mutex_init(&f->lock, NULL);
+    return f;
+}
+
+void kl_fn_release(kl_fn *f) {
+    if (!f) return;
+    for (int i = 0; i < f->nentries; i++) {
+        free(f->entries[i].in);
+        ir_graph_free(f->entries[i].g);
+    }
+    free(f->entries);
+    pthread_mutex_destroy(&f->lock);
+    free(f);
+}
+
+/* ---- guards ------------------------------------------------------------------------ */
+
+static void guard_of(const kl_tensor *t, tr_guard *gd) {
+    memset(gd, 0, sizeof *gd);
+    gd->dtype = t->dtype;
+    gd->ndim = t->ndim;
+    gd->device = t->storage->device;
+    gd->requires_grad = (t->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0;
+    gd->contig = (uint8_t)ke_is_contig(t);
+    memcpy(gd->shape, t->shape, sizeof(int64_t) * t->ndim);
+    if (!gd->contig) memcpy(gd->stride, t->stride, sizeof(int64_t) * t->ndim);
+}
+
+/* The first guard that fails, described into why; 0 if e matches. */
+static int guard_check(const tr_entry *e, kl_tensor *const *in, int n, int grad_mode, char *why, size_t cap) {
+    if (e->grad_mode != grad_mode) {
+        if (why) snprintf(why, cap, "grad mode changed to %s", grad_mode ? "on" : "off");
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        const tr_guard *gd = &e->in[i];
+        const kl_tensor *t = in[i];
+        int bad = gd->dtype != t->dtype || gd->ndim != t->ndim || gd->device.type != t->storage->device.type ||
+                  gd->device.index != t->storage->device.index ||
+                  gd->requires_grad != ((t->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0) ||
+                  memcmp(gd->shape, t->shape, sizeof(int64_t) * t->ndim) != 0;
+        if (!bad) bad = gd->contig ? !ke_is_contig(t) : memcmp(gd->stride, t->stride, sizeof(int64_t) * t->ndim) != 0;
+        if (bad) {
+            if (why) {
+                char b1[200], b2[256];
+                snprintf(why, cap, "input %d changed from %s %s%s%s to %s%s%s", i + 1,
+                         ke_fmt_shape(b1, sizeof b1, gd->ndim, gd->shape), ke_dtypes[gd->dtype].name,
+                         gd->contig ? "" : " (strided)", gd->requires_grad ? " requiring grad" : "",
+                         ke_fmt_tensor(b2, sizeof b2, t), ke_is_contig(t) ? "" : " (strided)",
+                         (t->keys & KE_KS(KE_KEY_AUTOGRAD)) ? " requiring grad" : "");
+            }
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- check mode ------------------------------------------------------------------- */
+
+static double tolerance(kl_dtype dt) {
+    switch (dt) {
+    case KL_F64: return 1e-9;
+    case KL_F32: return 1e-4;
+    case KL_F16: return 1e-2;
+    case KL_BF16: return 5e-2;
+    default: return 0;
+    }
+}
+
+static int same_values(kl_tensor *a, kl_tensor *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim))
+        return 0;
+    double tol = tolerance((kl_dtype)a->dtype);
+    kl_no_grad_begin();
+    int r = kl_allclose(kl_to_dtype(a, KL_F64), kl_to_dtype(b, KL_F64), tol, tol, true);
+    kl_no_grad_end();
+    return r == 1;
+}
+
+/* KL_COMPILE_CHECK: fn eagerly on clones of the inputs; outputs and the
+ * inputs' final values (in-place writes) must agree with the compiled run. */
+static int check_against_eager(kl_fn *f, kl_tensor *const *in, int n_in, kl_tensor *const *before,
+                               kl_tensor *const *outs, int n_out) {
+    int rc = 0;
+    kl_scope_begin();
+    kl_tensor **copies = calloc((size_t)n_in + 1, sizeof *copies);
+    kl_tensor **eouts = calloc((size_t)n_out + 1, sizeof *eouts);
+    if (!copies || !eouts) rc = ke_err(KL_ERR_OOM, "fn_call", "out of memory");
+    kl_no_grad_begin();
+    for (int i = 0; i < n_in && !rc; i++) rc = !(copies[i] = kl_clone(before[i]));
+    kl_no_grad_end();
+    if (!rc) rc = f->fn(f->user, copies, n_in, eouts, n_out);
+    for (int j = 0; j < n_out && !rc; j++)
+        if (!eouts[j] || !same_values(outs[j], eouts[j]))
+            rc = ke_err(KL_ERR_STATE, "fn_call",
+                        "KL_COMPILE_CHECK: %s: compiled output %d differs from eager beyond the %s tolerance",
+                        f->o.name, j + 1, ke_dtypes[outs[j]->dtype].name);
+    for (int i = 0; i < n_in && !rc; i++)
+        if (!same_values(in[i], copies[i]))
+            rc = ke_err(KL_ERR_STATE, "fn_call",
+                        "KL_COMPILE_CHECK: %s: input %d after the compiled call differs from eager", f->o.name, i + 1);
+    free(copies);
+    free(eouts);
+    kl_scope_end();
+    return rc ? -1 : 0;
+}
+
+/* ---- calls ----------------------------------------------------------------------------- */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int run_eager(kl_fn *f, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    pthread_mutex_lock(&f->lock);
+    f->st.eager_calls++;
+    pthread_mutex_unlock(&f->lock);
+    int rc = f->fn(f->user, in, n_in, out, n_out);
+    if (rc == 0 && ke_error_pending()) rc = -1;
+    return rc;
+}
+
+/* Traces a new signature into entry e (under f->lock). */
+static int add_entry(kl_fn *f, kl_tensor *const *in, int n_in, int n_out, int grad_mode, const char *why) {
+    tr_entry *e = &f->entries[f->nentries];
+    memset(e, 0, sizeof *e);
+    e->in = calloc((size_t)n_in + 1, sizeof *e->in);
+    if (!e->in) return ke_err(KL_ERR_OOM, "fn_call", "out of memory");
+    for (int i = 0; i < n_in; i++) guard_of(in[i], &e->in[i]);
+    e->grad_mode = (uint8_t)grad_mode;
+    double t0 = now_ms();
+    int broke = 0;
+    char reason[256] = "";
+    ir_graph *g = tr_trace(f->fn, f->user, in, n_in, n_out, &broke, reason, sizeof reason);
+    if (g && f->o.mode != KL_COMPILE_TRACE_ONLY && ir_optimize(g) != 0) {
+        ir_graph_free(g);
+        g = NULL;
+    }
+    f->st.compile_ms += now_ms() - t0;
+    f->st.traces++;
+    if (f->nentries > 0) f->st.recompiles++;
+    snprintf(f->st.last_reason, sizeof f->st.last_reason, "%s", why);
+    if (!g && !broke) {
+        free(e->in);
+        return -1;
+    }
+    if (broke) {
+        e->eager = 1;
+        snprintf(f->st.last_reason, sizeof f->st.last_reason, "trace break: %s", reason);
+        ke_log("recompile", "%s: this signature runs eagerly: %s", f->o.name, reason);
+    } else {
+        e->g = g;
+        f->st.graph_ops += g->nnodes;
+        f->st.kernels += tr_count_launches(g);
+        if (ke_log_on("trace")) {
+            char *text = ir_to_string(g);
+            if (text) ke_log("trace", "%s (%s):\n%s", f->o.name, why, text);
+            free(text);
+        }
+    }
+    f->last = f->nentries++;
+    return 0;
+}
+
+int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out) {
+    if (!f) return ke_err(KL_ERR_NULL_ARG, "fn_call", "the compiled function is NULL");
+    if (n_in < 0 || n_out < 0 || (n_in && !inputs) || (n_out && !outputs))
+        return ke_err(KL_ERR_NULL_ARG, "fn_call", "%s: inputs or outputs array is NULL", f->o.name);
+    for (int j = 0; j < n_out; j++) outputs[j] = NULL;
+    for (int i = 0; i < n_in; i++)
+        if (ke_check_tensor(inputs[i], "fn_call", i + 1)) return -1;
+    pthread_mutex_lock(&f->lock);
+    f->st.calls++;
+    if (f->n_in < 0) f->n_in = n_in;
+    int expect = f->n_in;
+    pthread_mutex_unlock(&f->lock);
+    if (n_in != expect)
+        return ke_err(KL_ERR_ARG, "fn_call", "%s takes %d inputs (its first call had %d), got %d", f->o.name,
+                      expect, expect, n_in);
+    if (f->o.mode == KL_COMPILE_OFF || !env_flag("KL_COMPILE", 1)) return run_eager(f, inputs, n_in, outputs, n_out);
+    int grad_mode = kl_is_grad_enabled();
+
+    pthread_mutex_lock(&f->lock);
+    tr_entry *hit = NULL;
+    for (int i = 0; i < f->nentries && !hit; i++)
+        if (!guard_check(&f->entries[i], inputs, n_in, grad_mode, NULL, 0)) hit = &f->entries[i], f->last = i;
+    if (!hit) {
+        char why[320] = "first call";
+        if (f->nentries > 0) guard_check(&f->entries[f->nentries - 1], inputs, n_in, grad_mode, why, sizeof why);
+        if (f->nentries >= f->o.recompile_limit) {
+            if (!f->warned_limit) {
+                f->warned_limit = 1;
+                fprintf(stderr, "kiln: %s: recompile limit (%d) reached (%s); new signatures run eagerly\n",
+                        f->o.name, f->o.recompile_limit, why);
+            }
+            snprintf(f->st.last_reason, sizeof f->st.last_reason, "recompile limit reached: %s", why);
+            pthread_mutex_unlock(&f->lock);
+            return run_eager(f, inputs, n_in, outputs, n_out);
+        }
+        if (f->nentries > 0) ke_log("recompile", "%s: retracing: %s", f->o.name, why);
+        if (add_entry(f, inputs, n_in, n_out, grad_mode, why)) {
+            pthread_mutex_unlock(&f->lock);
+            return -1;
+        }
+        hit = &f->entries[f->nentries - 1];
+    } else {
+        f->st.cache_hits++;
+    }
+    pthread_mutex_unlock(&f->lock);
+    if (hit->eager) return run_eager(f, inputs, n_in, outputs, n_out);
+
+    int check = env_flag("KL_COMPILE_CHECK", 0);
+    kl_tensor **before = NULL;
+    if (check) {
+        /* the inputs' values before the call, for the eager run */
+        before = calloc((size_t)n_in + 1, sizeof *before);
+        if (!before) return ke_err(KL_ERR_OOM, "fn_call", "out of memory");
+        kl_no_grad_begin();
+        for (int i = 0; i < n_in; i++) before[i] = kl_clone(inputs[i]);
+        kl_no_grad_end();
+    }
+    int rc = tr_run_graph(hit->g, inputs, outputs);
+    if (!rc && check) rc = check_against_eager(f, inputs, n_in, before, outputs, n_out);
+    if (before)
+        for (int i = 0; i < n_in; i++)
+            if (before[i]) kl_release(before[i]);
+    free(before);
+    return rc;
+}
+
+int kl_fn_get_stats(const kl_fn *f, kl_fn_stats *out) {
+    if (!f || !out) return ke_err(KL_ERR_NULL_ARG, "fn_get_stats", "argument is NULL");
+    pthread_mutex_lock((pthread_mutex_t *)&f->lock);
+    *out = f->st;
+    pthread_mutex_unlock((pthread_mutex_t *)&f->lock);
+    return 0;
+}
+
+int kl_fn_graph_text(const kl_fn *f, char *buf, size_t cap) {
+    if (!f) return ke_err(KL_ERR_NULL_ARG, "fn_graph_text", "the compiled function is NULL");
+    if (f->last < 0 || !f->entries[f->last].g)
+        return ke_err(KL_ERR_STATE, "fn_graph_text", "%s has no graph for its last signature", f->o.name);
+    char *text = ir_to_string(f->entries[f->last].g);
+    if (!text) return -1;
+    int n = (int)strlen(text);
+    if (buf && cap) snprintf(buf, cap, "%s", text);
+    free(text);
+    return n;
+}

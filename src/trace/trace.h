@@ -1,0 +1,26 @@
+/*
+ * trace.h — the compile layer's internals (prefix tr_): tracing a C function
+ * through the dispatcher into graph IR (tracer.c), running a graph on real
+ * tensors (exec.c), and the compiled-function object with its guards and
+ * cache (compile.c).
+ */
+#ifndef TR_TRACE_H
+#define TR_TRACE_H
+
+#include "ir.h"
+
+/* Traces fn on meta stand-ins of inputs. Returns the graph, or NULL with
+ * either an error recorded (fn failed: *broke = 0) or a trace break (an op
+ * needed data: *broke = 1, reason in why, no error left pending). */
+ir_graph *tr_trace(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_in, int n_out, int *broke,
+                   char *why, size_t why_cap);
+
+/* Runs g on real inputs: outputs[i] receive scope-owned results (or the
+ * input / captured tensor itself). Returns 0 or -1. */
+int tr_run_graph(const ir_graph *g, kl_tensor *const *inputs, kl_tensor **outputs);
+
+/* Op launches a graph makes per call (nodes other than views, constants and
+ * captured reads). */
+int64_t tr_count_launches(const ir_graph *g);
+
+#endif /* TR_TRACE_H */

@@ -1,0 +1,208 @@
+/*
+ * tracer.c — the Trace dispatch key: while a function is traced, every op it
+ * calls reaches this handler (the key is in the thread's include set), which
+ * runs the op on meta tensors (shapes and dtypes only) and records it as a
+ * graph node. Each traced tensor carries its value id in trace_id.
+ *
+ * What fn touches besides its inputs:
+ *  - a wrapped C scalar (kl_add_scalar's 2) becomes a scalar constant;
+ *  - any other real tensor is captured: the graph holds a reference and reads
+ *    its data at every call (never a baked copy), and writes to it in place;
+ *  - an accessor that needs data (kl_item, kl_data_ptr, printing values,
+ *    comparisons) breaks the trace: the eager layer calls our data hook,
+ *    which records why; the caller then runs that signature eagerly.
+ */
+#include "trace.h"
+
+#include "log.h"
+#include "philox.h"
+
+#include <stdlib.h>
+
+typedef struct tr_session {
+    ir_graph *g;
+    kl_device target;            /* the device creation ops mean (the default before tracing) */
+    int broke;
+    char why[256];
+    /* real tensors already captured: pointer -> current value id */
+    kl_tensor **cap_t;
+    int32_t *cap_id;
+    int ncap, capcap;
+} tr_session;
+
+static _Thread_local tr_session *cur;
+
+static int data_hook(const kl_tensor *t, const char *op) {
+    tr_session *s = cur;
+    if (s && !s->broke) {
+        s->broke = 1;
+        if (t->trace_id >= 0)
+            snprintf(s->why, sizeof s->why, "kl_%s needs the data of traced value %%%lld", op, (long long)t->trace_id);
+        else
+            snprintf(s->why, sizeof s->why, "kl_%s reads a tensor's data while tracing (it would be baked in)", op);
+    }
+    return ke_err(KL_ERR_UNSUPPORTED, op, "needs tensor data, which a traced function does not have");
+}
+
+/* A meta tensor shaped like t, standing for value id. Scope-owned. */
+static kl_tensor *stand_in(const kl_tensor *t, int32_t id) {
+    ke_storage *st = ke_storage_new(0, KL_DEVICE_META, "compile");
+    if (!st) return NULL;
+    kl_tensor *m = ke_tensor_wrap(st, (kl_dtype)t->dtype, t->ndim, t->shape, t->stride, 0);
+    ke_storage_decref(st);
+    if (!m) return NULL;
+    m->trace_id = id;
+    ke_scope_adopt(m);
+    return m;
+}
+
+static int32_t captured_id(tr_session *s, kl_tensor *t, kl_tensor **meta) {
+    for (int i = 0; i < s->ncap; i++)
+        if (s->cap_t[i] == t) return *meta = stand_in(t, s->cap_id[i]), *meta ? s->cap_id[i] : -1;
+    if (s->ncap == s->capcap) {
+        int c = s->capcap ? 2 * s->capcap : 8;
+        kl_tensor **a = realloc(s->cap_t, sizeof *a * (size_t)c);
+        if (!a) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+        s->cap_t = a;
+        int32_t *b = realloc(s->cap_id, sizeof *b * (size_t)c);
+        if (!b) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+        s->cap_id = b;
+        s->capcap = c;
+    }
+    int32_t id = ir_add_captured(s->g, t);
+    if (id < 0) return -1;
+    ke_log("trace", "captured %s tensor (not an input): read at every call", ke_dtypes[t->dtype].name);
+    s->cap_t[s->ncap] = t;
+    s->cap_id[s->ncap++] = id;
+    *meta = stand_in(t, id);
+    return *meta ? id : -1;
+}
+
+static int trace_handler(ke_call *c) {
+    tr_session *s = cur;
+    if (!s) return ke_err(KL_ERR_INTERNAL, ke_opname(c), "trace key without a trace session");
+    int nin = c->nin, rc = -1;
+    int32_t *ids = malloc(sizeof *ids * (size_t)(nin + 1));
+    kl_tensor **sub = malloc(sizeof *sub * (size_t)(nin + 1));
+    kl_tensor *real0 = nin ? c->in[0] : NULL;
+    if (!ids || !sub) {
+        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < nin; i++) {
+        kl_tensor *t = c->in[i];
+        sub[i] = t;
+        if (t->trace_id >= 0) {
+            ids[i] = (int32_t)t->trace_id;
+        } else if (t->flags & KE_TF_WRAPPED) {
+            double v = ke_load_f64(ke_data(t), (kl_dtype)t->dtype, 0);
+            if ((ids[i] = ir_add_scalar(s->g, v, (kl_dtype)t->dtype, 1, KL_DEVICE_CPU)) < 0) goto out;
+        } else if ((ids[i] = captured_id(s, t, &sub[i])) < 0) {
+            goto out;
+        }
+    }
+    ke_call sc = *c;
+    sc.in = sub;
+    /* Composite ops are recorded whole (a pass decomposes them later): their
+     * pieces must not be recorded again while the op runs on meta. */
+    ke_keyset saved = ke_tls_state.exclude;
+    ke_tls_state.exclude |= KE_KS(KE_KEY_TRACE);
+    int r = ke_redispatch(&sc, KE_KEY_TRACE);
+    ke_tls_state.exclude = saved;
+    if (r) goto out;
+    /* The real device: the first tensor input's (wrapped scalars follow), or
+     * the default device for creation ops. */
+    kl_device dev = s->target;
+    for (int i = nin - 1; i >= 0; i--)
+        if (!s->g->values[ids[i]].wrapped) dev = s->g->values[ids[i]].device;
+    int32_t k = ir_add_node(s->g, c->op, c->inplace, nin, ids, sc.nout, sc.out, &c->a, dev);
+    if (k < 0) goto out;
+    c->nout = sc.nout;
+    for (int j = 0; j < sc.nout; j++) {
+        c->out[j] = sc.out[j];
+        c->out[j]->trace_id = s->g->nodes[k].out[j];
+    }
+    if (c->inplace && real0 && real0->trace_id < 0 && !(real0->flags & KE_TF_WRAPPED))
+        for (int i = 0; i < s->ncap; i++)
+            if (s->cap_t[i] == real0) s->cap_id[i] = s->g->nodes[k].out[0];
+    rc = 0;
+out:
+    free(ids);
+    free(sub);
+    return rc;
+}
+
+__attribute__((constructor)) static void trace_register(void) {
+    ke_register_handler(KE_KEY_TRACE, trace_handler);
+    ke_trace_data_hook = data_hook;
+}
+
+ir_graph *tr_trace(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_in, int n_out, int *broke,
+                   char *why, size_t why_cap) {
+    *broke = 0;
+    tr_session s = {.target = ke_tls_state.default_device};
+    if (!(s.g = ir_graph_new())) return NULL;
+    kl_tensor **meta_in = calloc((size_t)n_in + 1, sizeof *meta_in);
+    kl_tensor **outs = calloc((size_t)n_out + 1, sizeof *outs);
+    if (!meta_in || !outs) {
+        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        free(meta_in);
+        free(outs);
+        ir_graph_free(s.g);
+        return NULL;
+    }
+    tr_session *prev = cur;
+    cur = &s;
+    ke_keyset inc = ke_tls_state.include;
+    kl_device dev = ke_tls_state.default_device;
+    ke_generator gen = ke_generator_get_state(ke_default_generator());
+    kl_scope_begin();
+    int rc = 0;
+    for (int i = 0; i < n_in && !rc; i++) {
+        int32_t id = ir_add_input(s.g, inputs[i]);
+        rc = id < 0 || !(meta_in[i] = stand_in(inputs[i], id));
+    }
+    if (!rc) {
+        ke_tls_state.include |= KE_KS(KE_KEY_TRACE);
+        ke_tls_state.default_device = KL_DEVICE_META;
+        rc = fn(user, meta_in, n_in, outs, n_out);
+        ke_tls_state.include = inc;
+        ke_tls_state.default_device = dev;
+        if (!s.broke && !rc && ke_error_pending()) rc = -1; /* fn ignored an error */
+    }
+    int32_t *ids = NULL;
+    if (!rc && !s.broke) {
+        ids = calloc((size_t)n_out + 1, sizeof *ids);
+        if (!ids) rc = ke_err(KL_ERR_OOM, "compile", "out of memory");
+        for (int j = 0; j < n_out && !rc; j++) {
+            kl_tensor *o = outs[j];
+            kl_tensor *m = NULL;
+            if (!o) rc = ke_err(KL_ERR_NULL_ARG, "fn_call", "the traced function left output %d NULL", j + 1);
+            else if (o->trace_id >= 0) ids[j] = (int32_t)o->trace_id;
+            else if ((ids[j] = captured_id(&s, o, &m)) < 0) rc = -1;
+        }
+        if (!rc) rc = ir_set_outputs(s.g, n_out, ids);
+        if (!rc) rc = ir_verify(s.g, "tracing");
+    }
+    kl_scope_end();
+    ke_generator_set_state(ke_default_generator(), gen);
+    cur = prev;
+    free(ids);
+    free(meta_in);
+    free(outs);
+    free(s.cap_t);
+    free(s.cap_id);
+    if (s.broke) {
+        *broke = 1;
+        snprintf(why, why_cap, "%s", s.why);
+        kl_clear_error();
+        ir_graph_free(s.g);
+        return NULL;
+    }
+    if (rc) {
+        if (!ke_error_pending()) ke_err(KL_ERR_INTERNAL, "fn_call", "the traced function failed without an error");
+        ir_graph_free(s.g);
+        return NULL;
+    }
+    return s.g;
+}

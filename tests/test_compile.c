@@ -1,0 +1,386 @@
+/*
+ * test_compile.c — kl_compile: tracing into graph IR, guards and the cache,
+ * recompiles and their reasons, eager fallbacks (trace breaks, the recompile
+ * limit, KL_COMPILE=0), captured tensors read at every call, in-place writes
+ * to inputs, random ops, autograd through a compiled call, KL_COMPILE_CHECK,
+ * the IR text form, and bad arguments.
+ */
+#include "harness.h"
+
+#include "ir.h"
+
+#include <stdlib.h>
+
+static const kl_compile_options *mode(kl_compile_mode m) {
+    static kl_compile_options o;
+    o = kl_compile_options_default();
+    o.mode = m;
+    return &o;
+}
+
+/* y = exp(relu(x * w + 1)) - x: a 5-op chain */
+static int chain(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_sub(kl_exp(kl_relu(kl_add_scalar(kl_mul(in[0], in[1]), 1))), in[0]);
+    return out[0] ? 0 : -1;
+}
+
+static kl_tensor *seq(int64_t n, double scale) {
+    return kl_mul_scalar(kl_sub_scalar(kl_arange(0, (double)n, 1, KL_F32), (double)n / 2), scale);
+}
+
+static void assert_same(kl_tensor *a, kl_tensor *b) {
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(kl_equal(a, b), 1);
+}
+
+static void traces_once_and_hits_the_cache(void **state) {
+    (void)state;
+    for (int m = KL_COMPILE_TRACE_ONLY; m <= KL_COMPILE_FUSE; m++) {
+        kl_fn *f = kl_compile(chain, NULL, mode((kl_compile_mode)m));
+        kl_tensor *x = seq(12, 0.25), *w = seq(12, -0.5);
+        kl_tensor *in[2] = {x, w}, *y = NULL, *ref = NULL;
+        assert_int_equal(chain(NULL, in, 2, &ref, 1), 0);
+        for (int call = 0; call < 3; call++) {
+            assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+            assert_same(y, ref);
+        }
+        kl_fn_stats st;
+        assert_int_equal(kl_fn_get_stats(f, &st), 0);
+        assert_int_equal(st.calls, 3);
+        assert_int_equal(st.traces, 1);
+        assert_int_equal(st.cache_hits, 2);
+        assert_int_equal(st.recompiles, 0);
+        assert_int_equal(st.eager_calls, 0);
+        assert_int_equal(st.kernels, 5);
+        assert_string_equal(st.last_reason, "first call");
+        kl_fn_release(f);
+    }
+}
+
+static void graph_text_is_stable(void **state) {
+    (void)state;
+    kl_fn *f = kl_compile(chain, NULL, mode(KL_COMPILE_TRACE_ONLY));
+    kl_tensor *in[2] = {kl_ones(KL_SHAPE(2, 3), KL_F32), kl_ones(KL_SHAPE(3), KL_F32)}, *y;
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    char buf[2048];
+    assert_true(kl_fn_graph_text(f, buf, sizeof buf) > 0);
+    assert_string_equal(buf,
+                        "graph(%0: f32[2,3], %1: f32[3]) {\n"
+                        "  %2: f32[2,3] = mul(%0, %1)\n"
+                        "  %3: i64[]{wrapped} = scalar() {value=1}\n"
+                        "  %4: f32[2,3] = add(%2, %3)\n"
+                        "  %5: f32[2,3] = relu(%4)\n"
+                        "  %6: f32[2,3] = exp(%5)\n"
+                        "  %7: f32[2,3] = sub(%6, %0)\n"
+                        "  return (%7)\n"
+                        "}\n");
+    kl_fn_release(f);
+}
+
+static void recompiles_name_the_guard(void **state) {
+    (void)state;
+    kl_fn *f = kl_compile(chain, NULL, NULL);
+    kl_tensor *a = seq(6, 1), *y;
+    kl_tensor *in[2] = {a, a};
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    kl_tensor *b = kl_reshape(seq(6, 1), KL_SHAPE(2, 3));
+    kl_tensor *in2[2] = {b, b};
+    assert_int_equal(kl_fn_call(f, in2, 2, &y, 1), 0);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 2);
+    assert_int_equal(st.recompiles, 1);
+    assert_non_null(strstr(st.last_reason, "input 1 changed from [6] float32 to [2,3] float32 cpu"));
+    /* a strided input is a new signature too */
+    kl_tensor *t = kl_transpose(kl_reshape(seq(6, 1), KL_SHAPE(3, 2)), 0, 1);
+    kl_tensor *in3[2] = {t, t};
+    assert_int_equal(kl_fn_call(f, in3, 2, &y, 1), 0);
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 3);
+    assert_non_null(strstr(st.last_reason, "(strided)"));
+    /* grad mode is guarded */
+    kl_no_grad_begin();
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    kl_no_grad_end();
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 4);
+    assert_string_equal(st.last_reason, "grad mode changed to off");
+    kl_fn_release(f);
+}
+
+static void recompile_limit_falls_back(void **state) {
+    (void)state;
+    kl_compile_options o = kl_compile_options_default();
+    o.recompile_limit = 2;
+    o.name = "limited";
+    kl_fn *f = kl_compile(chain, NULL, &o);
+    for (int n = 1; n <= 4; n++) {
+        kl_tensor *x = seq(n, 1), *y, *ref;
+        kl_tensor *in[2] = {x, x};
+        assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+        assert_int_equal(chain(NULL, in, 2, &ref, 1), 0);
+        assert_same(y, ref);
+    }
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 2);
+    assert_int_equal(st.eager_calls, 2);
+    assert_non_null(strstr(st.last_reason, "recompile limit reached"));
+    kl_fn_release(f);
+}
+
+/* Data-dependent: scale by the first element's value. */
+static int data_dependent(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    double s = kl_item(kl_select(in[0], 0, 0));
+    out[0] = kl_mul_scalar(in[0], s);
+    return out[0] ? 0 : -1;
+}
+
+static void data_dependent_op_runs_eagerly(void **state) {
+    (void)state;
+    kl_fn *f = kl_compile(data_dependent, NULL, NULL);
+    for (int call = 0; call < 2; call++) {
+        kl_tensor *x = kl_add_scalar(seq(4, 1), 3 + call), *y;
+        assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), 0);
+        kl_tensor *ref;
+        assert_int_equal(data_dependent(NULL, &x, 1, &ref, 1), 0);
+        assert_same(y, ref);
+    }
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 1);
+    assert_int_equal(st.eager_calls, 2);
+    assert_non_null(strstr(st.last_reason, "trace break: kl_item needs the data of traced value"));
+    kl_fn_release(f);
+}
+
+/* A tensor captured from outside: read at every call, never baked in. */
+static int with_captured(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    out[0] = kl_add(in[0], (kl_tensor *)u);
+    return out[0] ? 0 : -1;
+}
+
+static void captured_tensors_are_read_each_call(void **state) {
+    (void)state;
+    kl_tensor *bias = kl_ones(KL_SHAPE(3), KL_F32);
+    kl_fn *f = kl_compile(with_captured, bias, NULL);
+    kl_tensor *x = kl_zeros(KL_SHAPE(3), KL_F32), *y;
+    assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), 0);
+    kt_assert_values(y, (double[]){1, 1, 1}, 3, 0);
+    kl_fill_inplace(bias, 5);
+    assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), 0);
+    kt_assert_values(y, (double[]){5, 5, 5}, 3, 0);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 1);
+    kl_fn_release(f);
+}
+
+/* An SGD step on its inputs, in place: w -= 0.5 * g. Returns w. */
+static int sgd(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_sub_inplace(in[0], kl_mul_scalar(in[1], 0.5));
+    return out[0] ? 0 : -1;
+}
+
+static void inplace_writes_reach_the_inputs(void **state) {
+    (void)state;
+    kl_fn *f = kl_compile(sgd, NULL, NULL);
+    kl_tensor *w = kl_clone(kl_ones(KL_SHAPE(4), KL_F32)), *g = seq(4, 1), *y;
+    kl_tensor *in[2] = {w, g};
+    for (int call = 0; call < 2; call++) assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    assert_ptr_equal(y, w);
+    kt_assert_values(w, (double[]){3, 2, 1, 0}, 4, 0); /* 1 - 2 * 0.5 * (-2, -1, 0, 1) */
+    kl_fn_release(f);
+}
+
+static int noisy(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_add(in[0], kl_rand(KL_SHAPE(4), KL_F32));
+    out[1] = kl_dropout(in[0], 0.5, true);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+static void random_ops_draw_fresh_numbers(void **state) {
+    (void)state;
+    kl_tensor *x = kl_ones(KL_SHAPE(4), KL_F32), *y[2], *e[2];
+    kl_fn *f = kl_compile(noisy, NULL, NULL);
+    for (int call = 0; call < 3; call++) {
+        /* the same numbers as an eager run from the same generator state */
+        kl_manual_seed(100 + call);
+        assert_int_equal(kl_fn_call(f, &x, 1, y, 2), 0);
+        kl_manual_seed(100 + call);
+        assert_int_equal(noisy(NULL, &x, 1, e, 2), 0);
+        assert_same(y[0], e[0]);
+        assert_same(y[1], e[1]);
+    }
+    kl_tensor *first = y[0];
+    assert_int_equal(kl_fn_call(f, &x, 1, y, 2), 0);
+    assert_int_equal(kl_equal(first, y[0]), 0);
+    kl_fn_release(f);
+}
+
+static void gradients_flow_through_compiled_calls(void **state) {
+    (void)state;
+    kl_fn *f = kl_compile(chain, NULL, NULL);
+    kl_tensor *x = kl_clone(seq(6, 0.3)), *w = kl_clone(seq(6, 0.2));
+    kl_set_requires_grad(x, true);
+    kl_set_requires_grad(w, true);
+    kl_tensor *in[2] = {x, w}, *y;
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    assert_true(kl_requires_grad(y));
+    assert_int_equal(kl_backward(kl_sum(y, KL_ALL_DIMS, false), NULL, NULL), 0);
+    kl_tensor *gx = kl_clone(kl_grad(x)), *gw = kl_clone(kl_grad(w));
+    kl_zero_grad(x);
+    kl_zero_grad(w);
+    kl_tensor *ref;
+    assert_int_equal(chain(NULL, in, 2, &ref, 1), 0);
+    assert_int_equal(kl_backward(kl_sum(ref, KL_ALL_DIMS, false), NULL, NULL), 0);
+    assert_same(gx, kl_grad(x));
+    assert_same(gw, kl_grad(w));
+    kl_fn_release(f);
+}
+
+static int counter;
+static int side_effect(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_add_scalar(in[0], counter++);
+    return out[0] ? 0 : -1;
+}
+
+static void compile_check_catches_baked_side_effects(void **state) {
+    (void)state;
+    setenv("KL_COMPILE_CHECK", "1", 1);
+    kl_fn *f = kl_compile(chain, NULL, NULL);
+    kl_tensor *x = seq(5, 1), *y;
+    kl_tensor *in[2] = {x, x};
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    kl_fn_release(f);
+    counter = 0;
+    kl_fn *g = kl_compile(side_effect, NULL, NULL);
+    /* the trace bakes counter = 0; the check's eager run sees 1, 2, ... */
+    int rc = kl_fn_call(g, &x, 1, &y, 1);
+    unsetenv("KL_COMPILE_CHECK");
+    assert_int_equal(rc, -1);
+    KT_EXPECT_ERROR(KL_ERR_STATE, "KL_COMPILE_CHECK: fn: compiled output 1 differs from eager");
+    kl_fn_release(g);
+}
+
+static void compile_env_off_runs_eagerly(void **state) {
+    (void)state;
+    setenv("KL_COMPILE", "0", 1);
+    kl_fn *f = kl_compile(chain, NULL, NULL);
+    kl_tensor *x = seq(5, 1), *y;
+    kl_tensor *in[2] = {x, x};
+    int rc = kl_fn_call(f, in, 2, &y, 1);
+    unsetenv("KL_COMPILE");
+    assert_int_equal(rc, 0);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 0);
+    assert_int_equal(st.eager_calls, 1);
+    kl_fn_release(f);
+    kl_fn *off = kl_compile(chain, NULL, mode(KL_COMPILE_OFF));
+    assert_int_equal(kl_fn_call(off, in, 2, &y, 1), 0);
+    kl_fn_get_stats(off, &st);
+    assert_int_equal(st.traces, 0);
+    kl_fn_release(off);
+}
+
+static int identity_and_dup(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *s = kl_sum(in[0], KL_ALL_DIMS, false);
+    out[0] = in[0];
+    out[1] = s;
+    out[2] = s;
+    out[3] = kl_reshape(in[0], KL_SHAPE(-1));
+    return 0;
+}
+
+static void outputs_may_be_inputs_views_or_repeated(void **state) {
+    (void)state;
+    kl_fn *f = kl_compile(identity_and_dup, NULL, NULL);
+    kl_tensor *x = kl_reshape(seq(4, 1), KL_SHAPE(2, 2)), *y[4];
+    for (int call = 0; call < 2; call++) {
+        kl_scope_begin();
+        assert_int_equal(kl_fn_call(f, &x, 1, y, 4), 0);
+        assert_ptr_equal(y[0], x);
+        assert_ptr_equal(y[1], y[2]);
+        assert_true(kl_item(y[1]) == -2);
+        assert_int_equal(kl_shares_storage(y[3], x), 1);
+        kl_scope_end();
+    }
+    kl_fn_release(f);
+}
+
+static void bad_arguments(void **state) {
+    (void)state;
+    assert_null(kl_compile(NULL, NULL, NULL));
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "fn is NULL");
+    kl_compile_options o = kl_compile_options_default();
+    o.recompile_limit = 0;
+    assert_null(kl_compile(chain, NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "recompile_limit");
+    kl_fn *f = kl_compile(chain, NULL, NULL);
+    kl_tensor *x = seq(3, 1), *y;
+    kl_tensor *in[2] = {x, x};
+    assert_int_equal(kl_fn_call(NULL, in, 2, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "compiled function is NULL");
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    assert_int_equal(kl_fn_call(f, in, 1, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "fn takes 2 inputs");
+    kl_tensor *bad[2] = {x, NULL};
+    assert_int_equal(kl_fn_call(f, bad, 2, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "tensor argument 2 is NULL");
+    /* fn's own error on a new signature: reported, nothing cached */
+    kl_tensor *z = kl_ones(KL_SHAPE(4), KL_F32);
+    kl_tensor *mism[2] = {x, z};
+    assert_int_equal(kl_fn_call(f, mism, 2, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "cannot broadcast");
+    /* a device the inputs do not share: the same clear error as eager */
+    kl_tensor *m = kl_empty_on(KL_SHAPE(3), KL_F32, KL_DEVICE_META);
+    kl_tensor *dev[2] = {x, m};
+    assert_int_equal(kl_fn_call(f, dev, 2, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_DEVICE, "expected all tensors on one device");
+    kl_fn_release(f);
+    assert_int_equal(kl_fn_graph_text(NULL, NULL, 0), -1);
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "fn_graph_text");
+}
+
+static void dce_keeps_effects(void **state) {
+    (void)state;
+    /* unused ops vanish from the optimized graph; in-place writes to inputs stay */
+    kl_fn *f = kl_compile(sgd, NULL, mode(KL_COMPILE_NO_FUSE));
+    kl_tensor *w = kl_clone(kl_ones(KL_SHAPE(2), KL_F32)), *g = kl_ones(KL_SHAPE(2), KL_F32), *y;
+    kl_tensor *in[2] = {w, g};
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    char buf[1024];
+    kl_fn_graph_text(f, buf, sizeof buf);
+    assert_non_null(strstr(buf, "sub_("));
+    kl_fn_release(f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        KT_TEST(traces_once_and_hits_the_cache),
+        KT_TEST(graph_text_is_stable),
+        KT_TEST(recompiles_name_the_guard),
+        KT_TEST(recompile_limit_falls_back),
+        KT_TEST(data_dependent_op_runs_eagerly),
+        KT_TEST(captured_tensors_are_read_each_call),
+        KT_TEST(inplace_writes_reach_the_inputs),
+        KT_TEST(random_ops_draw_fresh_numbers),
+        KT_TEST(gradients_flow_through_compiled_calls),
+        KT_TEST(compile_check_catches_baked_side_effects),
+        KT_TEST(compile_env_off_runs_eagerly),
+        KT_TEST(outputs_may_be_inputs_views_or_repeated),
+        KT_TEST(bad_arguments),
+        KT_TEST(dce_keeps_effects),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
