@@ -14,6 +14,13 @@ int ir_node_has_effect(const ir_graph *g, const ir_node *n) {
         const ir_value *base = &g->values[g->values[n->in[0]].base];
         if (base->kind == IR_VAL_INPUT) return 1;
         if (base->kind == IR_VAL_NODE && g->nodes[base->node].op == IR_OP_CAPTURED) return 1;
+        /* a view of the storage taken before the write reads the new data */
+        for (int32_t i = 0; i < g->nvalues; i++) {
+            const ir_value *v = &g->values[i];
+            if (v->base == base->id && v->kind == IR_VAL_NODE && !g->nodes[v->node].dead &&
+                g->nodes[v->node].op < KE_OP_COUNT && ke_ops[g->nodes[v->node].op].kind == KE_KIND_VIEW)
+                return 1;
+        }
     }
     return 0;
 }

@@ -27,6 +27,7 @@ void ir_graph_free(ir_graph *g) {
     for (int32_t i = 0; i < g->nnodes; i++) free(g->nodes[i].in);
     for (int32_t i = 0; i < g->ncaptured; i++) ke_tensor_decref(g->captured[i]);
     free(g->captured);
+    ir_free_kernels(g);
     free(g->nodes);
     free(g->values);
     free(g->inputs);
@@ -174,6 +175,11 @@ ir_graph *ir_graph_clone(const ir_graph *g) {
         }
     }
     c->cap_nodes = g->nnodes;
+    c->fuse = g->fuse;
+    if (ir_clone_kernels(c, g)) {
+        ir_graph_free(c);
+        return NULL;
+    }
     return c;
 oom:
     ir_graph_free(c);

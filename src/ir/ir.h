@@ -31,6 +31,8 @@ enum ir_op {
                                    call (not baked in): graph->captured[a.i[0]] */
     IR_OP_COPY_BACK,            /* writes in[1] into graph input in[0]'s storage (functionalization's
                                    final write-back); no outputs */
+    /* ---- fusion (fuse.c, kernel.h) ---- */
+    IR_OP_KERNEL,               /* a fused kernel: graph->kernels[a.i[0]] reads in[], writes out[] */
     IR_OP_END
 };
 
@@ -74,6 +76,10 @@ typedef struct ir_graph {
     int32_t *outputs, noutputs;    /* value ids returned, in order */
     kl_tensor **captured;          /* tensors IR_OP_CAPTURED reads (strong references) */
     int32_t ncaptured;
+    /* ---- fusion (fuse.c, kernel.h) ---- */
+    struct ir_kernel **kernels;    /* what IR_OP_KERNEL nodes run (owned) */
+    int32_t nkernels;
+    uint8_t fuse;                  /* FUSE mode may fuse this graph (set by the compiler) */
 } ir_graph;
 
 /* ---- building (graph.c) ----------------------------------------------------------- */
@@ -103,6 +109,7 @@ static inline const char *ir_op_name(int op) {
     case IR_OP_SCALAR: return "scalar";
     case IR_OP_CAPTURED: return "captured";
     case IR_OP_COPY_BACK: return "copy_back";
+    case IR_OP_KERNEL: return "kernel";
     default: return "?";
     }
 }
@@ -117,6 +124,66 @@ int ir_optimize(ir_graph *g);
 int ir_pass_dce(ir_graph *g);
 /* 1 if node n has an effect besides its outputs. */
 int ir_node_has_effect(const ir_graph *g, const ir_node *n);
+
+/* ---- fusion (fuse.c; kernel IR in kernel.h) ---------------------------------------------- */
+/* Fusion: when g->fuse is set, replaces groups of elementwise nodes (and row
+ * reductions with their producers and consumers) by IR_OP_KERNEL nodes, each
+ * lowered to kernel IR and compiled by the default backend. Returns the
+ * number of kernels made, or -1. */
+int ir_pass_fuse(ir_graph *g);
+/* Frees g's kernel table (graph.c calls it). */
+void ir_free_kernels(ir_graph *g);
+/* Copies src's kernel table into dst (recompiling). 0 or -1. */
+int ir_clone_kernels(ir_graph *dst, const ir_graph *src);
+
+/* ---- graph passes: shared helpers (passutil.c) and the passes (cse.c, fold.c, simplify.c,
+ * decompose.c, functionalize.c). Each returns the number of changes or -1. -------------- */
+/* written[b] = 1 for every storage base b that an in-place node or a copy_back writes
+ * (written has nvalues entries). A value over such a base may change between its
+ * definition and a later read, so value-replacing passes leave it alone. */
+void ir_mark_written(const ir_graph *g, uint8_t *written);
+/* 1 if value id is one of the graph's outputs. */
+int ir_is_output(const ir_graph *g, int32_t id);
+/* Exact attribute equality over the slots that carry meaning: f[] (bitwise, so -0 != 0 and
+ * NaN == the same NaN), i[], nlist and list[0..nlist). */
+int ir_attrs_equal(const ke_attrs *a, const ke_attrs *b);
+/* Same dtype, rank, shape, strides, offset, device and wrapped flag. */
+int ir_same_layout(const ir_value *a, const ir_value *b);
+/* Every node input from value `from` (nodes after its definition) and every graph output
+ * naming it now names `to`. */
+void ir_replace_uses(ir_graph *g, int32_t from, int32_t to);
+/* 1 if value id is a constant: a scalar node or a folded constant tensor (an IR_OP_CAPTURED
+ * node with a.i[1] = 1, owned by the graph, never written). */
+int ir_is_const(const ir_graph *g, int32_t id);
+
+/* Records that graph input i shares its storage with the earlier input j (the caller passed
+ * one tensor twice, or two views of one storage): input i and every value over its storage
+ * take input j as their base, so passes treat writes through either as writes to both. */
+void ir_alias_input(ir_graph *g, int32_t i, int32_t j);
+
+/* Common-subexpression elimination: a pure node equal to an earlier one (op, attrs,
+ * inputs, device, inplace = 0, no random draw, no effect) reuses the earlier outputs. */
+int ir_pass_cse(ir_graph *g);
+/* Constant folding: a pure node whose inputs are all constants runs once at compile time
+ * through the dispatcher; 0-dim results become scalar nodes, others read-only constant
+ * tensors (IR_OP_CAPTURED with a.i[1] = 1). */
+int ir_pass_fold(ir_graph *g);
+/* Algebraic simplification: x*1, x/1, x-0, x+0 (integers), neg(neg x), identity view
+ * chains, view(view x) and expand(expand x) collapsed. */
+int ir_pass_simplify(ir_graph *g);
+/* Decomposition: a composite node (ke_ops[op].kind == KE_KIND_COMPOSITE with a decomp) is
+ * replaced by the primitives of its decomposition, traced into a subgraph. The IR layer does
+ * not call the trace layer: the trace layer registers ir_subtrace (src/trace/subtrace.c), which
+ * traces node n's decomposition on meta stand-ins of its inputs and returns a graph with n's
+ * inputs and outputs (NULL, with no error pending, where it cannot: a data-dependent
+ * decomposition, ...). Without it the pass changes nothing; it also changes nothing unless
+ * g->fuse (decomposing only helps fusion, and costs bitwise equality with eager). */
+typedef ir_graph *(*ir_subtrace_fn)(const ir_graph *g, const ir_node *n);
+extern ir_subtrace_fn ir_subtrace;
+int ir_pass_decompose(ir_graph *g);
+/* Functionalization: in-place elementwise writes become pure ops, plus one copy_back per
+ * written graph input or captured tensor at the end of the graph. */
+int ir_pass_functionalize(ir_graph *g);
 
 /* ---- checking and printing (verify.c, print.c) ---------------------------------------- */
 /* Checks SSA order, value descriptions and node arities. 0, or -1 with

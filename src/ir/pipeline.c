@@ -12,8 +12,19 @@ typedef struct ir_pass {
     int (*run)(ir_graph *g);   /* >= 0 on success (a count of changes), -1 on error */
 } ir_pass;
 
+/* Decomposition first: the primitives it splices in are what every later
+ * pass (and fusion) works on. Functionalization next, so the passes after it
+ * see pure ops (they leave values over storage still written in place
+ * alone); simplification before folding and CSE exposes more of both; dce
+ * last sweeps what they orphaned. */
 static const ir_pass pipeline[] = {
+    {"decompose", ir_pass_decompose},
+    {"functionalize", ir_pass_functionalize},
+    {"simplify", ir_pass_simplify},
+    {"fold", ir_pass_fold},
+    {"cse", ir_pass_cse},
     {"dce", ir_pass_dce},
+    {"fuse", ir_pass_fuse}, /* FUSE mode only (g->fuse); last: it sees the final graph */
 };
 
 static _Atomic int dump_counter;

@@ -22,6 +22,8 @@ typedef struct tr_guard {
     kl_device device;
     int64_t shape[KL_MAX_DIMS];
     int64_t stride[KL_MAX_DIMS];
+    int32_t alias;            /* the first earlier input sharing this one's storage, or -1: a
+                                 functionalized graph assumes the same sharing */
 } tr_guard;
 
 typedef struct tr_entry {
@@ -109,6 +111,12 @@ static void guard_of(const kl_tensor *t, tr_guard *gd) {
     if (!gd->contig) memcpy(gd->stride, t->stride, sizeof(int64_t) * t->ndim);
 }
 
+static int32_t alias_of(kl_tensor *const *in, int i) {
+    for (int j = 0; j < i; j++)
+        if (in[j]->storage == in[i]->storage) return j;
+    return -1;
+}
+
 /* The first guard that fails, described into why; 0 if e matches. */
 static int guard_check(const tr_entry *e, kl_tensor *const *in, int n, int grad_mode, char *why, size_t cap) {
     if (e->grad_mode != grad_mode) {
@@ -123,6 +131,14 @@ static int guard_check(const tr_entry *e, kl_tensor *const *in, int n, int grad_
                   gd->requires_grad != ((t->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0) ||
                   memcmp(gd->shape, t->shape, sizeof(int64_t) * t->ndim) != 0;
         if (!bad) bad = gd->contig ? !ke_is_contig(t) : memcmp(gd->stride, t->stride, sizeof(int64_t) * t->ndim) != 0;
+        if (!bad) {
+            int32_t a = alias_of(in, i);
+            if (a != gd->alias) {
+                if (why && a >= 0) snprintf(why, cap, "input %d now shares storage with input %d", i + 1, a + 1);
+                else if (why) snprintf(why, cap, "input %d no longer shares storage with input %d", i + 1, gd->alias + 1);
+                return 1;
+            }
+        }
         if (bad) {
             if (why) {
                 char b1[200], b2[256];
@@ -205,18 +221,36 @@ static int run_eager(kl_fn *f, kl_tensor *const *in, int n_in, kl_tensor **out, 
     return rc;
 }
 
+/* Fused kernels run outside the dispatcher, so autograd would not record
+ * them: a graph whose inputs or captured tensors require grad (with grad
+ * mode on) runs op by op. */
+static int needs_autograd(const ir_graph *g, kl_tensor *const *in, int n_in, int grad_mode) {
+    if (!grad_mode) return 0;
+    for (int i = 0; i < n_in; i++)
+        if (in[i]->keys & KE_KS(KE_KEY_AUTOGRAD)) return 1;
+    for (int i = 0; i < g->ncaptured; i++)
+        if (g->captured[i]->keys & KE_KS(KE_KEY_AUTOGRAD)) return 1;
+    return 0;
+}
+
 /* Traces a new signature into entry e (under f->lock). */
 static int add_entry(kl_fn *f, kl_tensor *const *in, int n_in, int n_out, int grad_mode, const char *why) {
     tr_entry *e = &f->entries[f->nentries];
     memset(e, 0, sizeof *e);
     e->in = calloc((size_t)n_in + 1, sizeof *e->in);
     if (!e->in) return ke_err(KL_ERR_OOM, "fn_call", "out of memory");
-    for (int i = 0; i < n_in; i++) guard_of(in[i], &e->in[i]);
+    for (int i = 0; i < n_in; i++) {
+        guard_of(in[i], &e->in[i]);
+        e->in[i].alias = alias_of(in, i);
+    }
     e->grad_mode = (uint8_t)grad_mode;
     double t0 = now_ms();
     int broke = 0;
     char reason[256] = "";
     ir_graph *g = tr_trace(f->fn, f->user, in, n_in, n_out, &broke, reason, sizeof reason);
+    if (g) g->fuse = f->o.mode == KL_COMPILE_FUSE && !needs_autograd(g, in, n_in, grad_mode);
+    for (int i = 0; g && i < n_in; i++) /* inputs sharing storage: writes through one reach both */
+        if (e->in[i].alias >= 0) ir_alias_input(g, i, e->in[i].alias);
     if (g && f->o.mode != KL_COMPILE_TRACE_ONLY && ir_optimize(g) != 0) {
         ir_graph_free(g);
         g = NULL;

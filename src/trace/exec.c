@@ -6,19 +6,40 @@
  */
 #include "trace.h"
 
+#include "kernel.h"
+
 #include <stdlib.h>
 
 int64_t tr_count_launches(const ir_graph *g) {
     int64_t n = 0;
     for (int32_t k = 0; k < g->nnodes; k++) {
         const ir_node *nd = &g->nodes[k];
-        if (nd->dead || nd->op >= KE_OP_COUNT || ke_ops[nd->op].kind == KE_KIND_VIEW) continue;
+        if (nd->dead || (nd->op >= KE_OP_COUNT && nd->op != IR_OP_KERNEL) ||
+            (nd->op < KE_OP_COUNT && ke_ops[nd->op].kind == KE_KIND_VIEW))
+            continue;
         n++;
     }
     return n;
 }
 
+/* A fused kernel: fresh contiguous outputs, then the backend. */
+static int run_kernel(const ir_graph *g, const ir_node *n, kl_tensor **vals) {
+    const ir_kernel *k = g->kernels[n->a.i[0]];
+    kl_tensor *in[16], *out[KE_MAX_OUT];
+    if (n->nin > 16) return ke_err(KL_ERR_UNSUPPORTED, "fn_call", "a kernel with %d inputs", n->nin);
+    for (int i = 0; i < n->nin; i++) in[i] = vals[n->in[i]];
+    for (int j = 0; j < n->nout; j++) {
+        const ir_kbuf *b = &k->bufs[k->ninputs + j];
+        out[j] = ke_tensor_new((kl_dtype)b->dtype, b->ndim, b->shape, KL_DEVICE_CPU, "fn_call");
+        if (!out[j]) return -1;
+        ke_scope_adopt(out[j]);
+        vals[n->out[j]] = out[j];
+    }
+    return ir_kernel_run(k, in, out);
+}
+
 static int run_node(const ir_graph *g, const ir_node *n, kl_tensor **vals) {
+    if (n->op == IR_OP_KERNEL) return run_kernel(g, n, vals);
     if (n->op == IR_OP_SCALAR) {
         kl_tensor *t = n->a.i[0] ? ke_wrap_scalar(n->a.f[0])
                                  : kl_scalar_tensor(n->a.f[0], (kl_dtype)n->a.i[KE_ATTR_DTYPE]);

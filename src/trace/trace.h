@@ -23,4 +23,7 @@ int tr_run_graph(const ir_graph *g, kl_tensor *const *inputs, kl_tensor **output
  * captured reads). */
 int64_t tr_count_launches(const ir_graph *g);
 
+/* Registers the decomposition pass's subgraph tracer (subtrace.c) with the IR layer. */
+void tr_subtrace_register(void);
+
 #endif /* TR_TRACE_H */

@@ -135,6 +135,7 @@ out:
 __attribute__((constructor)) static void trace_register(void) {
     ke_register_handler(KE_KEY_TRACE, trace_handler);
     ke_trace_data_hook = data_hook;
+    tr_subtrace_register();
 }
 
 ir_graph *tr_trace(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_in, int n_out, int *broke,

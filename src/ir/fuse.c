@@ -1,0 +1,342 @@
+/*
+ * fuse.c — the fusion pass: groups of fusible nodes become IR_OP_KERNEL nodes
+ * running one kernel each (lowered by lower.c, compiled by the default
+ * backend).
+ *
+ * Groups grow in execution order. A fusible node joins the groups of the
+ * producers it reads (merging them) when
+ *  - every group's domain (its output shape) broadcasts to the node's shape;
+ *    a group whose domain grows must have no value used outside the merged
+ *    group, so every value a kernel writes has the kernel's domain shape;
+ *  - no node outside the merged group reads one of its values before the
+ *    joining node: the kernel runs where its last member was, so each value
+ *    it writes must be read only after that point.
+ * Otherwise the node starts a group of its own. Groups of one node stay
+ * ordinary nodes (nothing to fuse); values read outside a group, or returned,
+ * become the kernel's outputs (at most KE_MAX_OUT, else the group stays
+ * unfused); everything else lives only inside the kernel. Views, matmuls and
+ * other ops stay graph nodes: a view's result reaches a kernel as a strided
+ * (or broadcast, stride 0) input buffer.
+ */
+#include "kernel.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+typedef struct fuse_state {
+    ir_graph *g;
+    int32_t *grp;       /* per node: group id (-1: none) */
+    int32_t *gsize;     /* per group id: members */
+    uint8_t *gndim;     /* per group id: domain */
+    uint8_t *grow;      /* per group id: a row group (has a reduction over the domain's last dim) */
+    int64_t (*gshape)[KL_MAX_DIMS];
+    int32_t *ustart, *users; /* consumers of each value (CSR) */
+    uint8_t *is_out;    /* value returned by the graph */
+    int32_t *cand;      /* scratch: candidate groups */
+    int32_t *writes;    /* writes[k]: in-place writes among nodes [0, k) */
+} fuse_state;
+
+static int32_t producer_group(const fuse_state *s, int32_t v) {
+    const ir_value *val = &s->g->values[v];
+    return val->kind == IR_VAL_NODE ? s->grp[val->node] : -1;
+}
+
+static int in_merge(const fuse_state *s, int32_t node, int ncand, int32_t k) {
+    if (node == k) return 1;
+    for (int c = 0; c < ncand; c++)
+        if (s->grp[node] == s->cand[c]) return 1;
+    return 0;
+}
+
+/* 1 if (ndim, shape) broadcasts to (sndim, sshape); *same says it is equal. */
+static int broadcasts(int ndim, const int64_t *shape, int sndim, const int64_t *sshape, int *same) {
+    *same = ndim == sndim;
+    if (ndim > sndim) return 0;
+    for (int d = 0; d < ndim; d++) {
+        int64_t a = shape[d], b = sshape[d + sndim - ndim];
+        if (a != b) *same = 0;
+        if (a != b && a != 1) return 0;
+    }
+    return 1;
+}
+
+/* Can node k join the candidate groups, over domain (tndim, tshape)? */
+static int can_merge(const fuse_state *s, int ncand, int32_t k, int tndim, const int64_t *tshape) {
+    const ir_graph *g = s->g;
+    for (int c = 0; c < ncand; c++) {
+        int32_t G = s->cand[c], same;
+        /* a write between the group's first member and k could change what
+         * the kernel, running at k, reads */
+        if (s->writes[k] != s->writes[G]) return 0;
+        if (!broadcasts(s->gndim[G], s->gshape[G], tndim, tshape, &same)) return 0;
+        if (s->grow[G] && !same) return 0;
+        for (int32_t m = G; m < k; m++) {
+            if (s->grp[m] != G) continue;
+            const ir_node *mn = &g->nodes[m];
+            for (int j = 0; j < mn->nout; j++) {
+                int32_t v = mn->out[j];
+                if (!same && s->is_out[v]) return 0;
+                for (int32_t u = s->ustart[v]; u < s->ustart[v + 1]; u++) {
+                    int32_t user = s->users[u];
+                    if (in_merge(s, user, ncand, k)) continue;
+                    if (!same || user < k) return 0;
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+static int build_uses(fuse_state *s) {
+    ir_graph *g = s->g;
+    int32_t nv = g->nvalues;
+    s->ustart = calloc((size_t)nv + 2, sizeof *s->ustart);
+    s->is_out = calloc((size_t)nv + 1, 1);
+    if (!s->ustart || !s->is_out) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+    int32_t total = 0;
+    for (int32_t k = 0; k < g->nnodes; k++)
+        for (int i = 0; i < g->nodes[k].nin; i++) s->ustart[g->nodes[k].in[i] + 1]++, total++;
+    for (int32_t v = 0; v < nv; v++) s->ustart[v + 1] += s->ustart[v];
+    s->users = malloc(sizeof *s->users * (size_t)(total + 1));
+    int32_t *fill = malloc(sizeof *fill * (size_t)(nv + 1));
+    if (!s->users || !fill) {
+        free(fill);
+        return ke_err(KL_ERR_OOM, "compile", "out of memory");
+    }
+    memcpy(fill, s->ustart, sizeof *fill * (size_t)nv);
+    for (int32_t k = 0; k < g->nnodes; k++)
+        for (int i = 0; i < g->nodes[k].nin; i++) {
+            int32_t v = g->nodes[k].in[i];
+            /* a node reading a value twice is one user: count it once per read anyway */
+            s->users[fill[v]++] = k;
+        }
+    free(fill);
+    for (int32_t i = 0; i < g->noutputs; i++) s->is_out[g->outputs[i]] = 1;
+    s->writes = calloc((size_t)g->nnodes + 1, sizeof *s->writes);
+    if (!s->writes) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+    for (int32_t k = 0; k < g->nnodes; k++) {
+        const ir_node *n = &g->nodes[k];
+        s->writes[k + 1] = s->writes[k] + (n->inplace || n->op == IR_OP_COPY_BACK);
+    }
+    return 0;
+}
+
+/* The domain node k would give a group: an elementwise node's output shape
+ * (or the domain of a row group it reads, which its shape must fit); a
+ * reduction's input shape. -1 if k cannot join its candidates at all. */
+static int target_domain(const fuse_state *s, int ncand, int32_t k, int red, int64_t *shape, uint8_t *row) {
+    const ir_graph *g = s->g;
+    const ir_node *n = &g->nodes[k];
+    const ir_value *v = &g->values[red ? n->in[0] : n->out[0]];
+    int ndim = v->ndim, same;
+    memcpy(shape, v->shape, sizeof(int64_t) * ndim);
+    *row = (uint8_t)red;
+    if (red) return ndim;
+    for (int c = 0; c < ncand; c++) {
+        int32_t G = s->cand[c];
+        if (!s->grow[G]) continue;
+        if (*row && (s->gndim[G] != ndim || memcmp(s->gshape[G], shape, sizeof(int64_t) * ndim))) return -1;
+        if (!*row && !broadcasts(v->ndim, v->shape, s->gndim[G], s->gshape[G], &same)) return -1;
+        ndim = s->gndim[G];
+        memcpy(shape, s->gshape[G], sizeof(int64_t) * ndim);
+        *row = 1;
+    }
+    return ndim;
+}
+
+static void form_groups(fuse_state *s) {
+    ir_graph *g = s->g;
+    for (int32_t k = 0; k < g->nnodes; k++) {
+        const ir_node *n = &g->nodes[k];
+        int red = 0;
+        if (!ir_fusible(g, n) && !(red = ir_row_reducible(g, n))) continue;
+        int ncand = 0;
+        for (int i = 0; i < n->nin; i++) {
+            int32_t G = producer_group(s, n->in[i]);
+            int dup = G < 0;
+            for (int c = 0; c < ncand && !dup; c++) dup = s->cand[c] == G;
+            if (!dup) s->cand[ncand++] = G;
+        }
+        int64_t shape[KL_MAX_DIMS];
+        uint8_t row = 0;
+        int ndim = ncand > 0 ? target_domain(s, ncand, k, red, shape, &row) : -1;
+        int32_t G = k;
+        if (ndim >= 0 && can_merge(s, ncand, k, ndim, shape)) {
+            G = s->cand[0];
+            for (int c = 1; c < ncand; c++) G = s->cand[c] < G ? s->cand[c] : G;
+            for (int32_t m = 0; m < k; m++)
+                if (s->grp[m] >= 0 && in_merge(s, m, ncand, -1)) s->grp[m] = G;
+            for (int c = 0; c < ncand; c++)
+                if (s->cand[c] != G) s->gsize[G] += s->gsize[s->cand[c]];
+        } else {
+            ndim = target_domain(s, 0, k, red, shape, &row);
+        }
+        s->grp[k] = G;
+        s->gsize[G]++;
+        s->grow[G] = row;
+        s->gndim[G] = (uint8_t)ndim;
+        memcpy(s->gshape[G], shape, sizeof(int64_t) * ndim);
+    }
+}
+
+static int add_kernel(ir_graph *g, ir_kernel *kn) {
+    ir_kernel **p = realloc(g->kernels, sizeof *p * (size_t)(g->nkernels + 1));
+    if (!p) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+    g->kernels = p;
+    g->kernels[g->nkernels] = kn;
+    return g->nkernels++;
+}
+
+/* A kernel writes values shaped like its domain, or in a row kernel like a
+ * row of it (the last dim 1). */
+static int storable(const fuse_state *s, int32_t G, const ir_value *v) {
+    int nd = s->gndim[G];
+    if (v->ndim != nd) return 0;
+    for (int d = 0; d < nd; d++)
+        if (v->shape[d] != s->gshape[G][d] && !(s->grow[G] && d == nd - 1 && v->shape[d] == 1)) return 0;
+    return 1;
+}
+
+/* Replaces group G's members by one kernel node at its last member. Returns
+ * 1 if fused, 0 if the group stays as it is, -1 on error. */
+static int fuse_group(fuse_state *s, int32_t G) {
+    ir_graph *g = s->g;
+    int32_t *members = malloc(sizeof *members * (size_t)s->gsize[G]);
+    int32_t *in = malloc(sizeof *in * (size_t)(4 * s->gsize[G] + 1));
+    if (!members || !in) {
+        free(members);
+        free(in);
+        return ke_err(KL_ERR_OOM, "compile", "out of memory");
+    }
+    int n = 0, nin = 0, nout = 0, rc = 1;
+    int32_t out[KE_MAX_OUT];
+    for (int32_t k = 0; k < g->nnodes; k++)
+        if (s->grp[k] == G) members[n++] = k;
+    for (int m = 0; m < n && rc > 0; m++) {
+        const ir_node *nd = &g->nodes[members[m]];
+        for (int i = 0; i < nd->nin; i++) {
+            int32_t v = nd->in[i];
+            int inside = producer_group(s, v) == G, dup = 0;
+            for (int j = 0; j < nin && !dup; j++) dup = in[j] == v;
+            if (!inside && !dup) in[nin++] = v;
+        }
+        int32_t v = nd->out[0];
+        int escapes = s->is_out[v];
+        for (int32_t u = s->ustart[v]; u < s->ustart[v + 1] && !escapes; u++) escapes = s->grp[s->users[u]] != G;
+        if (!escapes) continue;
+        if (nout == KE_MAX_OUT || !storable(s, G, &g->values[v])) rc = 0;
+        else out[nout++] = v;
+    }
+    if (nin > IR_KERNEL_MAX_IN) rc = 0; /* (splitting such groups is left for later) */
+    ir_kernel *kn = NULL;
+    if (rc > 0) {
+        kn = ir_lower_group(g, members, n, s->gndim[G], s->gshape[G], in, nin, out, nout);
+        if (!kn || ir_kernel_compile(kn, ir_default_backend())) rc = -1;
+    }
+    int32_t idx = rc > 0 ? add_kernel(g, kn) : -1;
+    if (rc > 0 && idx < 0) rc = -1;
+    if (rc < 0) ir_kernel_free(kn);
+    if (rc > 0) {
+        int32_t last = members[n - 1];
+        for (int m = 0; m < n - 1; m++) g->nodes[members[m]].dead = 1;
+        ir_node *kn_node = &g->nodes[last];
+        int32_t *nin_arr = realloc(kn_node->in, sizeof *nin_arr * (size_t)(nin ? nin : 1));
+        if (!nin_arr) {
+            rc = ke_err(KL_ERR_OOM, "compile", "out of memory");
+        } else {
+            memcpy(nin_arr, in, sizeof *in * (size_t)nin);
+            kn_node->in = nin_arr;
+            kn_node->nin = nin;
+            kn_node->op = IR_OP_KERNEL;
+            kn_node->inplace = 0;
+            memset(&kn_node->a, 0, sizeof kn_node->a);
+            kn_node->a.i[0] = idx;
+            kn_node->nout = nout;
+            for (int j = 0; j < nout; j++) {
+                kn_node->out[j] = out[j];
+                g->values[out[j]].node = last;
+                g->values[out[j]].index = j;
+            }
+        }
+    }
+    free(members);
+    free(in);
+    return rc;
+}
+
+/* KL_DEBUG_DIR: the kernels of each fused graph, in kernel IR text. */
+static void dump_kernels(const ir_graph *g) {
+    static _Atomic int seq;
+    const char *dir = getenv("KL_DEBUG_DIR");
+    if (!dir || !*dir || !g->nkernels) return;
+    mkdir(dir, 0777);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/kernels%03d.txt", dir, atomic_fetch_add(&seq, 1));
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    for (int32_t i = 0; i < g->nkernels; i++) {
+        fprintf(f, "# kernel %d\n", i);
+        ir_kernel_print(g->kernels[i], f);
+    }
+    fclose(f);
+}
+
+int ir_pass_fuse(ir_graph *g) {
+    if (!g->fuse || g->nnodes == 0) return 0;
+    fuse_state s = {.g = g};
+    int32_t N = g->nnodes;
+    s.grp = malloc(sizeof *s.grp * (size_t)N);
+    s.gsize = calloc((size_t)N, sizeof *s.gsize);
+    s.gndim = calloc((size_t)N, 1);
+    s.grow = calloc((size_t)N, 1);
+    s.gshape = calloc((size_t)N, sizeof *s.gshape);
+    s.cand = malloc(sizeof *s.cand * 8);
+    int rc = (!s.grp || !s.gsize || !s.gndim || !s.grow || !s.gshape || !s.cand) ? ke_err(KL_ERR_OOM, "compile", "out of memory")
+                                                                      : build_uses(&s);
+    int made = 0;
+    if (!rc) {
+        for (int32_t k = 0; k < N; k++) s.grp[k] = -1;
+        form_groups(&s);
+        for (int32_t G = 0; G < N && rc >= 0; G++) {
+            if (s.gsize[G] < 2 || s.grp[G] != G) continue;
+            rc = fuse_group(&s, G);
+            if (rc > 0) made++;
+        }
+    }
+    free(s.grp);
+    free(s.gsize);
+    free(s.gndim);
+    free(s.grow);
+    free(s.gshape);
+    free(s.cand);
+    free(s.ustart);
+    free(s.users);
+    free(s.is_out);
+    free(s.writes);
+    if (rc < 0) return -1;
+    if (made && ir_graph_compact(g)) return -1;
+    dump_kernels(g);
+    return made;
+}
+
+void ir_free_kernels(ir_graph *g) {
+    for (int32_t i = 0; i < g->nkernels; i++) ir_kernel_free(g->kernels[i]);
+    free(g->kernels);
+    g->kernels = NULL;
+    g->nkernels = 0;
+}
+
+int ir_clone_kernels(ir_graph *dst, const ir_graph *src) {
+    if (!src->nkernels) return 0;
+    dst->kernels = calloc((size_t)src->nkernels, sizeof *dst->kernels);
+    if (!dst->kernels) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+    dst->nkernels = src->nkernels;
+    for (int32_t i = 0; i < src->nkernels; i++) {
+        ir_kernel *k = ir_kernel_clone(src->kernels[i]);
+        if (!k) return -1;
+        dst->kernels[i] = k;
+        if (ir_kernel_compile(k, src->kernels[i]->backend)) return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,119 @@
+/*
+ * kernel.h — the loop-level kernel IR (prefix ir_k) and the backend interface.
+ *
+ * Fusion (fuse.c) groups graph nodes; lowering (lower.c) turns each group
+ * into one ir_kernel, the single form the interpreter (interp.c) and the
+ * code generators read. A kernel is a loop nest over an iteration domain
+ * (the group's output shape) and a list of scalar statements in SSA form:
+ * statement k defines value k.
+ *
+ *   LOAD  buf          the element of input buffer `buf` at the current
+ *                      domain index: offset = sum_d idx[d] * buf.index[d]
+ *                      (index[] are the buffer's strides broadcast into the
+ *                      domain: 0 on broadcast dims; views of graph values are
+ *                      already strides, so they need no statements)
+ *   OP    op(args)     one elementwise op of the op table (KE_KIND_EW) with
+ *                      its node's attributes: operands are converted to the
+ *                      op's compute dtype, the op's eager loop runs, and the
+ *                      result is converted to `dtype` — exactly what eager
+ *                      does, so a fused elementwise kernel is bitwise equal
+ *                      to the eager ops it replaces
+ *   REDUCE op(arg)     (row kernels) folds arg over the last domain dim with
+ *                      reduction op `op` (sum, mean, amax, amin, prod); the
+ *                      result is a row value, read back broadcast over the row
+ *   STORE buf, arg     writes arg at the current index of output buffer `buf`
+ *                      (outputs are contiguous, shaped like the domain, or
+ *                      like the domain with the last dim 1 for row values)
+ *
+ * Hints for code generators: `row` kernels loop over rows (dims 0..ndim-2,
+ * the parallel outer loop) and then over the last dim (the reduction axis);
+ * elementwise kernels are one flat parallel loop. buf.contig_inner marks
+ * accesses that are unit-stride (vectorizable) along the last domain dim.
+ */
+#ifndef IR_KERNEL_H
+#define IR_KERNEL_H
+
+#include "ir.h"
+
+#define IR_KERNEL_MAX_IN 12   /* inputs of one kernel (outputs: KE_MAX_OUT) */
+
+typedef enum ir_kstmt_kind { IR_K_LOAD, IR_K_OP, IR_K_REDUCE, IR_K_STORE } ir_kstmt_kind;
+
+typedef struct ir_kbuf {
+    uint8_t dtype, ndim;
+    uint8_t output;                /* written by the kernel (else read) */
+    uint8_t contig_inner;          /* index[last domain dim] == 1 */
+    uint8_t row;                   /* output of a row value (last dim 1) */
+    int64_t shape[KL_MAX_DIMS];    /* the buffer's own shape and strides (elements) */
+    int64_t stride[KL_MAX_DIMS];
+    int64_t index[KL_MAX_DIMS];    /* strides over the kernel's domain dims (0: broadcast) */
+} ir_kbuf;
+
+typedef struct ir_kstmt {
+    uint8_t kind;                  /* ir_kstmt_kind */
+    uint8_t dtype;                 /* dtype of the value defined (STORE: of the buffer) */
+    uint8_t compute;               /* OP: the dtype the op computes in */
+    uint8_t row;                   /* a row value (one per row, after a REDUCE) */
+    uint8_t bcast;                 /* OP: operands eager hands the loop as one element (bit
+                                      per operand: one-element operands of a larger result;
+                                      pow's shortcuts for a scalar exponent depend on it) */
+    int32_t op;                    /* OP / REDUCE: ke_op */
+    int32_t buf;                   /* LOAD / STORE: buffer */
+    int32_t nargs;
+    int32_t args[4];               /* operand statements */
+    ke_attrs a;                    /* OP / REDUCE: the node's attributes */
+} ir_kstmt;
+
+typedef struct ir_kernel {
+    int32_t ninputs, noutputs;     /* bufs[0..ninputs) read, then noutputs written */
+    ir_kbuf *bufs;
+    int32_t nstmts;
+    ir_kstmt *stmts;
+    uint8_t ndim;
+    uint8_t row;                   /* a row kernel: the last dim is reduced */
+    int64_t shape[KL_MAX_DIMS];    /* the iteration domain */
+    const struct ir_backend *backend; /* what compiled it (ir_kernel_compile) */
+    void *handle;                  /* the backend's compiled form (owned) */
+} ir_kernel;
+
+/* ---- backends ------------------------------------------------------------------- */
+/* A backend runs kernels. compile returns a handle (NULL with an error
+ * recorded on failure); run reads in[0..ninputs) and writes out[0..noutputs),
+ * tensors it is given shaped as the kernel's buffers (outputs contiguous and
+ * allocated by the caller); free releases a handle. */
+typedef struct ir_backend {
+    const char *name;
+    void *(*compile)(const ir_kernel *k);
+    int (*run)(void *handle, kl_tensor *const *in, kl_tensor *const *out);
+    void (*free)(void *handle);
+} ir_backend;
+
+/* The reference interpreter (interp.c): runs any kernel on CPU tensors. */
+extern const ir_backend ir_interp_backend;
+/* The backend FUSE mode uses today. */
+const ir_backend *ir_default_backend(void);
+
+/* ---- kernels ---------------------------------------------------------------------- */
+/* Compiles k with backend b (its handle and backend). 0 or -1. */
+int ir_kernel_compile(ir_kernel *k, const ir_backend *b);
+/* Runs a compiled kernel. 0 or -1. */
+int ir_kernel_run(const ir_kernel *k, kl_tensor *const *in, kl_tensor *const *out);
+void ir_kernel_free(ir_kernel *k);
+ir_kernel *ir_kernel_clone(const ir_kernel *k);
+/* The text form of a kernel (KL_DEBUG_DIR dumps, tests). */
+int ir_kernel_print(const ir_kernel *k, FILE *f);
+char *ir_kernel_to_string(const ir_kernel *k);
+
+/* Lowers the group of nodes members[0..n) of g (in execution order) into a
+ * kernel over domain (ndim, shape): in[] are the external values it reads
+ * (ninputs of them), out[] the values it must write (noutputs). NULL on
+ * error. (lower.c) */
+ir_kernel *ir_lower_group(const ir_graph *g, const int32_t *members, int n, int ndim, const int64_t *shape,
+                          const int32_t *in, int ninputs, const int32_t *out, int noutputs);
+
+/* 1 if node n is an elementwise op a kernel can run. */
+int ir_fusible(const ir_graph *g, const ir_node *n);
+/* 1 if node n is a reduction over the last dim (kept) a row kernel can run. */
+int ir_row_reducible(const ir_graph *g, const ir_node *n);
+
+#endif /* IR_KERNEL_H */

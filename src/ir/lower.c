@@ -1,0 +1,294 @@
+/*
+ * lower.c — a fused group of graph nodes -> one kernel (kernel.h), plus the
+ * kernel's copy, free and text form.
+ *
+ * Each op's compute dtype is what its shape/dtype rule picks in eager: the
+ * rule is run again here on meta stand-ins of the node's inputs, so the
+ * kernel converts exactly where eager converts.
+ */
+#include "kernel.h"
+
+#include "ew.h"
+#include "kernels_reduce.h"
+
+#include <stdlib.h>
+
+/* A meta tensor described by value v (with its wrapped flag: promotion
+ * depends on it). Not in any scope: the caller decrefs it. */
+static kl_tensor *meta_of(const ir_value *v) {
+    ke_storage *st = ke_storage_new(0, KL_DEVICE_META, "compile");
+    if (!st) return NULL;
+    kl_tensor *m = ke_tensor_wrap(st, (kl_dtype)v->dtype, v->ndim, v->shape, v->stride, 0);
+    ke_storage_decref(st);
+    if (m && v->wrapped) m->flags |= KE_TF_WRAPPED;
+    return m;
+}
+
+/* The compute dtype eager uses for node n, or -1 (error recorded). */
+static int compute_dtype(const ir_graph *g, const ir_node *n) {
+    kl_tensor *in[8] = {0};
+    if (n->nin > 8) return ke_err(KL_ERR_INTERNAL, "compile", "too many inputs to fuse");
+    int rc = 0;
+    for (int i = 0; i < n->nin && !rc; i++) rc = !(in[i] = meta_of(&g->values[n->in[i]]));
+    ke_call c = {.op = n->op, .nin = n->nin, .in = in, .device = KL_DEVICE_META};
+    c.a = n->a;
+    ke_outspec spec[KE_MAX_OUT];
+    if (!rc) rc = ke_ops[n->op].infer(&c, spec) < 0;
+    for (int i = 0; i < n->nin; i++)
+        if (in[i]) ke_tensor_decref(in[i]);
+    return rc ? -1 : (int)c.compute;
+}
+
+static int on_cpu(kl_device d) { return d.type == KL_CPU; }
+
+/* 1 if pow's exponent has more than one element and is broadcast along
+ * the innermost dim of the result that is not 1 (eager's coalesced inner dim). */
+static int pow_bcast_rows(const ir_graph *g, const ir_node *n) {
+    const ir_value *y = &g->values[n->in[1]], *o = &g->values[n->out[0]];
+    if (ke_numel(y->ndim, y->shape) <= 1) return 0;
+    for (int d = o->ndim - 1; d >= 0; d--) {
+        if (o->shape[d] == 1) continue;
+        int dy = d - (o->ndim - y->ndim);
+        return dy < 0 || y->shape[dy] == 1;
+    }
+    return 0;
+}
+
+int ir_fusible(const ir_graph *g, const ir_node *n) {
+    if (n->dead || n->op >= KE_OP_COUNT || n->inplace || !on_cpu(n->device)) return 0;
+    const ke_op_info *o = &ke_ops[n->op];
+    if (o->kind != KE_KIND_EW || !o->impl || n->nout != 1 || n->nin > 4) return 0;
+    for (int i = 0; i < n->nin; i++)
+        if (!on_cpu(g->values[n->in[i]].device)) return 0;
+    int cd = compute_dtype(g, n);
+    if (cd < 0) {
+        kl_clear_error();
+        return 0;
+    }
+    /* pow's loop takes shortcuts when eager hands it the exponent as one
+     * element: always so for a one-element exponent (the kernel does too),
+     * and row by row for an exponent broadcast along the innermost dim, which
+     * a kernel does not reproduce: that pow stays unfused */
+    if (n->op == KE_OP_pow && pow_bcast_rows(g, n)) return 0;
+    /* a dtype eager cannot run stays unfused, so it fails the eager way */
+    return ((const ke_ew_impl *)o->impl)->loop[cd] != NULL;
+}
+
+int ir_row_reducible(const ir_graph *g, const ir_node *n) {
+    if (n->dead || n->op >= KE_OP_COUNT || n->inplace || !on_cpu(n->device)) return 0;
+    const ke_op_info *o = &ke_ops[n->op];
+    if (o->kind != KE_KIND_REDUCE || !o->impl || n->nin != 1 || n->nout != 1) return 0;
+    const ir_value *x = &g->values[n->in[0]];
+    /* the last dim, kept */
+    if (!on_cpu(x->device) || x->ndim == 0 || n->a.nlist != 1 || !n->a.i[KE_ATTR_KEEPDIM] ||
+        (n->a.list[0] != x->ndim - 1 && n->a.list[0] != -1))
+        return 0;
+    const ke_rd_op *ro = o->impl;
+    if (ro->vout != 0 || ro->iout >= 0) return 0;
+    int cd = compute_dtype(g, n);
+    if (cd < 0) {
+        kl_clear_error();
+        return 0;
+    }
+    return ro->k[cd] && (!ro->pre || ro->pre->k[cd]);
+}
+
+/* Strides of value v over the domain's dims: v broadcasts right-aligned. */
+static void domain_index(const ir_value *v, int ndim, const int64_t *shape, int64_t *index) {
+    (void)shape;
+    for (int d = 0; d < ndim; d++) {
+        int dv = d - (ndim - v->ndim);
+        index[d] = (dv < 0 || v->shape[dv] == 1) ? 0 : v->stride[dv];
+    }
+}
+
+static int add_stmt(ir_kernel *k, int *cap, const ir_kstmt *s) {
+    if (k->nstmts == *cap) {
+        int c = *cap ? *cap * 2 : 16;
+        ir_kstmt *p = realloc(k->stmts, sizeof *p * (size_t)c);
+        if (!p) return ke_err(KL_ERR_OOM, "compile", "out of memory lowering a kernel");
+        k->stmts = p;
+        *cap = c;
+    }
+    k->stmts[k->nstmts] = *s;
+    return k->nstmts++;
+}
+
+ir_kernel *ir_lower_group(const ir_graph *g, const int32_t *members, int n, int ndim, const int64_t *shape,
+                          const int32_t *in, int ninputs, const int32_t *out, int noutputs) {
+    ir_kernel *k = calloc(1, sizeof *k);
+    int32_t *map = malloc(sizeof *map * (size_t)(g->nvalues ? g->nvalues : 1));
+    if (!k || !map || !(k->bufs = calloc((size_t)(ninputs + noutputs) + 1, sizeof *k->bufs))) {
+        free(map);
+        ir_kernel_free(k);
+        ke_err(KL_ERR_OOM, "compile", "out of memory lowering a kernel");
+        return NULL;
+    }
+    for (int32_t i = 0; i < g->nvalues; i++) map[i] = -1;
+    k->ninputs = ninputs;
+    k->noutputs = noutputs;
+    k->ndim = (uint8_t)ndim;
+    memcpy(k->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    int cap = 0, rc = 0;
+    for (int i = 0; i < ninputs + noutputs; i++) {
+        const ir_value *v = &g->values[i < ninputs ? in[i] : out[i - ninputs]];
+        ir_kbuf *b = &k->bufs[i];
+        b->dtype = v->dtype;
+        b->ndim = v->ndim;
+        b->output = i >= ninputs;
+        memcpy(b->shape, v->shape, sizeof(int64_t) * v->ndim);
+        if (b->output) ke_contiguous_strides(v->ndim, v->shape, b->stride);
+        else memcpy(b->stride, v->stride, sizeof(int64_t) * v->ndim);
+        ir_value tmp = *v;
+        memcpy(tmp.stride, b->stride, sizeof tmp.stride);
+        domain_index(&tmp, ndim, shape, b->index);
+        b->contig_inner = ndim > 0 && b->index[ndim - 1] == 1;
+    }
+    for (int m = 0; m < n; m++) k->row |= ke_ops[g->nodes[members[m]].op].kind == KE_KIND_REDUCE;
+    /* one load per input; in a row kernel, an input constant along the row
+     * is a row value (so an empty row still has it) */
+    for (int i = 0; i < ninputs && rc >= 0; i++) {
+        ir_kstmt s = {.kind = IR_K_LOAD, .dtype = k->bufs[i].dtype, .buf = i, .op = -1};
+        s.row = k->row && k->bufs[i].index[ndim - 1] == 0;
+        rc = map[in[i]] = add_stmt(k, &cap, &s);
+    }
+    for (int m = 0; m < n && rc >= 0; m++) {
+        const ir_node *nd = &g->nodes[members[m]];
+        /* a value is per row when every operand is (row kernels) */
+        int red = ke_ops[nd->op].kind == KE_KIND_REDUCE;
+        ir_kstmt s = {.kind = red ? IR_K_REDUCE : IR_K_OP, .op = nd->op, .nargs = nd->nin, .buf = -1,
+                      .row = nd->nin > 0};
+        s.dtype = g->values[nd->out[0]].dtype;
+        s.a = nd->a;
+        int cd = compute_dtype(g, nd);
+        if (cd < 0) rc = -1;
+        s.compute = (uint8_t)(cd < 0 ? 0 : cd);
+        for (int i = 0; i < nd->nin && rc >= 0; i++) {
+            s.args[i] = map[nd->in[i]];
+            if (s.args[i] < 0) rc = ke_err(KL_ERR_INTERNAL, "compile", "fused group reads value %d it lacks",
+                                           nd->in[i]);
+            else s.row &= k->stmts[s.args[i]].row;
+        }
+        if (red) s.row = 1;
+        if (!red) {
+            const ke_ew_impl *impl = ke_ops[nd->op].impl;
+            const ir_value *ov = &g->values[nd->out[0]];
+            for (int i = 0; i < nd->nin; i++) {
+                const ir_value *iv = &g->values[nd->in[i]];
+                if (((impl->bcast_ok >> i) & 1) && ke_numel(iv->ndim, iv->shape) == 1 && ke_numel(ov->ndim, ov->shape) > 1)
+                    s.bcast |= (uint8_t)(1u << i);
+            }
+        }
+        if (rc >= 0) rc = map[nd->out[0]] = add_stmt(k, &cap, &s);
+    }
+    for (int j = 0; j < noutputs && rc >= 0; j++) {
+        ir_kstmt s = {.kind = IR_K_STORE, .dtype = k->bufs[ninputs + j].dtype, .buf = ninputs + j, .op = -1,
+                      .nargs = 1, .args = {map[out[j]]}};
+        if (s.args[0] < 0) rc = ke_err(KL_ERR_INTERNAL, "compile", "fused group does not define value %d", out[j]);
+        else rc = add_stmt(k, &cap, &s);
+    }
+    free(map);
+    if (rc < 0) {
+        ir_kernel_free(k);
+        return NULL;
+    }
+    return k;
+}
+
+int ir_kernel_compile(ir_kernel *k, const ir_backend *b) {
+    if (k->handle) k->backend->free(k->handle);
+    k->backend = b;
+    k->handle = b->compile(k);
+    return k->handle ? 0 : -1;
+}
+
+int ir_kernel_run(const ir_kernel *k, kl_tensor *const *in, kl_tensor *const *out) {
+    if (!k->handle) return ke_err(KL_ERR_INTERNAL, "fn_call", "kernel run before it was compiled");
+    return k->backend->run(k->handle, in, out);
+}
+
+void ir_kernel_free(ir_kernel *k) {
+    if (!k) return;
+    if (k->handle) k->backend->free(k->handle);
+    free(k->bufs);
+    free(k->stmts);
+    free(k);
+}
+
+ir_kernel *ir_kernel_clone(const ir_kernel *k) {
+    ir_kernel *c = calloc(1, sizeof *c);
+    if (!c) goto oom;
+    *c = *k;
+    c->handle = NULL;
+    c->backend = NULL;
+    c->bufs = malloc(sizeof *c->bufs * (size_t)(k->ninputs + k->noutputs + 1));
+    c->stmts = malloc(sizeof *c->stmts * (size_t)(k->nstmts + 1));
+    if (!c->bufs || !c->stmts) {
+        free(c->bufs);
+        free(c->stmts);
+        free(c);
+        goto oom;
+    }
+    memcpy(c->bufs, k->bufs, sizeof *c->bufs * (size_t)(k->ninputs + k->noutputs));
+    memcpy(c->stmts, k->stmts, sizeof *c->stmts * (size_t)k->nstmts);
+    return c;
+oom:
+    ke_err(KL_ERR_OOM, "compile", "out of memory copying a kernel");
+    return NULL;
+}
+
+static void print_dims(FILE *f, int n, const int64_t *v) {
+    fputc('[', f);
+    for (int d = 0; d < n; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)v[d]);
+    fputc(']', f);
+}
+
+int ir_kernel_print(const ir_kernel *k, FILE *f) {
+    fprintf(f, "kernel%s ", k->row ? " row" : "");
+    print_dims(f, k->ndim, k->shape);
+    fputs(" {\n", f);
+    for (int i = 0; i < k->ninputs + k->noutputs; i++) {
+        const ir_kbuf *b = &k->bufs[i];
+        fprintf(f, "  %s%d: %s", b->output ? "out" : "in", b->output ? i - k->ninputs : i, ke_dtypes[b->dtype].name);
+        print_dims(f, b->ndim, b->shape);
+        fputs(" index", f);
+        print_dims(f, k->ndim, b->index);
+        if (b->contig_inner) fputs(" contig", f);
+        fputc('\n', f);
+    }
+    for (int s = 0; s < k->nstmts; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        switch (st->kind) {
+        case IR_K_LOAD: fprintf(f, "  v%d: %s = load in%d\n", s, ke_dtypes[st->dtype].name, st->buf); break;
+        case IR_K_STORE:
+            fprintf(f, "  store out%d, v%d\n", st->buf - k->ninputs, st->args[0]);
+            break;
+        default:
+            fprintf(f, "  v%d: %s%s = %s%s(", s, ke_dtypes[st->dtype].name, st->row ? " row" : "",
+                    st->kind == IR_K_REDUCE ? "reduce_" : "", ke_ops[st->op].name);
+            for (int i = 0; i < st->nargs; i++) fprintf(f, "%sv%d", i ? ", " : "", st->args[i]);
+            fprintf(f, ")");
+            if (st->kind == IR_K_OP && st->compute != st->dtype) fprintf(f, " in %s", ke_dtypes[st->compute].name);
+            fputc('\n', f);
+        }
+    }
+    fputs("}\n", f);
+    return ferror(f) ? ke_err(KL_ERR_IO, "compile", "error writing a kernel") : 0;
+}
+
+char *ir_kernel_to_string(const ir_kernel *k) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        return NULL;
+    }
+    int rc = ir_kernel_print(k, f);
+    fclose(f);
+    if (rc) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
