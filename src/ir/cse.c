@@ -36,9 +36,8 @@ static int same_node(const ir_graph *g, const ir_node *a, const ir_node *b) {
 }
 
 int ir_pass_cse(ir_graph *g) {
-    uint8_t *written = malloc((size_t)(g->nvalues ? g->nvalues : 1));
-    if (!written) return ke_err(KL_ERR_OOM, "compile", "out of memory");
-    ir_mark_written(g, written);
+    uint8_t *written = ir_written_mask(g);
+    if (!written) return -1;
     int changed = 0;
     /* Quadratic in the worst case, but only nodes of the same op and first
      * input are compared in full, and traced graphs are small. */

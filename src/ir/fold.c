@@ -123,9 +123,8 @@ static int fold_node(ir_graph *g, int32_t k) {
 }
 
 int ir_pass_fold(ir_graph *g) {
-    uint8_t *written = malloc((size_t)(g->nvalues ? g->nvalues : 1));
-    if (!written) return ke_err(KL_ERR_OOM, "compile", "out of memory");
-    ir_mark_written(g, written);
+    uint8_t *written = ir_written_mask(g);
+    if (!written) return -1;
     int changed = 0;
     for (int32_t k = 0; k < g->nnodes; k++) {
         if (!foldable(g, &g->nodes[k], written)) continue;

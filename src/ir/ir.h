@@ -138,10 +138,10 @@ int ir_clone_kernels(ir_graph *dst, const ir_graph *src);
 
 /* ---- graph passes: shared helpers (passutil.c) and the passes (cse.c, fold.c, simplify.c,
  * decompose.c, functionalize.c). Each returns the number of changes or -1. -------------- */
-/* written[b] = 1 for every storage base b that an in-place node or a copy_back writes
- * (written has nvalues entries). A value over such a base may change between its
- * definition and a later read, so value-replacing passes leave it alone. */
-void ir_mark_written(const ir_graph *g, uint8_t *written);
+/* A malloc'd mask of nvalues entries: 1 for every storage base that an in-place node
+ * or a copy_back writes. A value over such a base may change between its definition
+ * and a later read, so value-replacing passes leave it alone. NULL + KL_ERR_OOM. */
+uint8_t *ir_written_mask(const ir_graph *g);
 /* 1 if value id is one of the graph's outputs. */
 int ir_is_output(const ir_graph *g, int32_t id);
 /* Exact attribute equality over the slots that carry meaning: f[] (bitwise, so -0 != 0 and
@@ -193,6 +193,8 @@ int ir_verify(const ir_graph *g, const char *after);
 int ir_print(const ir_graph *g, FILE *f);
 /* The text form into a malloc'd string. */
 char *ir_to_string(const ir_graph *g);
+/* Any printer's output into a malloc'd string (NULL + an error). */
+char *ir_print_to_string(int (*print)(const void *obj, FILE *f), const void *obj);
 int ir_print_dot(const ir_graph *g, FILE *f);
 
 #endif /* IR_IR_H */

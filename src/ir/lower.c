@@ -276,19 +276,5 @@ int ir_kernel_print(const ir_kernel *k, FILE *f) {
     return ferror(f) ? ke_err(KL_ERR_IO, "compile", "error writing a kernel") : 0;
 }
 
-char *ir_kernel_to_string(const ir_kernel *k) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) {
-        ke_err(KL_ERR_OOM, "compile", "out of memory");
-        return NULL;
-    }
-    int rc = ir_kernel_print(k, f);
-    fclose(f);
-    if (rc) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
+static int print_kernel(const void *k, FILE *f) { return ir_kernel_print(k, f); }
+char *ir_kernel_to_string(const ir_kernel *k) { return ir_print_to_string(print_kernel, k); }

@@ -5,13 +5,20 @@
  */
 #include "ir.h"
 
-void ir_mark_written(const ir_graph *g, uint8_t *written) {
-    memset(written, 0, (size_t)g->nvalues);
+#include <stdlib.h>
+
+uint8_t *ir_written_mask(const ir_graph *g) {
+    uint8_t *written = calloc((size_t)(g->nvalues ? g->nvalues : 1), 1);
+    if (!written) {
+        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        return NULL;
+    }
     for (int32_t k = 0; k < g->nnodes; k++) {
         const ir_node *n = &g->nodes[k];
         if (n->dead || n->nin == 0) continue;
         if (n->inplace || n->op == IR_OP_COPY_BACK) written[g->values[n->in[0]].base] = 1;
     }
+    return written;
 }
 
 int ir_is_output(const ir_graph *g, int32_t id) {

@@ -85,7 +85,7 @@ int ir_print(const ir_graph *g, FILE *f) {
     return ferror(f) ? ke_err(KL_ERR_IO, "compile", "error writing a graph") : 0;
 }
 
-char *ir_to_string(const ir_graph *g) {
+char *ir_print_to_string(int (*print)(const void *obj, FILE *f), const void *obj) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -93,7 +93,7 @@ char *ir_to_string(const ir_graph *g) {
         ke_err(KL_ERR_OOM, "compile", "out of memory");
         return NULL;
     }
-    int rc = ir_print(g, f);
+    int rc = print(obj, f);
     fclose(f);
     if (rc) {
         free(buf);
@@ -101,6 +101,9 @@ char *ir_to_string(const ir_graph *g) {
     }
     return buf;
 }
+
+static int print_graph(const void *g, FILE *f) { return ir_print(g, f); }
+char *ir_to_string(const ir_graph *g) { return ir_print_to_string(print_graph, g); }
 
 int ir_print_dot(const ir_graph *g, FILE *f) {
     fputs("digraph ir {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n", f);

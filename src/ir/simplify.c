@@ -128,9 +128,8 @@ static int collapse(ir_graph *g, ir_node *n) {
 }
 
 int ir_pass_simplify(ir_graph *g) {
-    uint8_t *written = malloc((size_t)(g->nvalues ? g->nvalues : 1));
-    if (!written) return ke_err(KL_ERR_OOM, "compile", "out of memory");
-    ir_mark_written(g, written);
+    uint8_t *written = ir_written_mask(g);
+    if (!written) return -1;
     int changed = 0;
     for (int32_t k = 0; k < g->nnodes; k++) {
         ir_node *n = &g->nodes[k];
