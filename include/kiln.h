@@ -626,7 +626,8 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* eagerly from then on, with the reason logged once (KL_LOG=recompile).     */
 /* Tensors fn uses that are not inputs are read at every call, never baked   */
 /* in. After recompile_limit signatures the function runs eagerly.           */
-/* Environment: KL_COMPILE=0 runs every compiled function eagerly;           */
+/* Environment (read by kl_compile, so it applies to functions compiled     */
+/* after it is set): KL_COMPILE=0 runs the function eagerly;                 */
 /* KL_COMPILE_CHECK=1 also runs fn eagerly on copies of the inputs and fails */
 /* the call (KL_ERR_STATE) if an output differs beyond the dtype's tolerance */
 /* (f64 1e-9, f32 1e-4, f16 1e-2, bf16 5e-2 relative+absolute; exact for    */
