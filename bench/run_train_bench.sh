@@ -24,19 +24,21 @@ for t in "${threads[@]}"; do
     done
 done
 echo
-echo "| threads | batch | Kiln ms/step [IQR] | PyTorch ms/step [IQR] | PyTorch / Kiln |"
-echo "|---|---|---|---|---|"
+echo "| threads | batch | Kiln eager ms/step [IQR] | Kiln compiled ms/step [IQR] | PyTorch ms/step [IQR] | PyTorch / Kiln eager | PyTorch / Kiln compiled |"
+echo "|---|---|---|---|---|---|---|"
 tr -d '[],|' <"$out" | awk '
-    $3 == "digits_step" {
-        k = $2 " " $5; s = $1 " " k
+    $3 == "digits_step" || $3 == "digits_step_compiled" {
+        sys = $1 ($3 == "digits_step_compiled" ? "c" : "")
+        k = $2 " " $5; s = sys " " k
         if (!(s in ms) || $6 < ms[s]) { ms[s] = $6; iqr[s] = sprintf("%.3f [%.3f, %.3f]", $6, $8, $9) }
         if (!(k in seen)) { seen[k] = 1; keys[n++] = k }
     }
     END {
         for (i = 0; i < n; i++) {
             split(keys[i], f, " ")
-            printf "| %s | %s | %s | %s | %.2fx |\n", f[1], f[2], iqr["kiln " keys[i]], iqr["torch " keys[i]],
-                   ms["torch " keys[i]] / ms["kiln " keys[i]]
+            printf "| %s | %s | %s | %s | %s | %.2fx | %.2fx |\n", f[1], f[2], iqr["kiln " keys[i]],
+                   iqr["kilnc " keys[i]], iqr["torch " keys[i]], ms["torch " keys[i]] / ms["kiln " keys[i]],
+                   ms["torch " keys[i]] / ms["kilnc " keys[i]]
         }
     }'
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

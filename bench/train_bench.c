@@ -1,11 +1,13 @@
 /*
- * train_bench.c — eager training step time of the digits MLP (the
+ * train_bench.c — training step time of the digits MLP (the
  * digits_step workload of shared/WORKLOADS.md): 64 -> 256 -> 256 -> 10,
  * GELU, mean cross-entropy, backward, AdamW (lr 1e-3, wd 1e-2), on random
  * inputs of the digits' shape. bench/torch_train.py is the same step in
  * PyTorch with the same output format; bench/run_train_bench.sh runs both
  * side by side. Method: warm-up, then at least 10 steps and 0.5 s, median and
  * interquartile range of one step (zero_grad + forward + backward + step).
+ * Each batch size runs eagerly, then with the forward and backward compiled
+ * (one kl_compile'd function giving the loss and the gradients; AdamW eager).
  *
  *   build/bench/train_bench [threads] [batch ...]     (default: 1; 64 256)
  */
@@ -39,6 +41,36 @@ static int step(const model *m) {
     return rc;
 }
 
+/* The same step with its loss and gradients from one kl_compile'd function
+ * (in: x, y, the six parameters detached; out: loss, the six gradients);
+ * AdamW stays eager, as in the digits demo's compiled run. */
+static int loss_and_grads(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *p[6];
+    for (int i = 0; i < 6; i++) {
+        p[i] = kl_detach(in[2 + i]);
+        if (!p[i] || kl_set_requires_grad(p[i], true) < 0) return -1;
+    }
+    kl_tensor *h = in[0];
+    for (int l = 0; l < 2; l++) h = kl_gelu(kl_linear(h, p[2 * l], p[2 * l + 1]));
+    kl_tensor *loss = kl_cross_entropy(kl_linear(h, p[4], p[5]), in[1], KL_REDUCE_MEAN, 0);
+    if (!loss || kl_autograd_grad(1, &loss, NULL, 6, p, out + 1, NULL) < 0) return -1;
+    out[0] = kl_detach(loss);
+    return out[0] ? 0 : -1;
+}
+
+static int step_compiled(const model *m, kl_fn *fn, kl_tensor *const *detached) {
+    kl_scope_begin();
+    kl_tensor *in[8] = {m->x, m->y}, *out[7] = {0};
+    for (int i = 0; i < 6; i++) in[2 + i] = detached[i];
+    int rc = kl_fn_call(fn, in, 8, out, 7);
+    for (int l = 0; l < 3 && rc == 0; l++)
+        rc = kl_set_grad(m->w[l], out[1 + 2 * l]) || kl_set_grad(m->b[l], out[2 + 2 * l]) ? -1 : 0;
+    if (rc == 0) rc = kl_optim_step(m->opt);
+    kl_scope_end();
+    return rc;
+}
+
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     kl_set_num_threads(threads);
@@ -60,26 +92,33 @@ int main(int argc, char **argv) {
         m.opt = kl_optim_adamw(p, &o);
         m.x = kl_randn(KL_SHAPE(batch, 64), KL_F32);
         m.y = kl_randint(0, 10, KL_SHAPE(batch), KL_I64);
+        kl_tensor *detached[6];
+        for (int l = 0; l < 3; l++) detached[2 * l] = kl_detach(m.w[l]), detached[2 * l + 1] = kl_detach(m.b[l]);
+        kl_fn *fn = kl_compile(loss_and_grads, NULL, NULL);
         enum { MAXR = 100000 };
         static double t[MAXR];
-        int n = 0, rc = m.opt && m.x && m.y ? 0 : -1;
-        for (int w = 0; w < 3 && rc == 0; w++) rc = step(&m);
-        double start = kb_now_s();
-        while (rc == 0 && n < MAXR && (n < 10 || kb_now_s() - start < 0.5)) {
-            double s = kb_now_s();
-            rc = step(&m);
-            t[n++] = kb_now_s() - s;
+        int rc = m.opt && m.x && m.y && fn ? 0 : -1;
+        /* eager, then compiled (its first call traces and compiles) */
+        for (int compiled = 0; compiled < 2 && rc == 0; compiled++) {
+            int n = 0;
+            for (int w = 0; w < 3 && rc == 0; w++) rc = compiled ? step_compiled(&m, fn, detached) : step(&m);
+            double start = kb_now_s();
+            while (rc == 0 && n < MAXR && (n < 10 || kb_now_s() - start < 0.5)) {
+                double s = kb_now_s();
+                rc = compiled ? step_compiled(&m, fn, detached) : step(&m);
+                t[n++] = kb_now_s() - s;
+            }
+            if (rc) break;
+            kb_stats st = kb_summarize(t, n);
+            printf("%s batch %4lld  %8.3f ms  [%8.3f, %8.3f]\n", compiled ? "digits_step_compiled" : "digits_step",
+                   (long long)batch, st.median * 1e3, st.q1 * 1e3, st.q3 * 1e3);
         }
+        if (rc) fprintf(stderr, "train_bench: %s\n", kl_last_error());
+        kl_fn_release(fn);
         kl_optim_free(m.opt);
         kl_params_free(p);
         kl_scope_end();
-        if (rc) {
-            fprintf(stderr, "train_bench: %s\n", kl_last_error());
-            return 1;
-        }
-        kb_stats st = kb_summarize(t, n);
-        printf("digits_step batch %4lld  %8.3f ms  [%8.3f, %8.3f]\n", (long long)batch, st.median * 1e3,
-               st.q1 * 1e3, st.q3 * 1e3);
+        if (rc) return 1;
     }
     return 0;
 }

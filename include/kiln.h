@@ -626,6 +626,12 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* eagerly from then on, with the reason logged once (KL_LOG=recompile).     */
 /* Tensors fn uses that are not inputs are read at every call, never baked   */
 /* in. After recompile_limit signatures the function runs eagerly.           */
+/* fn may call kl_autograd_grad on a loss it computes from its own leaves,  */
+/* so a whole training step (loss and gradients) compiles into one graph;   */
+/* random ops draw fresh numbers at every call, as eagerly.                 */
+/* In FUSE mode CPU kernels are compiled with LLVM and cached on disk       */
+/* (KL_CACHE_DIR; see README); the first call of a new signature pays the   */
+/* trace and compile (tens of ms per kernel; under 1 ms from the cache).    */
 /* Environment (read by kl_compile, so it applies to functions compiled     */
 /* after it is set): KL_COMPILE=0 runs the function eagerly;                 */
 /* KL_COMPILE_CHECK=1 also runs fn eagerly on copies of the inputs and fails */
@@ -650,6 +656,9 @@ typedef struct kl_compile_options {
     kl_compile_mode mode;
     int recompile_limit;   /* signatures traced before falling back to eager (default 8) */
     const char *name;      /* for logs and dumps (default "fn") */
+    const char *backend;   /* CPU kernels of FUSE mode: "llvm" (the default when built with LLVM),
+                              "interp" (the reference interpreter), NULL = default
+                              ($KL_CPU_BACKEND=interp changes the default) */
 } kl_compile_options;
 KL_API kl_compile_options kl_compile_options_default(void);
 

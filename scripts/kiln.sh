@@ -11,7 +11,7 @@ build=${KILN_BUILD:-build}
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 
 # Debian packages the build, the tests and the later layers need.
-packages=(gcc g++ pkg-config meson ninja-build libcmocka-dev libopenblas-dev libdlpack-dev llvm-16-dev zlib1g-dev)
+packages=(gcc g++ pkg-config meson ninja-build libcmocka-dev libopenblas-dev libdlpack-dev llvm-16-dev clang-16 zlib1g-dev)
 
 install_missing() {
     local missing=()

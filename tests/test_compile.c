@@ -245,6 +245,121 @@ static void gradients_flow_through_compiled_calls(void **state) {
     kl_fn_release(f);
 }
 
+/* A whole training step in one traced function: in = {x, y, w1, b1, w2, b2}
+ * (parameters passed without requires_grad, so the call fuses); the step
+ * makes its own leaves, takes their gradients through dropout, and updates
+ * the parameters in place (SGD). out = {loss}. */
+static int sgd_step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *p[4], *g[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = kl_detach(in[2 + i]);
+        if (!p[i] || kl_set_requires_grad(p[i], true) < 0) return -1;
+    }
+    kl_tensor *h = kl_dropout(kl_gelu(kl_linear(in[0], p[0], p[1])), 0.25, true);
+    kl_tensor *loss = kl_cross_entropy(kl_linear(h, p[2], p[3]), in[1], KL_REDUCE_MEAN, 0);
+    if (!loss || kl_autograd_grad(1, &loss, NULL, 4, p, g, NULL) < 0) return -1;
+    kl_no_grad_begin();
+    for (int i = 0; i < 4; i++)
+        if (!kl_sub_inplace(in[2 + i], kl_mul_scalar(g[i], 0.5))) {
+            kl_no_grad_end();
+            return -1;
+        }
+    kl_no_grad_end();
+    out[0] = kl_detach(loss);
+    return out[0] ? 0 : -1;
+}
+
+static void training_steps_compile_whole(void **state) {
+    (void)state;
+    for (int m = KL_COMPILE_TRACE_ONLY; m <= KL_COMPILE_FUSE; m++) {
+        kl_manual_seed(7);
+        kl_tensor *x = kl_randn(KL_SHAPE(16, 12), KL_F32), *y = kl_randint(0, 5, KL_SHAPE(16), KL_I64);
+        kl_tensor *pc[4] = {kl_mul_scalar(kl_randn(KL_SHAPE(20, 12), KL_F32), 0.3), kl_zeros(KL_SHAPE(20), KL_F32),
+                            kl_mul_scalar(kl_randn(KL_SHAPE(5, 20), KL_F32), 0.3), kl_zeros(KL_SHAPE(5), KL_F32)};
+        kl_tensor *pe[4];
+        for (int i = 0; i < 4; i++) pe[i] = kl_clone(pc[i]);
+        kl_fn *f = kl_compile(sgd_step, NULL, mode((kl_compile_mode)m));
+        for (int step = 0; step < 4; step++) {
+            kl_tensor *lc, *le;
+            kl_manual_seed(1000 + step); /* the same dropout masks in both */
+            assert_int_equal(kl_fn_call(f, (kl_tensor *[]){x, y, pc[0], pc[1], pc[2], pc[3]}, 6, &lc, 1), 0);
+            kl_manual_seed(1000 + step);
+            assert_int_equal(sgd_step(NULL, (kl_tensor *[]){x, y, pe[0], pe[1], pe[2], pe[3]}, 6, &le, 1), 0);
+            assert_int_equal(kl_allclose(lc, le, 1e-5, 1e-6, false), 1);
+            for (int i = 0; i < 4; i++) assert_int_equal(kl_allclose(pc[i], pe[i], 1e-5, 1e-6, false), 1);
+        }
+        kl_fn_stats st;
+        assert_int_equal(kl_fn_get_stats(f, &st), 0);
+        assert_int_equal(st.traces, 1);
+        assert_int_equal(st.eager_calls, 0);
+        kl_fn_release(f);
+    }
+}
+
+/* dropout's backward regenerates its forward's mask from the forward's
+ * reservation: in a compiled call both must draw the same numbers. */
+static int dropout_grad(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *p = kl_detach(in[0]);
+    if (!p || kl_set_requires_grad(p, true) < 0) return -1;
+    kl_tensor *y = kl_dropout(kl_exp(p), 0.5, true);
+    out[1] = kl_detach(y);
+    return kl_autograd_grad(1, (kl_tensor *[]){kl_sum(y, KL_ALL_DIMS, false)}, NULL, 1, &p, out, NULL);
+}
+
+static void dropout_backward_reuses_the_mask(void **state) {
+    (void)state;
+    kl_tensor *x = seq(64, 0.05), *c[2], *e[2];
+    kl_fn *f = kl_compile(dropout_grad, NULL, NULL);
+    for (int call = 0; call < 3; call++) {
+        kl_manual_seed(40 + call);
+        assert_int_equal(kl_fn_call(f, &x, 1, c, 2), 0);
+        kl_manual_seed(40 + call);
+        assert_int_equal(dropout_grad(NULL, &x, 1, e, 2), 0);
+        assert_same(c[1], e[1]);
+        assert_int_equal(kl_allclose(c[0], e[0], 1e-6, 0, false), 1);
+        /* the gradient is zero exactly where the forward dropped */
+        assert_int_equal(kl_equal(kl_eq_scalar(c[0], 0), kl_eq_scalar(c[1], 0)), 1);
+    }
+    char text[8192];
+    assert_true(kl_fn_graph_text(f, text, sizeof text) > 0);
+    assert_non_null(strstr(text, "slot=0"));
+    kl_fn_release(f);
+}
+
+/* x <- x * 0.5 + y (kernel writes x itself); z <- z + z^T (reads another
+ * view of z: the copy stays) */
+static int updates(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_add_inplace(kl_mul_scalar_inplace(in[0], 0.5), in[1]);
+    kl_tensor *zt = kl_clone(kl_transpose(in[2], 0, 1));
+    out[0] = kl_exp_inplace(kl_add_inplace(in[2], kl_mul_scalar(zt, 2)));
+    return out[0] ? 0 : -1;
+}
+
+static void kernels_write_updates_in_place(void **state) {
+    (void)state;
+    kl_tensor *a[3] = {seq(12, 0.1), seq(12, -0.3), kl_reshape(seq(9, 0.2), KL_SHAPE(3, 3))}, *b[3], *ya, *yb;
+    for (int i = 0; i < 3; i++) b[i] = kl_clone(a[i]);
+    kl_fn *f = kl_compile(updates, NULL, mode(KL_COMPILE_FUSE));
+    for (int call = 0; call < 2; call++) {
+        assert_int_equal(kl_fn_call(f, a, 3, &ya, 1), 0);
+        assert_int_equal(updates(NULL, b, 3, &yb, 1), 0);
+        for (int i = 0; i < 3; i++) assert_same(a[i], b[i]);
+        assert_true(ya == a[2]);
+    }
+    char text[4096];
+    assert_true(kl_fn_graph_text(f, text, sizeof text) > 0);
+    /* x's update is written by its kernel (output 0 into input 0); z's
+     * kernel reads z transposed (the clone fuses away), so writing z while
+     * reading it would be wrong: its copy stays */
+    assert_null(strstr(text, "copy_back(%0"));
+    assert_non_null(strstr(text, "{list=[0]}"));
+    assert_non_null(strstr(text, "copy_back(%2"));
+    kl_fn_release(f);
+}
+
 static int counter;
 static int side_effect(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
     (void)u, (void)n_in, (void)n_out;
@@ -379,6 +494,9 @@ int main(void) {
         KT_TEST(inplace_writes_reach_the_inputs),
         KT_TEST(random_ops_draw_fresh_numbers),
         KT_TEST(gradients_flow_through_compiled_calls),
+        KT_TEST(training_steps_compile_whole),
+        KT_TEST(dropout_backward_reuses_the_mask),
+        KT_TEST(kernels_write_updates_in_place),
         KT_TEST(compile_check_catches_baked_side_effects),
         KT_TEST(compile_env_off_runs_eagerly),
         KT_TEST(outputs_may_be_inputs_views_or_repeated),

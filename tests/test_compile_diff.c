@@ -785,8 +785,13 @@ static const struct {
 };
 
 
+/* FUSE mode's kernels run on this backend; with only_fuse the other modes
+ * (backend-independent) are skipped: the LLVM pass re-runs the first seeds */
+static const char *diff_backend = "interp";
+static int only_fuse;
+
 static const char *mode_name(int m) {
-    return m == KL_COMPILE_TRACE_ONLY ? "TRACE_ONLY" : m == KL_COMPILE_NO_FUSE ? "NO_FUSE" : "FUSE";
+    return m == KL_COMPILE_TRACE_ONLY ? "TRACE_ONLY" : m == KL_COMPILE_NO_FUSE ? "NO_FUSE" : only_fuse ? "FUSE (llvm)" : "FUSE";
 }
 
 static int nfail, nprinted;
@@ -861,10 +866,11 @@ static void run_prog_checks(prog *pp, uint64_t seed) {
             return;
         }
     }
-    for (int m = KL_COMPILE_TRACE_ONLY; m <= KL_COMPILE_FUSE; m++) {
+    for (int m = only_fuse ? KL_COMPILE_FUSE : KL_COMPILE_TRACE_ONLY; m <= KL_COMPILE_FUSE; m++) {
         kl_compile_options o = kl_compile_options_default();
         o.mode = (kl_compile_mode)m;
         o.name = "diff";
+        o.backend = diff_backend;
         kl_fn *f = kl_compile(run_prog, &p, &o);
         p.delta = 0;
         check_call(&p, seed, f, m, rout[0], rin[0], "first call");
@@ -1000,6 +1006,26 @@ static void random_programs_match_eager(void **state) {
     }
     uint64_t first = getenv("KT_DIFF_FIRST") ? strtoull(getenv("KT_DIFF_FIRST"), NULL, 10) : 1;
     for (int i = 0; i < count; i++) run_one(first + (uint64_t)i, 1);
+#ifdef KL_HAVE_LLVM
+    /* the first seeds again in FUSE mode on the LLVM backend: each kernel is a
+     * cold LLVM compile (~20 ms), so fewer programs (KT_DIFF_LLVM_PROGRAMS=N);
+     * KT_DIFF_SEED runs its program on both backends */
+#ifdef __SANITIZE_ADDRESS__
+    int nllvm = 100;
+#else
+    int nllvm = 1000;
+#endif
+    if (getenv("KT_DIFF_LLVM_PROGRAMS")) nllvm = atoi(getenv("KT_DIFF_LLVM_PROGRAMS"));
+    if (one) nllvm = 1, first = strtoull(one, NULL, 10);
+    if (nllvm > count && !one) nllvm = count;
+    diff_backend = "llvm";
+    only_fuse = 1;
+    int before = nfail;
+    for (int i = 0; i < nllvm; i++) run_one(first + (uint64_t)i, 1);
+    diff_backend = "interp";
+    only_fuse = 0;
+    if (!one) printf("compile diff: %d programs in FUSE mode on LLVM, %d failing compiled calls\n", nllvm, nfail - before);
+#endif
     if (getenv("KT_DIFF_STATS")) {
         printf("instructions per program: %.1f; programs also run with grown shapes: %lld\n",
                count ? (double)n_ins_total / count : 0.0, (long long)n_alt);

@@ -11,6 +11,7 @@
 #include "kernel.h"
 #include "trace.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static const kl_compile_options *mode(kl_compile_mode m) {
@@ -109,6 +110,25 @@ static int gelu_op(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int
     (void)u, (void)n_in, (void)n_out;
     out[0] = kl_gelu(in[0]);
     return out[0] ? 0 : -1;
+}
+
+/* a = exp(x) * 2 is read by a matmul before a * b: that group cannot take the
+ * product, but b's group can, so the product and the final add join it */
+static int partial_merge(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *a = kl_mul_scalar(kl_exp(in[0]), 2);
+    kl_tensor *m = kl_matmul(a, in[1]);
+    kl_tensor *b = kl_add_scalar(kl_sin(in[2]), 1);
+    out[0] = kl_add(kl_mul(a, b), m);
+    return out[0] ? 0 : -1;
+}
+
+static void nodes_join_the_groups_they_can(void **state) {
+    (void)state;
+    kl_tensor *in[3] = {kl_reshape(seq(16, 0.1, KL_F32), KL_SHAPE(4, 4)), kl_reshape(seq(16, 0.2, KL_F32), KL_SHAPE(4, 4)),
+                        kl_reshape(seq(16, 0.3, KL_F32), KL_SHAPE(4, 4))};
+    /* the matmul and 2 kernels (3 kernels when the product starts a group of its own) */
+    assert_int_equal(run_and_compare(partial_merge, KL_COMPILE_FUSE, in, 3, 1, 0), 3);
 }
 
 static void gelu_is_one_kernel(void **state) {
@@ -446,7 +466,7 @@ static void softmax_kernel_text(void **state) {
 
 static void interpreter_backend_interface(void **state) {
     (void)state;
-    const ir_backend *b = ir_default_backend();
+    const ir_backend *b = &ir_interp_backend;
     assert_string_equal(b->name, "interp");
     /* y = x + x over [4], run directly through the interface */
     ir_kernel k = {.ninputs = 1, .noutputs = 1, .ndim = 1, .shape = {4}};
@@ -499,7 +519,7 @@ static void debug_dir_gets_the_kernels(void **state) {
     assert_int_equal(kernels, 1);
 }
 
-/* a sum of 14 inputs: more than a kernel takes, so it stays op by op */
+/* a sum of n inputs */
 static int many_inputs(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
     (void)u, (void)n_out;
     kl_tensor *acc = in[0];
@@ -508,12 +528,142 @@ static int many_inputs(void *u, kl_tensor *const *in, int n_in, kl_tensor **out,
     return acc ? 0 : -1;
 }
 
-static void too_many_inputs_stay_unfused(void **state) {
+/* more inputs than one kernel takes (IR_KERNEL_MAX_IN = 12): the group is
+ * split along the chain, the partial sum materialized between the kernels */
+static void groups_over_max_inputs_are_split(void **state) {
     (void)state;
-    kl_tensor *in[14];
-    for (int i = 0; i < 14; i++) in[i] = seq(5, 0.1 * (i + 1), KL_F32);
-    assert_int_equal(run_and_compare(many_inputs, KL_COMPILE_FUSE, in, 14, 1, 0), 13);
+    kl_tensor *in[20];
+    for (int i = 0; i < 20; i++) in[i] = kl_reshape(seq(15, 0.1 * (i + 1), KL_F32), KL_SHAPE(3, 5));
     assert_int_equal(run_and_compare(many_inputs, KL_COMPILE_FUSE, in, 12, 1, 0), 1);
+    assert_int_equal(run_and_compare(many_inputs, KL_COMPILE_FUSE, in, 14, 1, 0), 2);
+    assert_int_equal(run_and_compare(many_inputs, KL_COMPILE_FUSE, in, 20, 1, 0), 2);
+    kl_fn *f = kl_compile(many_inputs, NULL, mode(KL_COMPILE_FUSE));
+    kl_tensor *y;
+    assert_int_equal(kl_fn_call(f, in, 20, &y, 1), 0);
+    /* in0..in11 (11 adds), then the partial sum and in12..in19 (8 adds) */
+    assert_int_equal(count_in_graph(f, "= kernel("), 2);
+    kl_fn_release(f);
+    /* a broadcast input among them: still bitwise equal */
+    in[7] = seq(5, 0.3, KL_F32);
+    assert_int_equal(run_and_compare(many_inputs, KL_COMPILE_FUSE, in, 20, 1, 0), 2);
+}
+
+/* ---- cross_entropy ------------------------------------------------------------------ */
+
+typedef struct ce_args {
+    kl_reduction red;
+    double ls;
+} ce_args;
+
+static int ce_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const ce_args *a = u;
+    out[0] = kl_cross_entropy(in[0], in[1], a->red, a->ls);
+    return out[0] ? 0 : -1;
+}
+
+/* Compiles cross_entropy(red, ls) in FUSE mode, compares with eager (the
+ * CPU kernel) within tol and returns the launches. */
+static int64_t ce_compare(kl_tensor *x, kl_tensor *t, kl_reduction red, double ls, double tol) {
+    ce_args a = {red, ls};
+    kl_tensor *in[2] = {x, t}, *ref = NULL, *got = NULL;
+    assert_int_equal(ce_fn(&a, in, 2, &ref, 1), 0);
+    kl_fn *f = kl_compile(ce_fn, &a, mode(KL_COMPILE_FUSE));
+    assert_int_equal(kl_fn_call(f, in, 2, &got, 1), 0);
+    assert_int_equal(got->ndim, ref->ndim);
+    assert_memory_equal(got->shape, ref->shape, sizeof(int64_t) * ref->ndim);
+    assert_int_equal(kl_allclose(kl_to_dtype(got, KL_F64), kl_to_dtype(ref, KL_F64), tol, tol, true), 1);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    kl_fn_release(f);
+    return st.kernels;
+}
+
+static kl_tensor *targets(int n, int64_t classes, int ignored_every) {
+    kl_tensor *t = kl_empty(KL_SHAPE(n), KL_I64);
+    int64_t *p = kl_data_ptr(t);
+    for (int i = 0; i < n; i++) p[i] = ignored_every && i % ignored_every == 1 ? -100 : (i * 7 + 3) % classes;
+    return t;
+}
+
+static void cross_entropy_is_two_kernels(void **state) {
+    (void)state;
+    kl_tensor *x = kl_reshape(kl_sin(seq(8 * 10, 0.37, KL_F32)), KL_SHAPE(8, 10));
+    kl_tensor *xd = kl_to_dtype(x, KL_F64);
+    kl_tensor *t = targets(8, 10, 0), *ti = targets(8, 10, 3);
+    /* mean: the row kernel (log-sum-exp and the picked logit) and the mean */
+    assert_int_equal(ce_compare(x, t, KL_REDUCE_MEAN, 0, 1e-5), 2);
+    assert_int_equal(ce_compare(xd, t, KL_REDUCE_MEAN, 0, 1e-12), 2);
+    /* ignored rows leave the mean's denominator */
+    assert_int_equal(ce_compare(x, ti, KL_REDUCE_MEAN, 0, 1e-5), 2);
+    assert_int_equal(ce_compare(xd, ti, KL_REDUCE_MEAN, 0, 1e-12), 2);
+    /* label smoothing: the same two kernels */
+    assert_int_equal(ce_compare(x, ti, KL_REDUCE_MEAN, 0.1, 1e-5), 2);
+    assert_int_equal(ce_compare(xd, ti, KL_REDUCE_MEAN, 0.25, 1e-12), 2);
+    /* sum: two; none: the row kernel alone */
+    assert_int_equal(ce_compare(x, ti, KL_REDUCE_SUM, 0, 1e-5), 2);
+    assert_int_equal(ce_compare(xd, ti, KL_REDUCE_SUM, 0.1, 1e-12), 2);
+    assert_int_equal(ce_compare(x, ti, KL_REDUCE_NONE, 0, 1e-5), 1);
+    assert_int_equal(ce_compare(xd, ti, KL_REDUCE_NONE, 0.3, 1e-12), 1);
+    /* every row ignored: 0/0, NaN as in PyTorch (and eager) */
+    kl_tensor *all = kl_full(KL_SHAPE(8), -100, KL_I64);
+    assert_int_equal(ce_compare(x, all, KL_REDUCE_MEAN, 0, 1e-5), 2);
+    assert_int_equal(isnan(kl_item(kl_cross_entropy(x, all, KL_REDUCE_MEAN, 0))), 1);
+    assert_int_equal(ce_compare(x, all, KL_REDUCE_SUM, 0.1, 1e-5), 2);
+    /* 1000 classes: arange(1000) folds into a constant */
+    kl_tensor *xl = kl_reshape(kl_sin(seq(4 * 1000, 0.013, KL_F32)), KL_SHAPE(4, 1000));
+    assert_int_equal(ce_compare(xl, targets(4, 1000, 0), KL_REDUCE_MEAN, 0, 1e-5), 2);
+    /* a vocabulary: 32000 classes */
+    kl_tensor *xv = kl_reshape(kl_sin(seq(3 * 32000, 0.0013, KL_F32)), KL_SHAPE(3, 32000));
+    assert_int_equal(ce_compare(xv, targets(3, 32000, 2), KL_REDUCE_MEAN, 0.1, 1e-5), 2);
+    /* strided logits, [N, C, d] and unbatched [C] inputs */
+    kl_tensor *xt = kl_transpose(kl_reshape(kl_sin(seq(80, 0.29, KL_F32)), KL_SHAPE(10, 8)), 0, 1);
+    assert_int_equal(ce_compare(xt, ti, KL_REDUCE_MEAN, 0, 1e-5), 2);
+    kl_tensor *x3 = kl_reshape(kl_sin(seq(2 * 5 * 3, 0.41, KL_F64)), KL_SHAPE(2, 5, 3));
+    kl_tensor *t3 = kl_reshape(targets(6, 5, 4), KL_SHAPE(2, 3));
+    ce_compare(x3, t3, KL_REDUCE_MEAN, 0.1, 1e-12);
+    ce_compare(x3, t3, KL_REDUCE_NONE, 0, 1e-12);
+    ce_compare(kl_sin(seq(7, 0.5, KL_F64)), kl_full(0, NULL, 4, KL_I64), KL_REDUCE_MEAN, 0.2, 1e-12);
+    /* no rows: the mean of nothing is NaN */
+    assert_int_equal(ce_compare(kl_zeros(KL_SHAPE(0, 4), KL_F32), kl_zeros(KL_SHAPE(0), KL_I64), KL_REDUCE_MEAN, 0, 1e-5), 2);
+}
+
+/* a class index out of range: eager's kernel fails naming it; a fused kernel
+ * cannot fail, so the row's loss is NaN (never a plausible number) */
+static void cross_entropy_bad_target_is_nan(void **state) {
+    (void)state;
+    kl_tensor *x = kl_reshape(kl_sin(seq(12, 0.37, KL_F32)), KL_SHAPE(3, 4)), *y;
+    kl_tensor *t = targets(3, 4, 0);
+    ((int64_t *)kl_data_ptr(t))[1] = 4;
+    assert_null(kl_cross_entropy(x, t, KL_REDUCE_MEAN, 0));
+    KT_EXPECT_ERROR(KL_ERR_INDEX, "kl_cross_entropy: target 4 is out of bounds for 4 classes (element 1)");
+    ce_args a = {KL_REDUCE_NONE, 0};
+    kl_fn *f = kl_compile(ce_fn, &a, mode(KL_COMPILE_FUSE));
+    assert_int_equal(kl_fn_call(f, (kl_tensor *[]){x, t}, 2, &y, 1), 0);
+    const float *p = kl_data_ptr(y);
+    assert_false(isnan(p[0]));
+    assert_true(isnan(p[1]));
+    assert_false(isnan(p[2]));
+    kl_fn_release(f);
+}
+
+/* with logits requiring grad the call runs op by op and the composite keeps
+ * its own derivative: gradients equal eager's exactly */
+static void cross_entropy_gradients_unchanged(void **state) {
+    (void)state;
+    kl_tensor *x0 = kl_reshape(kl_sin(seq(8 * 6, 0.37, KL_F32)), KL_SHAPE(8, 6)), *t = targets(8, 6, 3);
+    kl_tensor *xa = kl_clone(x0), *xb = kl_clone(x0), *ya, *yb;
+    kl_set_requires_grad(xa, true);
+    kl_set_requires_grad(xb, true);
+    ce_args a = {KL_REDUCE_MEAN, 0.1};
+    kl_fn *f = kl_compile(ce_fn, &a, mode(KL_COMPILE_FUSE));
+    assert_int_equal(kl_fn_call(f, (kl_tensor *[]){xa, t}, 2, &ya, 1), 0);
+    assert_int_equal(ce_fn(&a, (kl_tensor *[]){xb, t}, 2, &yb, 1), 0);
+    assert_int_equal(kl_equal(ya, yb), 1);
+    assert_int_equal(kl_backward(ya, NULL, NULL), 0);
+    assert_int_equal(kl_backward(yb, NULL, NULL), 0);
+    assert_int_equal(kl_equal(kl_grad(xa), kl_grad(xb)), 1);
+    kl_fn_release(f);
 }
 
 /* y feeds a column sum (not fusible) before its other consumers: the
@@ -539,6 +689,7 @@ int main(void) {
         KT_TEST(chain_is_one_kernel),
         KT_TEST(chain_broadcast_strided_dtypes),
         KT_TEST(gelu_is_one_kernel),
+        KT_TEST(nodes_join_the_groups_they_can),
         KT_TEST(row_kernels),
         KT_TEST(mlp_is_two_matmuls_and_two_kernels),
         KT_TEST(adamw_is_one_kernel),
@@ -552,7 +703,10 @@ int main(void) {
         KT_TEST(softmax_kernel_text),
         KT_TEST(interpreter_backend_interface),
         KT_TEST(debug_dir_gets_the_kernels),
-        KT_TEST(too_many_inputs_stay_unfused),
+        KT_TEST(groups_over_max_inputs_are_split),
+        KT_TEST(cross_entropy_is_two_kernels),
+        KT_TEST(cross_entropy_bad_target_is_nan),
+        KT_TEST(cross_entropy_gradients_unchanged),
         KT_TEST(values_read_between_members_are_written_first),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

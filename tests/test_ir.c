@@ -120,8 +120,8 @@ static void cse_merges_only_equal_pure_nodes(void **state) {
         "  %6: f32[3] = full() {list=[3]}\n"
         "  %7: f32[3] = full() {list=[3]}\n"
         "  %8: f32[3] = add(%7, %6)\n"
-        "  %9: f32[3] = rand() {i0=1, list=[3]}\n"
-        "  %10: f32[3] = rand() {i0=1, i1=1, list=[3]}\n"
+        "  %9: f32[3] = rand() {slot=0, list=[3]}\n"
+        "  %10: f32[3] = rand() {slot=1, list=[3]}\n"
         "  %11: f32[3] = add(%10, %9)\n"
         "  %12: i64[]{wrapped} = scalar() {value=2}\n"
         "  %13: f32[2,3] = mul(%0, %12)\n"
@@ -181,7 +181,7 @@ static void fold_computes_constants_once(void **state) {
         "  %7: f32[3] = full() {f0=1, list=[3]}\n"
         "  %8: f32[3] = add_(%7, %0)\n"
         "  %9: f32[] = scalar() {value=2}\n"
-        "  %10: f32[3] = rand() {i0=1, list=[3]}\n"
+        "  %10: f32[3] = rand() {slot=0, list=[3]}\n"
         "  %11: f32[3] = mul(%10, %9)\n"
         "  %12: f32[3] = add(%0, %3)\n"
         "  %13: f32[3] = mul(%12, %6)\n"
@@ -480,6 +480,55 @@ static void pipeline_matches_eager(void **state) {
     kl_fn_release(f);
 }
 
+/* ---- plan (plan.c) alone: liveness on a traced graph without kernels ---- */
+static int plan_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *a = kl_exp(in[0]);
+    kl_tensor *b = kl_neg(kl_transpose(a, 0, 1));
+    kl_add_inplace(in[1], b);
+    out[0] = kl_mul_scalar(b, 2);
+    return out[0] ? 0 : -1;
+}
+
+static void plan_alone(void **state) {
+    (void)state;
+    kl_tensor *in[2] = {kl_reshape(seq(6, 0.5), KL_SHAPE(2, 3)), kl_zeros(KL_SHAPE(3, 2), KL_F32)};
+    int broke = 0;
+    char why[256];
+    ir_graph *g = tr_trace(plan_fn, NULL, in, 2, 1, &broke, why, sizeof why);
+    assert_non_null(g);
+    assert_int_equal(ir_pass_plan(g), 0); /* no kernels: no slots */
+    char *s = ir_to_string(g);
+    assert_string_equal(s, "graph(%0: f32[2,3], %1: f32[3,2]) {\n"
+                           "  %2: f32[2,3] = exp(%0)\n"
+                           "  %3: f32[3,2]{strides=1,3} = transpose(%2) {i1=1}\n"
+                           "  %4: f32[3,2] = neg(%3)\n"
+                           "  %5: f32[3,2] = add_(%1, %4)\n"
+                           "  %6: i64[]{wrapped} = scalar() {value=2}\n"
+                           "  %7: f32[3,2] = mul(%4, %6)\n"
+                           "  return (%7)\n"
+                           "}\n");
+    free(s);
+    /* each value dropped after its last use (the in-place result at once), the output kept */
+    s = ir_print_to_string((int (*)(const void *, FILE *))ir_plan_print, g);
+    assert_string_equal(s, "plan: 0 slots, 0 bytes for 0 bytes of kernel outputs\n"
+                           "  after node 1 drop %2\n"
+                           "  after node 2 drop %3\n"
+                           "  after node 3 drop %5\n"
+                           "  after node 5 drop %4 %6\n");
+    free(s);
+    /* a copy has its own plan; running it drops nothing the caller sees */
+    ir_graph *c = ir_graph_clone(g);
+    ir_graph_free(g);
+    kl_tensor *y, *y1 = kl_clone(in[1]);
+    assert_int_equal(tr_run_graph(c, (kl_tensor *[]){in[0], y1}, &y), 0);
+    kl_tensor *e1 = kl_clone(in[1]), *ey;
+    assert_int_equal(plan_fn(NULL, (kl_tensor *[]){in[0], e1}, 2, &ey, 1), 0);
+    assert_true(bitwise_equal(y, ey));
+    assert_true(bitwise_equal(y1, e1));
+    ir_graph_free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(cse_merges_only_equal_pure_nodes),
@@ -490,6 +539,7 @@ int main(void) {
         KT_TEST(dce_keeps_writes_seen_through_views),
         KT_TEST(decompose_splices_primitives),
         KT_TEST(pipeline_matches_eager),
+        KT_TEST(plan_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,12 @@
  *
  *   digits [--epochs N] [--batch N] [--lr X] [--dropout P] [--seed S]
  *          [--threads N] [--data PATH] [--save FILE.safetensors]
- *          [--min-accuracy PCT] [--skip-missing]
+ *          [--min-accuracy PCT] [--skip-missing] [--mode both|eager|compiled]
+ *
+ * --mode both (the default) trains twice from the same seed: once with the
+ * step's forward and backward run eagerly, once with the same step function
+ * compiled by kl_compile (forward, dropout, backward traced into one graph and
+ * fused), and prints both runs' accuracy and time side by side.
  */
 #include <kiln.h>
 #include <kiln/nn.h>
@@ -36,6 +41,7 @@ typedef struct options {
     uint64_t seed;
     const char *data, *save;
     bool skip_missing;   /* exit 77 (Meson's "skipped") when the data file is absent */
+    enum { MODE_BOTH, MODE_EAGER, MODE_COMPILED } mode;
 } options;
 
 typedef struct mlp {
@@ -52,6 +58,7 @@ static double now_s(void) {
 static void usage(FILE *f) {
     fprintf(f, "usage: digits [--epochs N] [--batch N] [--lr X] [--dropout P] [--seed S] [--threads N]\n"
                "              [--data PATH] [--save FILE.safetensors] [--min-accuracy PCT] [--skip-missing]\n"
+               "              [--mode both|eager|compiled]\n"
                "PATH is digits.csv.gz or the folder holding it (default $KILN_DATA_DIR, else ./data);\n"
                "scripts/fetch_digits.sh puts it there.\n");
 }
@@ -70,7 +77,7 @@ static int parse_args(int argc, char **argv, options *o) {
             continue;
         }
         static const char *valued[] = {"--epochs", "--batch", "--threads", "--seed", "--lr",
-                                       "--dropout", "--min-accuracy", "--data", "--save"};
+                                       "--dropout", "--min-accuracy", "--data", "--save", "--mode"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -91,6 +98,12 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--dropout")) o->dropout = strtod(v, &end);
         else if (!strcmp(a, "--min-accuracy")) o->min_accuracy = strtod(v, &end);
         else if (!strcmp(a, "--data")) o->data = v, end = "";
+        else if (!strcmp(a, "--mode")) {
+            static const char *modes[] = {[MODE_BOTH] = "both", [MODE_EAGER] = "eager", [MODE_COMPILED] = "compiled"};
+            end = "x"; /* an unknown mode is a bad value */
+            for (int m = 0; m < 3; m++)
+                if (!strcmp(v, modes[m])) o->mode = m, end = "";
+        }
         else o->save = v, end = "";
         if (*end || end == v) {
             fprintf(stderr, "digits: bad value '%s' for %s\n", v, a);
@@ -136,6 +149,34 @@ static kl_tensor *mlp_forward(const mlp *m, kl_tensor *x, double dropout, bool t
     return kl_linear(h, m->w[2], m->b[2]);
 }
 
+/* One training step's loss and gradients, as a function kl_compile can
+ * trace: in = {batch indices, fc1.w, fc1.b, fc2.w, fc2.b, fc3.w, fc3.b},
+ * out = {loss, then the six gradients}. The parameters come in detached (no
+ * requires_grad), so a compiled call fuses; the step makes its own leaves
+ * and asks autograd for their gradients, which the tracer records too, so
+ * forward, dropout, backward and all become one graph. The training data
+ * are captured tensors: read at every call, never copied into the graph. */
+typedef struct step_ctx {
+    kl_tensor *xtr, *ytr;
+    double dropout;
+} step_ctx;
+
+static int train_step(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    const step_ctx *c = user;
+    kl_tensor *x = kl_index_select(c->xtr, 0, in[0]), *y = kl_index_select(c->ytr, 0, in[0]);
+    mlp leaves = {0};
+    kl_tensor *p[6];
+    for (int i = 0; i < 6; i++) {
+        p[i] = kl_detach(in[1 + i]);
+        if (!p[i] || kl_set_requires_grad(p[i], true) < 0) return -1;
+    }
+    for (int l = 0; l < 3; l++) leaves.w[l] = p[2 * l], leaves.b[l] = p[2 * l + 1];
+    kl_tensor *loss = kl_cross_entropy(mlp_forward(&leaves, x, c->dropout, true), y, KL_REDUCE_MEAN, 0);
+    if (!loss || kl_autograd_grad(1, &loss, NULL, 6, p, out + 1, NULL) < 0) return -1;
+    out[0] = kl_detach(loss);
+    return out[0] ? 0 : -1;
+}
+
 /* Test accuracy in percent, or -1 on error. */
 static double accuracy(const mlp *m, kl_tensor *x, kl_tensor *y) {
     kl_no_grad_begin();
@@ -172,11 +213,22 @@ static int fail_kiln(const char *what) {
     return 1;
 }
 
-static int train(const options *o, const digits_set *tr, const digits_set *te) {
+/* What one training run reports to main. */
+typedef struct run_result {
+    double acc, ms_per_epoch, compile_ms;
+    int64_t kernels;
+} run_result;
+
+/* Trains a fresh model (seeded from o->seed, so both runs start alike and
+ * draw the same dropout masks), calling train_step eagerly or through
+ * kl_compile; the optimizer step is eager in both. */
+static int train(const options *o, const digits_set *tr, const digits_set *te, bool compiled, run_result *res) {
     mlp m = {0};
     kl_optim *opt = NULL;
+    kl_fn *fn = NULL;
     int rc = 1;
     int64_t *order = malloc(sizeof(int64_t) * (size_t)tr->n);
+    kl_manual_seed(o->seed);
     kl_scope_begin(); /* owns the data tensors */
     kl_tensor *xtr = kl_from_data(tr->x, KL_SHAPE(tr->n, DIGITS_FEATURES), KL_F32);
     kl_tensor *ytr = kl_from_data(tr->y, KL_SHAPE(tr->n), KL_I64);
@@ -189,10 +241,24 @@ static int train(const options *o, const digits_set *tr, const digits_set *te) {
         rc = fail_kiln("setting up the model");
         goto done;
     }
-    printf("digits: MLP 64-256-256-10 (%lld parameters), GELU, dropout %.2f, AdamW lr %g (cosine decay) wd 0.01,\n"
-           "        batch %d, %d threads, %lld train / %lld test images\n\n",
-           (long long)kl_params_numel(m.params), o->dropout, o->lr, o->batch, kl_get_num_threads(),
-           (long long)tr->n, (long long)te->n);
+    step_ctx sc = {.xtr = xtr, .ytr = ytr, .dropout = o->dropout};
+    kl_tensor *in[7], *param[6];
+    for (int l = 0; l < 3; l++) param[2 * l] = m.w[l], param[2 * l + 1] = m.b[l];
+    for (int i = 0; i < 6; i++)
+        if (!(in[1 + i] = kl_detach(param[i]))) {
+            rc = fail_kiln("setting up the model");
+            goto done;
+        }
+    if (compiled) {
+        kl_compile_options co = kl_compile_options_default();
+        co.name = "digits_step";
+        if (!(fn = kl_compile(train_step, &sc, &co))) {
+            rc = fail_kiln("kl_compile");
+            goto done;
+        }
+    }
+    printf("\n%s: loss and gradients %s, AdamW eager\n", compiled ? "compiled" : "eager",
+           compiled ? "by one kl_compile'd function (traced once per batch size)" : "by eager ops and autograd");
     printf("epoch  train loss  test acc  ms/epoch\n");
 
     uint64_t rng = o->seed ^ 0x6469676974735f5fu; /* batch order; the split has its own seed */
@@ -211,17 +277,17 @@ static int train(const options *o, const digits_set *tr, const digits_set *te) {
         for (int64_t s = 0; s < tr->n; s += o->batch) {
             int64_t bs = tr->n - s < o->batch ? tr->n - s : o->batch;
             kl_optim_set_lr(opt, 0.5 * o->lr * (1 + cos(M_PI * (double)step++ / total_steps)));
-            kl_scope_begin(); /* one step's tensors, graph and gradients-in-flight */
-            kl_tensor *idx = kl_from_data(order + s, KL_SHAPE(bs), KL_I64);
-            kl_tensor *x = kl_index_select(xtr, 0, idx), *y = kl_index_select(ytr, 0, idx);
-            kl_tensor *loss = kl_cross_entropy(mlp_forward(&m, x, o->dropout, true), y, KL_REDUCE_MEAN, 0);
-            if (!loss || kl_optim_zero_grad(opt) < 0 || kl_backward(loss, NULL, NULL) < 0 ||
-                kl_optim_step(opt) < 0) {
+            kl_scope_begin(); /* one step's tensors and gradients-in-flight */
+            kl_tensor *out[7] = {0};
+            in[0] = kl_from_data(order + s, KL_SHAPE(bs), KL_I64);
+            int bad = !in[0] || (compiled ? kl_fn_call(fn, in, 7, out, 7) : train_step(&sc, in, 7, out, 7)) < 0;
+            for (int i = 0; i < 6 && !bad; i++) bad = kl_set_grad(param[i], out[1 + i]) < 0;
+            if (bad || kl_optim_step(opt) < 0) {
                 kl_scope_end();
                 rc = fail_kiln("a training step");
                 goto done;
             }
-            loss_sum += kl_item(loss) * (double)bs;
+            loss_sum += kl_item(out[0]) * (double)bs;
             if (kl_live_tensors() > live_peak) live_peak = kl_live_tensors();
             kl_scope_end();
         }
@@ -234,7 +300,8 @@ static int train(const options *o, const digits_set *tr, const digits_set *te) {
         }
         printf("%5d  %10.4f  %7.2f%%  %8.1f\n", epoch, loss_sum / (double)tr->n, acc, dt * 1e3);
         fflush(stdout);
-        /* Optimizer state appears during the first epoch; after it nothing may grow. */
+        /* Optimizer state and the compiled graphs appear during the first
+         * epoch; after it nothing may grow. */
         if (epoch == 1) live_after_first = kl_live_tensors();
         else if (kl_live_tensors() != live_after_first) {
             fprintf(stderr, "digits: live tensors went from %lld after epoch 1 to %lld after epoch %d\n",
@@ -242,8 +309,17 @@ static int train(const options *o, const digits_set *tr, const digits_set *te) {
             goto done;
         }
     }
-    printf("\ntest accuracy %.2f%% after %d epochs, %.2f s of training (%.0f ms/epoch)\n", acc, o->epochs, total_s,
-           1e3 * total_s / o->epochs);
+    res->acc = acc;
+    res->ms_per_epoch = 1e3 * total_s / o->epochs;
+    if (fn) {
+        kl_fn_stats st;
+        if (kl_fn_get_stats(fn, &st) == 0) {
+            res->compile_ms = st.compile_ms;
+            res->kernels = st.traces ? st.kernels / st.traces : 0;
+        }
+    }
+    printf("test accuracy %.2f%% after %d epochs, %.2f s of training (%.0f ms/epoch)\n", acc, o->epochs, total_s,
+           res->ms_per_epoch);
     printf("live tensors: peak %lld during a step, %lld between epochs (steady)\n", (long long)live_peak,
            (long long)live_after_first);
     if (o->save && save_and_reload(&m, o->save, xte, yte, acc) < 0) {
@@ -256,6 +332,7 @@ static int train(const options *o, const digits_set *tr, const digits_set *te) {
     }
     rc = 0;
 done:
+    kl_fn_release(fn);
     kl_optim_free(opt);
     kl_params_free(m.params);
     kl_scope_end();
@@ -288,7 +365,19 @@ int main(int argc, char **argv) {
         return 1;
     }
     digits_free(&all);
-    int rc = train(&o, &train_set, &test_set);
+    printf("digits: MLP 64-256-256-10, GELU, dropout %.2f, AdamW lr %g (cosine decay) wd 0.01, batch %d,\n"
+           "        %d threads, %lld train / %lld test images\n",
+           o.dropout, o.lr, o.batch, kl_get_num_threads(), (long long)train_set.n, (long long)test_set.n);
+    run_result eager = {0}, comp = {0};
+    int rc = 0;
+    if (o.mode != MODE_COMPILED) rc = train(&o, &train_set, &test_set, false, &eager);
+    if (!rc && o.mode != MODE_EAGER) rc = train(&o, &train_set, &test_set, true, &comp);
+    if (!rc && o.mode == MODE_BOTH)
+        printf("\neager    %.2f%% test accuracy, %.1f ms/epoch\n"
+               "compiled %.2f%% test accuracy, %.1f ms/epoch (%.2fx eager); %lld kernels and library calls per\n"
+               "         step, %.0f ms to trace and compile its two batch sizes\n",
+               eager.acc, eager.ms_per_epoch, comp.acc, comp.ms_per_epoch, eager.ms_per_epoch / comp.ms_per_epoch,
+               (long long)comp.kernels, comp.compile_ms);
     digits_free(&train_set);
     digits_free(&test_set);
     return rc;

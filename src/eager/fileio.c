@@ -54,10 +54,13 @@ static int write_all(int fd, const void *p, size_t n) {
 
 static _Atomic unsigned tmp_counter;
 
-int ke_write_file_atomic(const char *op, const char *path, int n, const void *const *parts, const size_t *sizes) {
+/* The write itself, recording nothing: 0, or an errno value with *stage saying
+ * what failed (0 allocation, 1 creating the temporary, 2 writing/renaming). */
+static int write_atomic(const char *path, int n, const void *const *parts, const size_t *sizes, int *stage) {
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 48);
-    if (!tmp) return ke_err(KL_ERR_OOM, op, "%s: out of memory", path);
+    *stage = 0;
+    if (!tmp) return ENOMEM;
     int fd = -1;
     for (int tries = 0; fd < 0 && tries < 100; tries++) {
         snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&tmp_counter, 1));
@@ -65,9 +68,10 @@ int ke_write_file_atomic(const char *op, const char *path, int n, const void *co
         if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) {
-        ke_err(KL_ERR_IO, op, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+        int e = errno;
         free(tmp);
-        return -1;
+        *stage = 1;
+        return e;
     }
     int bad = 0;
     for (int i = 0; i < n && !bad; i++)
@@ -75,10 +79,21 @@ int ke_write_file_atomic(const char *op, const char *path, int n, const void *co
     int e = bad ? errno : 0;
     if (close(fd) != 0 && !bad) bad = 1, e = errno;
     if (!bad && rename(tmp, path) != 0) bad = 1, e = errno;
-    if (bad) {
-        unlink(tmp);
-        ke_err(KL_ERR_IO, op, "%s: write failed: %s", path, strerror(e ? e : EIO));
-    }
+    if (bad) unlink(tmp);
     free(tmp);
-    return bad ? -1 : 0;
+    *stage = 2;
+    return bad ? (e ? e : EIO) : 0;
+}
+
+int ke_write_file_atomic(const char *op, const char *path, int n, const void *const *parts, const size_t *sizes) {
+    int stage, e = write_atomic(path, n, parts, sizes, &stage);
+    if (!e) return 0;
+    if (stage == 0) return ke_err(KL_ERR_OOM, op, "%s: out of memory", path);
+    if (stage == 1) return ke_err(KL_ERR_IO, op, "%s: cannot create a temporary file beside it: %s", path, strerror(e));
+    return ke_err(KL_ERR_IO, op, "%s: write failed: %s", path, strerror(e));
+}
+
+int ke_write_file_atomic_quiet(const char *path, int n, const void *const *parts, const size_t *sizes) {
+    int stage;
+    return write_atomic(path, n, parts, sizes, &stage);
 }

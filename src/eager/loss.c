@@ -208,21 +208,63 @@ int ke_decomp_nll_loss(ke_call *c) {
     return ke_set_out1(c, y);
 }
 
+/* The decomposition (compile mode's, and devices without a kernel) is written
+ * as two row passes, which fusion turns into two kernels: per row of the
+ * logits (class dim moved last) the shifted log-sum-exp minus the target's
+ * shifted logit, picked by a row sum over a one-hot mask
+ * (arange(C) == target) instead of a gather, with the smoothing term from the
+ * same row; then one reduction over the [1, rows] vector of row losses, with
+ * the count of rows not ignored beside it. The CPU kernel reports an
+ * out-of-range target as an error; a kernel cannot, so such a row's loss is
+ * NaN here, never a plausible number. */
+static kl_tensor *ce_row_loss(ke_call *c, kl_tensor *x) {
+    kl_tensor *t = c->in[1];
+    int cd = class_dim(x);
+    int64_t C = x->shape[cd];
+    kl_dtype dt = (kl_dtype)x->dtype;
+    double ls = c->a.f[0];
+    if (x->ndim > 2) { /* [N, C, d...] -> [N, d..., C] */
+        int64_t perm[KL_MAX_DIMS];
+        int n = 0;
+        perm[n++] = 0;
+        for (int d = 2; d < x->ndim; d++) perm[n++] = d;
+        perm[n++] = 1;
+        x = kl_permute(x, n, perm);
+    }
+    kl_tensor *tl = kl_unsqueeze(t, t->ndim); /* [..., 1]: one target per row */
+    kl_tensor *sh = kl_sub(x, kl_amax(x, KL_DIMS(-1), true));
+    kl_tensor *lse = kl_log(kl_sum(kl_exp(sh), KL_DIMS(-1), true)); /* of the shifted row */
+    kl_tensor *hit = kl_eq(kl_arange(0, (double)C, 1, KL_I64), tl);
+    kl_tensor *zero = kl_full(0, NULL, 0, dt);
+    kl_tensor *loss = kl_sub(lse, kl_sum(kl_where(hit, sh, zero), KL_DIMS(-1), true));
+    if (ls > 0) {
+        kl_tensor *smooth = kl_sub(kl_mul_scalar(lse, (double)C), kl_sum(sh, KL_DIMS(-1), true));
+        loss = kl_add(kl_mul_scalar(loss, 1 - ls), kl_mul_scalar(smooth, ls / (double)C));
+    }
+    kl_tensor *valid = kl_ne_scalar(tl, (double)c->a.i[1]);
+    kl_tensor *in_range = kl_logical_and(kl_ge_scalar(tl, 0), kl_lt_scalar(tl, (double)C));
+    loss = kl_where(valid, loss, zero);
+    return kl_where(kl_logical_or(in_range, kl_logical_not(valid)), loss, kl_full(0, NULL, NAN, dt));
+}
+
 int ke_decomp_cross_entropy(ke_call *c) {
     ke_outspec spec;
     if (ke_infer_class_loss(c, &spec) < 0) return -1;
-    kl_tensor *x = c->in[0];
-    int cd = class_dim(x), red = (int)c->a.i[0];
-    double ls = c->a.f[0];
+    kl_tensor *t = c->in[1];
+    int red = (int)c->a.i[0];
+    int64_t m = ke_numel(t->ndim, t->shape);
     kl_scope_begin();
-    kl_tensor *logp = kl_log_softmax(x, cd), *valid = NULL;
-    kl_tensor *nll = logp ? picked_nll(c, logp, &valid) : NULL;
-    kl_tensor *y = nll ? reduce_loss(red, nll, valid) : NULL;
-    if (y && ls > 0) {
-        kl_tensor *smooth = kl_neg(kl_sum(logp, KL_DIMS(cd), false));
-        smooth = kl_where(valid, smooth, kl_full(0, NULL, 0, (kl_dtype)x->dtype));
-        kl_tensor *sm = reduce_loss(red, smooth, valid);
-        y = kl_add(kl_mul_scalar(y, 1 - ls), kl_mul_scalar(sm, ls / (double)x->shape[cd]));
+    kl_tensor *loss = ce_row_loss(c, c->in[0]), *y;
+    if (red == KL_REDUCE_NONE) {
+        y = kl_reshape(loss, t->ndim, t->shape);
+    } else {
+        /* the rows as one row: a last-dim reduction like every other */
+        kl_tensor *s = kl_sum(kl_reshape(loss, KL_SHAPE(1, m)), KL_DIMS(-1), true);
+        if (red == KL_REDUCE_MEAN) {
+            kl_tensor *valid = kl_ne_scalar(kl_reshape(t, KL_SHAPE(1, m)), (double)c->a.i[1]);
+            s = kl_div(s, kl_sum(valid, KL_DIMS(-1), true));
+        }
+        y = kl_reshape(s, 0, NULL);
     }
     kl_keep(y);
     kl_scope_end();

@@ -18,6 +18,9 @@
 #include <stdlib.h>
 
 #define FOLD_MAX_NUMEL 4096
+/* arange may be larger: cross_entropy's decomposition compares the targets with
+ * arange(C), and a vocabulary has tens of thousands of classes */
+#define FOLD_MAX_ARANGE (1 << 20)
 
 static int64_t numel(const ir_value *v) {
     int64_t n = 1;
@@ -33,7 +36,8 @@ static int foldable(const ir_graph *g, const ir_node *n, const uint8_t *written)
         if (!ir_is_const(g, n->in[i])) return 0;
     int32_t out = n->out[0];
     const ir_value *v = &g->values[out];
-    if (numel(v) > FOLD_MAX_NUMEL || v->wrapped || written[v->base]) return 0;
+    if (numel(v) > (n->op == KE_OP_arange ? FOLD_MAX_ARANGE : FOLD_MAX_NUMEL) || v->wrapped || written[v->base])
+        return 0;
     /* the caller must never receive the constant or a view of it */
     for (int32_t i = 0; i < g->noutputs; i++)
         if (g->values[g->outputs[i]].base == v->base) return 0;

@@ -11,8 +11,10 @@
  *  - every in-place op on it is elementwise, and its pure form has the
  *    input's dtype and shape (x.add_(f64 y) on f32 x computes in f64, rounds
  *    once: kept in place rather than reproduced by add + to_dtype);
- *  - no view of it exists anywhere (a view taken before a write reads the
- *    new data afterwards; views of inputs written in place stay in place);
+ *  - no view of it is taken or read after the first write (a view read
+ *    afterwards must see the new data; before it, the storage still holds
+ *    the old data, so views read then are safe); writes go to the whole
+ *    storage, never through a view;
  *  - no node reads an older version after a write (the tracer's stand-ins
  *    always carry the latest version, so this holds without views).
  * Otherwise all writes to that storage stay in place (copy_ and fill_, which
@@ -76,19 +78,27 @@ static int eligible(const ir_graph *g, int32_t b) {
             return 0;
     }
     int32_t cur = b;
+    int wrote = 0;
     for (int32_t k = 0; k < g->nnodes; k++) {
         const ir_node *n = &g->nodes[k];
         if (n->dead) continue;
         int writes = n->inplace && g->values[n->in[0]].base == b;
+        if (writes && n->in[0] != cur) return 0; /* a write through a view: partial */
         for (int i = 0; i < n->nin; i++) {
             int32_t id = n->in[i];
             if (g->values[id].base != b) continue;
-            if (id != cur || (n->op < KE_OP_COUNT && ke_ops[n->op].kind == KE_KIND_VIEW) || n->op == IR_OP_COPY_BACK)
-                return 0;
+            if (n->op == IR_OP_COPY_BACK) return 0;
+            if (id == cur && !(n->op < KE_OP_COUNT && ke_ops[n->op].kind == KE_KIND_VIEW)) continue;
+            /* A view taken, or read, before the first write sees the data
+             * as it was, which the input still holds until the copy_back at
+             * the end (a training step reads its weights through an alias,
+             * then updates them): only afterwards would it need the write. */
+            if (wrote) return 0;
         }
         if (writes) {
             if (!pure_form_matches(g, n)) return 0;
             cur = n->out[0];
+            wrote = 1;
         }
     }
     for (int32_t i = 0; i < g->noutputs; i++)

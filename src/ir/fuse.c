@@ -11,10 +11,13 @@
  *  - no node outside the merged group reads one of its values before the
  *    joining node: the kernel runs where its last member was, so each value
  *    it writes must be read only after that point.
- * Otherwise the node starts a group of its own. Groups of one node stay
+ * Otherwise it joins the subset of those groups it can (mergeable_subset),
+ * or starts a group of its own. Groups of one node stay
  * ordinary nodes (nothing to fuse); values read outside a group, or returned,
  * become the kernel's outputs (at most KE_MAX_OUT, else the group stays
- * unfused); everything else lives only inside the kernel. Views, matmuls and
+ * unfused); everything else lives only inside the kernel. An elementwise
+ * group reading more than IR_KERNEL_MAX_IN values is split into several
+ * kernels along its members (fuse_group). Views, matmuls and
  * other ops stay graph nodes: a view's result reaches a kernel as a strided
  * (or broadcast, stride 0) input buffer.
  */
@@ -61,8 +64,18 @@ static int broadcasts(int ndim, const int64_t *shape, int sndim, const int64_t *
     return 1;
 }
 
-/* Can node k join the candidate groups, over domain (tndim, tshape)? */
-static int can_merge(const fuse_state *s, int ncand, int32_t k, int tndim, const int64_t *tshape) {
+/* 1 if (ndim, shape) is one row of the row domain (tndim, tshape): equal
+ * but for a last dim of 1. Such a group's values are row values of a row
+ * kernel over that domain, which it stores (one element per row) like its
+ * own reductions. */
+static int row_shaped(int ndim, const int64_t *shape, int tndim, const int64_t *tshape) {
+    if (ndim != tndim || ndim == 0 || shape[ndim - 1] != 1) return 0;
+    return !memcmp(shape, tshape, sizeof(int64_t) * (size_t)(ndim - 1));
+}
+
+/* Can node k join the candidate groups, over domain (tndim, tshape) (a row
+ * domain if trow)? */
+static int can_merge(const fuse_state *s, int ncand, int32_t k, int tndim, const int64_t *tshape, int trow) {
     const ir_graph *g = s->g;
     for (int c = 0; c < ncand; c++) {
         int32_t G = s->cand[c], same;
@@ -71,6 +84,7 @@ static int can_merge(const fuse_state *s, int ncand, int32_t k, int tndim, const
         if (s->writes[k] != s->writes[G]) return 0;
         if (!broadcasts(s->gndim[G], s->gshape[G], tndim, tshape, &same)) return 0;
         if (s->grow[G] && !same) return 0;
+        if (trow && !s->grow[G] && row_shaped(s->gndim[G], s->gshape[G], tndim, tshape)) same = 1;
         for (int32_t m = G; m < k; m++) {
             if (s->grp[m] != G) continue;
             const ir_node *mn = &g->nodes[m];
@@ -145,6 +159,30 @@ static int target_domain(const fuse_state *s, int ncand, int32_t k, int red, int
     return ndim;
 }
 
+/* When node k cannot join all its producers' groups, it still joins those it
+ * can: keep the candidates that could merge one by one, and if together they
+ * still cannot, the first of them. (GELU's backward reads the forward's
+ * group and the incoming gradient's; joining just one of them saves a
+ * kernel.) Returns the new candidate count; shape/row/ndim describe it. */
+static int mergeable_subset(fuse_state *s, int ncand, int32_t k, int red, int64_t *shape, uint8_t *row,
+                            int *ndim) {
+    int32_t all[16];
+    if (ncand > 16) return 0;
+    memcpy(all, s->cand, sizeof(int32_t) * (size_t)ncand);
+    int keep = 0;
+    for (int c = 0; c < ncand; c++) {
+        s->cand[0] = all[c];
+        int nd = target_domain(s, 1, k, red, shape, row);
+        if (nd >= 0 && can_merge(s, 1, k, nd, shape, *row)) all[keep++] = all[c];
+    }
+    memcpy(s->cand, all, sizeof(int32_t) * (size_t)keep);
+    if (keep == 0) return 0;
+    *ndim = target_domain(s, keep, k, red, shape, row);
+    if (keep > 1 && (*ndim < 0 || !can_merge(s, keep, k, *ndim, shape, *row))) keep = 1;
+    if (keep == 1) *ndim = target_domain(s, 1, k, red, shape, row);
+    return keep;
+}
+
 static void form_groups(fuse_state *s) {
     ir_graph *g = s->g;
     for (int32_t k = 0; k < g->nnodes; k++) {
@@ -162,7 +200,9 @@ static void form_groups(fuse_state *s) {
         uint8_t row = 0;
         int ndim = ncand > 0 ? target_domain(s, ncand, k, red, shape, &row) : -1;
         int32_t G = k;
-        if (ndim >= 0 && can_merge(s, ncand, k, ndim, shape)) {
+        if (ncand > 1 && (ndim < 0 || !can_merge(s, ncand, k, ndim, shape, row)))
+            ncand = mergeable_subset(s, ncand, k, red, shape, &row, &ndim);
+        if (ndim >= 0 && ncand > 0 && can_merge(s, ncand, k, ndim, shape, row)) {
             G = s->cand[0];
             for (int c = 1; c < ncand; c++) G = s->cand[c] < G ? s->cand[c] : G;
             for (int32_t m = 0; m < k; m++)
@@ -198,69 +238,119 @@ static int storable(const fuse_state *s, int32_t G, const ir_value *v) {
     return 1;
 }
 
-/* Replaces group G's members by one kernel node at its last member. Returns
- * 1 if fused, 0 if the group stays as it is, -1 on error. */
-static int fuse_group(fuse_state *s, int32_t G) {
-    ir_graph *g = s->g;
-    int32_t *members = malloc(sizeof *members * (size_t)s->gsize[G]);
-    int32_t *in = malloc(sizeof *in * (size_t)(4 * s->gsize[G] + 1));
-    if (!members || !in) {
-        free(members);
-        free(in);
-        return ke_err(KL_ERR_OOM, "compile", "out of memory");
-    }
-    int n = 0, nin = 0, nout = 0, rc = 1;
-    int32_t out[KE_MAX_OUT];
-    for (int32_t k = 0; k < g->nnodes; k++)
-        if (s->grp[k] == G) members[n++] = k;
-    for (int m = 0; m < n && rc > 0; m++) {
+/* The part members[lo..hi) of group G (a run of its members in execution
+ * order): the values it reads from outside the part into in[] (*nin), and
+ * the values it defines that something outside the part reads, or the graph
+ * returns, into out[] (*nout, at most KE_MAX_OUT). Returns 1 if one kernel
+ * can run the part, 0 if not (too many inputs or outputs, or an output not
+ * shaped like the domain). */
+static int part_io(const fuse_state *s, int32_t G, const int32_t *members, int lo, int hi, int32_t *in, int *nin,
+                   int32_t *out, int *nout) {
+    const ir_graph *g = s->g;
+    int32_t first = members[lo], last = members[hi - 1];
+    int ok = 1;
+    *nin = *nout = 0;
+#define INSIDE(node) ((node) >= first && (node) <= last && s->grp[node] == G)
+    for (int m = lo; m < hi; m++) {
         const ir_node *nd = &g->nodes[members[m]];
         for (int i = 0; i < nd->nin; i++) {
             int32_t v = nd->in[i];
-            int inside = producer_group(s, v) == G, dup = 0;
-            for (int j = 0; j < nin && !dup; j++) dup = in[j] == v;
-            if (!inside && !dup) in[nin++] = v;
+            const ir_value *val = &g->values[v];
+            int inside = val->kind == IR_VAL_NODE && INSIDE(val->node), dup = 0;
+            for (int j = 0; j < *nin && !dup; j++) dup = in[j] == v;
+            if (!inside && !dup) in[(*nin)++] = v;
         }
         int32_t v = nd->out[0];
         int escapes = s->is_out[v];
-        for (int32_t u = s->ustart[v]; u < s->ustart[v + 1] && !escapes; u++) escapes = s->grp[s->users[u]] != G;
+        for (int32_t u = s->ustart[v]; u < s->ustart[v + 1] && !escapes; u++) escapes = !INSIDE(s->users[u]);
         if (!escapes) continue;
-        if (nout == KE_MAX_OUT || !storable(s, G, &g->values[v])) rc = 0;
-        else out[nout++] = v;
+        if (*nout == KE_MAX_OUT || !storable(s, G, &g->values[v])) ok = 0;
+        else out[(*nout)++] = v;
     }
-    if (nin > IR_KERNEL_MAX_IN) rc = 0; /* (splitting such groups is left for later) */
-    ir_kernel *kn = NULL;
-    if (rc > 0) {
-        kn = ir_lower_group(g, members, n, s->gndim[G], s->gshape[G], in, nin, out, nout);
-        if (!kn || ir_kernel_compile(kn, ir_default_backend())) rc = -1;
+#undef INSIDE
+    return ok && *nin <= IR_KERNEL_MAX_IN;
+}
+
+/* Replaces members[lo..hi) of group G by one kernel node at the part's last
+ * member. 0, or -1 on error. */
+static int emit_kernel(fuse_state *s, int32_t G, const int32_t *members, int lo, int hi, int32_t *in) {
+    ir_graph *g = s->g;
+    int32_t out[KE_MAX_OUT];
+    int nin, nout, rc = 0;
+    if (!part_io(s, G, members, lo, hi, in, &nin, out, &nout))
+        return ke_err(KL_ERR_INTERNAL, "compile", "a fused part changed between planning and lowering");
+    ir_kernel *kn = ir_lower_group(g, members + lo, hi - lo, s->gndim[G], s->gshape[G], in, nin, out, nout);
+    if (!kn || ir_kernel_compile(kn, g->backend ? g->backend : ir_default_backend())) rc = -1;
+    int32_t idx = rc == 0 ? add_kernel(g, kn) : -1;
+    if (idx < 0) {
+        ir_kernel_free(kn);
+        return -1;
     }
-    int32_t idx = rc > 0 ? add_kernel(g, kn) : -1;
-    if (rc > 0 && idx < 0) rc = -1;
-    if (rc < 0) ir_kernel_free(kn);
-    if (rc > 0) {
-        int32_t last = members[n - 1];
-        for (int m = 0; m < n - 1; m++) g->nodes[members[m]].dead = 1;
-        ir_node *kn_node = &g->nodes[last];
-        int32_t *nin_arr = realloc(kn_node->in, sizeof *nin_arr * (size_t)(nin ? nin : 1));
-        if (!nin_arr) {
-            rc = ke_err(KL_ERR_OOM, "compile", "out of memory");
-        } else {
-            memcpy(nin_arr, in, sizeof *in * (size_t)nin);
-            kn_node->in = nin_arr;
-            kn_node->nin = nin;
-            kn_node->op = IR_OP_KERNEL;
-            kn_node->inplace = 0;
-            memset(&kn_node->a, 0, sizeof kn_node->a);
-            kn_node->a.i[0] = idx;
-            kn_node->nout = nout;
-            for (int j = 0; j < nout; j++) {
-                kn_node->out[j] = out[j];
-                g->values[out[j]].node = last;
-                g->values[out[j]].index = j;
+    int32_t last = members[hi - 1];
+    ir_node *kn_node = &g->nodes[last];
+    int32_t *nin_arr = realloc(kn_node->in, sizeof *nin_arr * (size_t)(nin ? nin : 1));
+    if (!nin_arr) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+    for (int m = lo; m < hi - 1; m++) g->nodes[members[m]].dead = 1;
+    memcpy(nin_arr, in, sizeof *in * (size_t)nin);
+    kn_node->in = nin_arr;
+    kn_node->nin = nin;
+    kn_node->op = IR_OP_KERNEL;
+    kn_node->inplace = 0;
+    memset(&kn_node->a, 0, sizeof kn_node->a);
+    kn_node->a.i[0] = idx;
+    kn_node->nout = nout;
+    for (int j = 0; j < nout; j++) {
+        kn_node->out[j] = out[j];
+        g->values[out[j]].node = last;
+        g->values[out[j]].index = j;
+    }
+    return 0;
+}
+
+/* Replaces group G's members by kernel nodes. A group reading more than
+ * IR_KERNEL_MAX_IN values is split along its members, in execution order:
+ * each part takes members while its inputs fit, and the values one part
+ * hands the next are materialized (written by one kernel, read by the next).
+ * Only elementwise groups split (a row group's values are not all shaped
+ * like its domain). Returns the number of kernels made (0: the group stays
+ * as it is), or -1 on error. */
+static int fuse_group(fuse_state *s, int32_t G) {
+    ir_graph *g = s->g;
+    int32_t *members = malloc(sizeof *members * (size_t)s->gsize[G]);
+    int32_t *ends = malloc(sizeof *ends * (size_t)s->gsize[G]);
+    int32_t *in = malloc(sizeof *in * (size_t)(4 * s->gsize[G] + 1));
+    int n = 0, nparts = 0, rc = 0, nin, nout;
+    int32_t out[KE_MAX_OUT];
+    if (!members || !ends || !in) {
+        rc = ke_err(KL_ERR_OOM, "compile", "out of memory");
+        goto done;
+    }
+    for (int32_t k = 0; k < g->nnodes; k++)
+        if (s->grp[k] == G) members[n++] = k;
+    if (part_io(s, G, members, 0, n, in, &nin, out, &nout)) {
+        ends[nparts++] = n;
+    } else if (nin > IR_KERNEL_MAX_IN && !s->grow[G]) {
+        for (int lo = 0; lo < n;) {
+            int hi = lo + 1; /* one member reads at most 4 values */
+            while (hi < n) {
+                part_io(s, G, members, lo, hi + 1, in, &nin, out, &nout);
+                if (nin > IR_KERNEL_MAX_IN) break;
+                hi++;
             }
+            ends[nparts++] = hi;
+            lo = hi;
         }
+        for (int p = 0, lo = 0; p < nparts; lo = ends[p++])
+            if (ends[p] - lo > 1 && !part_io(s, G, members, lo, ends[p], in, &nin, out, &nout)) nparts = 0;
     }
+    for (int p = 0, lo = 0; p < nparts && rc >= 0; lo = ends[p++]) {
+        if (ends[p] - lo < 2) continue; /* one node: nothing to fuse */
+        if (emit_kernel(s, G, members, lo, ends[p], in)) rc = -1;
+        else rc++;
+    }
+done:
     free(members);
+    free(ends);
     free(in);
     return rc;
 }
@@ -301,7 +391,7 @@ int ir_pass_fuse(ir_graph *g) {
         for (int32_t G = 0; G < N && rc >= 0; G++) {
             if (s.gsize[G] < 2 || s.grp[G] != G) continue;
             rc = fuse_group(&s, G);
-            if (rc > 0) made++;
+            if (rc > 0) made += rc;
         }
     }
     free(s.grp);

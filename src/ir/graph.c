@@ -28,6 +28,7 @@ void ir_graph_free(ir_graph *g) {
     for (int32_t i = 0; i < g->ncaptured; i++) ke_tensor_decref(g->captured[i]);
     free(g->captured);
     ir_free_kernels(g);
+    ir_plan_free(g->plan);
     free(g->nodes);
     free(g->values);
     free(g->inputs);
@@ -176,7 +177,8 @@ ir_graph *ir_graph_clone(const ir_graph *g) {
     }
     c->cap_nodes = g->nnodes;
     c->fuse = g->fuse;
-    if (ir_clone_kernels(c, g)) {
+    c->backend = g->backend;
+    if (ir_clone_kernels(c, g) || (g->plan && !(c->plan = ir_plan_clone(g->plan)))) {
         ir_graph_free(c);
         return NULL;
     }
@@ -188,6 +190,8 @@ oom:
 }
 
 int ir_graph_compact(ir_graph *g) {
+    ir_plan_free(g->plan); /* value and node numbers change */
+    g->plan = NULL;
     int32_t *map = malloc(sizeof *map * (size_t)(g->nvalues ? g->nvalues : 1));
     if (!map) return ke_err(KL_ERR_OOM, "compile", "out of memory");
     for (int32_t i = 0; i < g->nvalues; i++) map[i] = -1;

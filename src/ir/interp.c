@@ -307,4 +307,32 @@ const ir_backend ir_interp_backend = {
     .free = interp_free,
 };
 
-const ir_backend *ir_default_backend(void) { return &ir_interp_backend; }
+const ir_backend *ir_default_backend(void) {
+#ifdef KL_HAVE_LLVM
+    static _Atomic int which = -1; /* 1: llvm, 0: interp */
+    int w = atomic_load(&which);
+    if (w < 0) {
+        const char *e = getenv("KL_CPU_BACKEND");
+        w = !(e && !strcmp(e, "interp"));
+        atomic_store(&which, w);
+    }
+    return w ? &cg_llvm_backend : &ir_interp_backend;
+#else
+    return &ir_interp_backend;
+#endif
+}
+
+const ir_backend *ir_backend_by_name(const char *name) {
+    if (!name) return ir_default_backend();
+    if (!strcmp(name, "interp")) return &ir_interp_backend;
+#ifdef KL_HAVE_LLVM
+    if (!strcmp(name, "llvm")) return &cg_llvm_backend;
+#endif
+#ifdef KL_HAVE_LLVM
+    const char *have = "interp, llvm";
+#else
+    const char *have = "interp (built without LLVM)";
+#endif
+    ke_err(KL_ERR_ARG, "compile", "unknown or unavailable CPU backend \"%s\" (have: %s)", name, have);
+    return NULL;
+}

@@ -36,6 +36,14 @@ enum ir_op {
     IR_OP_END
 };
 
+/* Random op nodes (KE_F_RANDOM) carry a reservation in a.i[0..1]. When
+ * a.i[1] == IR_RANDOM_SLOT, a.i[0] is a slot: each call reserves fresh
+ * counters once per slot, in graph order, and every node of a slot draws the
+ * same numbers (dropout's backward regenerates its forward's mask that way,
+ * as eager does from the same attributes). Otherwise a.i[0..1] are a fixed
+ * seed and offset reserved before tracing (a mask made outside the function). */
+#define IR_RANDOM_SLOT (-1)
+
 typedef enum ir_value_kind {
     IR_VAL_INPUT,   /* graph input number `index` */
     IR_VAL_NODE     /* output `index` of node `node` */
@@ -80,6 +88,9 @@ typedef struct ir_graph {
     struct ir_kernel **kernels;    /* what IR_OP_KERNEL nodes run (owned) */
     int32_t nkernels;
     uint8_t fuse;                  /* FUSE mode may fuse this graph (set by the compiler) */
+    const struct ir_backend *backend; /* runs its kernels (kernel.h); NULL: ir_default_backend() */
+    /* ---- memory planning (plan.c) ---- */
+    struct ir_plan *plan;          /* made by the last pass; NULL: none (TRACE_ONLY) */
 } ir_graph;
 
 /* ---- building (graph.c) ----------------------------------------------------------- */
@@ -131,6 +142,11 @@ int ir_node_has_effect(const ir_graph *g, const ir_node *n);
  * lowered to kernel IR and compiled by the default backend. Returns the
  * number of kernels made, or -1. */
 int ir_pass_fuse(ir_graph *g);
+/* After fusion: an elementwise kernel whose output is copied back into a tensor it
+ * reads at the same elements writes that tensor directly (the kernel node's a.list[j]:
+ * the input position output j is written into, -1 for a fresh output), and the copy_back
+ * goes (writeback.c). Returns the number of copies removed, or -1. */
+int ir_pass_writeback(ir_graph *g);
 /* Frees g's kernel table (graph.c calls it). */
 void ir_free_kernels(ir_graph *g);
 /* Copies src's kernel table into dst (recompiling). 0 or -1. */
@@ -184,6 +200,31 @@ int ir_pass_decompose(ir_graph *g);
 /* Functionalization: in-place elementwise writes become pure ops, plus one copy_back per
  * written graph input or captured tensor at the end of the graph. */
 int ir_pass_functionalize(ir_graph *g);
+
+/* ---- memory planning (plan.c) ------------------------------------------------------------ */
+/* Where intermediates live during a call. Every value a node defines that the graph does
+ * not return is dropped right after its last use (drops, per node); kernel outputs that
+ * nothing else can see (not returned, not viewed, not written in place, not written into an
+ * input) get a slot: one buffer per slot is allocated per call and the values whose
+ * lifetimes [defining node, last use] do not overlap share it. Slots are assigned by a
+ * linear scan in execution order, best fit: the smallest free slot with enough bytes, else
+ * the largest free one grown, else a new one. */
+typedef struct ir_plan {
+    int32_t nvalues, nnodes;       /* of the graph it was made for */
+    int32_t nslots;
+    int64_t *slot_bytes;           /* [nslots] */
+    int32_t *slot_of;              /* [nvalues]: the value's slot, -1 if none */
+    int32_t *last_use;             /* [nvalues]: node of the last use (-1: none, or kept) */
+    int32_t *drop_start, *drops;   /* [nnodes + 1] CSR: values dropped after node k */
+    int64_t value_bytes;           /* bytes of the values given slots */
+    int64_t slot_total;            /* bytes of the slots */
+} ir_plan;
+/* The planning pass (last in the pipeline): replaces g->plan. Returns the number of slots or -1. */
+int ir_pass_plan(ir_graph *g);
+void ir_plan_free(ir_plan *p);
+ir_plan *ir_plan_clone(const ir_plan *p);
+/* The plan's text form (KL_DEBUG_DIR writes it as plan<N>.txt). */
+int ir_plan_print(const ir_graph *g, FILE *f);
 
 /* ---- checking and printing (verify.c, print.c) ---------------------------------------- */
 /* Checks SSA order, value descriptions and node arities. 0, or -1 with

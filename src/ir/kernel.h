@@ -90,8 +90,19 @@ typedef struct ir_backend {
 
 /* The reference interpreter (interp.c): runs any kernel on CPU tensors. */
 extern const ir_backend ir_interp_backend;
-/* The backend FUSE mode uses today. */
+/* The backend FUSE mode uses: llvm when built (KL_HAVE_LLVM), unless
+ * KL_CPU_BACKEND=interp (read once); else the interpreter. */
 const ir_backend *ir_default_backend(void);
+/* "llvm" or "interp" (NULL: the default); NULL + KL_ERR_ARG if not built. */
+const ir_backend *ir_backend_by_name(const char *name);
+
+/* The LLVM backend (src/codegen_llvm, when built). Kernels it cannot take
+ * run on the interpreter (one KL_LOG=codegen line); the strict compile
+ * fails instead (NULL + a Kiln error), for tests. */
+extern const ir_backend cg_llvm_backend;
+void *cg_llvm_compile_strict(const ir_kernel *k);
+int cg_llvm_is_compiled(const void *handle); /* 1 if the handle runs LLVM code */
+int64_t cg_llvm_fallbacks(void);             /* kernels handed to the interpreter so far */
 
 /* ---- kernels ---------------------------------------------------------------------- */
 /* Compiles k with backend b (its handle and backend). 0 or -1. */

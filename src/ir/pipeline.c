@@ -24,7 +24,9 @@ static const ir_pass pipeline[] = {
     {"fold", ir_pass_fold},
     {"cse", ir_pass_cse},
     {"dce", ir_pass_dce},
-    {"fuse", ir_pass_fuse}, /* FUSE mode only (g->fuse); last: it sees the final graph */
+    {"fuse", ir_pass_fuse}, /* FUSE mode only (g->fuse): it sees the final graph */
+    {"writeback", ir_pass_writeback}, /* FUSE mode only: kernels write updates in place */
+    {"plan", ir_pass_plan}, /* last: liveness and buffers of the final graph */
 };
 
 static _Atomic int dump_counter;

@@ -45,7 +45,12 @@ static void print_attrs(FILE *f, const ir_node *n) {
     }
     for (int i = 0; i < 4; i++)
         if (a->f[i] != 0) fprintf(f, "%sf%d=%.17g", SEP(), i, a->f[i]);
-    for (int i = 0; i < 6; i++)
+    int i0 = 0;
+    if (n->op < KE_OP_COUNT && (ke_ops[n->op].flags & KE_F_RANDOM) && a->i[1] == IR_RANDOM_SLOT) {
+        fprintf(f, "%sslot=%lld", SEP(), (long long)a->i[0]);
+        i0 = 2;
+    }
+    for (int i = i0; i < 6; i++)
         if (a->i[i] != 0) fprintf(f, "%si%d=%lld", SEP(), i, (long long)a->i[i]);
     if (a->nlist) {
         fprintf(f, "%slist=[", SEP());

@@ -9,6 +9,7 @@
  * trace that breaks on a data-dependent op marks its signature eager.
  */
 #include "trace.h"
+#include "kernel.h"
 
 #include "log.h"
 
@@ -73,6 +74,11 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
         return NULL;
     }
     if (!o.name) o.name = "fn";
+    if (o.backend) { /* kept as the backend's own (static) name */
+        const ir_backend *b = ir_backend_by_name(o.backend);
+        if (!b) return NULL;
+        o.backend = b->name;
+    }
     kl_fn *f = calloc(1, sizeof *f);
     if (f) f->entries = calloc((size_t)o.recompile_limit, sizeof *f->entries);
     if (!f || !f->entries) {
@@ -254,6 +260,7 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, int n_in, int n_out, int gr
     char reason[256] = "";
     ir_graph *g = tr_trace(f->fn, f->user, in, n_in, n_out, &broke, reason, sizeof reason);
     if (g) g->fuse = f->o.mode == KL_COMPILE_FUSE && !needs_autograd(g, in, n_in, grad_mode);
+    if (g) g->backend = f->o.backend ? ir_backend_by_name(f->o.backend) : NULL;
     for (int i = 0; g && i < n_in; i++) /* inputs sharing storage: writes through one reach both */
         if (e->in[i].alias >= 0) ir_alias_input(g, i, e->in[i].alias);
     if (g && f->o.mode != KL_COMPILE_TRACE_ONLY && ir_optimize(g) != 0) {

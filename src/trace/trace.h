@@ -19,6 +19,11 @@ ir_graph *tr_trace(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_
  * input / captured tensor itself). Returns 0 or -1. */
 int tr_run_graph(const ir_graph *g, kl_tensor *const *inputs, kl_tensor **outputs);
 
+/* Tests: while tr_track_peak is set, tr_run_graph records the most storages (and CPU
+ * bytes) alive during its last call beyond those alive when it began. */
+extern int tr_track_peak;
+extern int64_t tr_peak_storages, tr_peak_bytes;
+
 /* Op launches a graph makes per call (nodes other than views, constants and
  * captured reads). */
 int64_t tr_count_launches(const ir_graph *g);

@@ -28,6 +28,14 @@ typedef struct tr_session {
     kl_tensor **cap_t;
     int32_t *cap_id;
     int ncap, capcap;
+    /* random reservations made while tracing (seed, offset), by slot */
+    ke_generator gen0;           /* the generator when tracing began */
+    ke_generator *rsv;
+    int nrsv, rsvcap;
+    /* the storage of every recorded output, with its value id */
+    ke_storage **ost;
+    int32_t *oid;
+    int nost, ostcap;
 } tr_session;
 
 static _Thread_local tr_session *cur;
@@ -78,6 +86,68 @@ static int32_t captured_id(tr_session *s, kl_tensor *t, kl_tensor **meta) {
     return *meta ? id : -1;
 }
 
+/* A random node's reservation made during this trace (the generator's seed,
+ * at or past its offset when tracing began) becomes a slot the executor
+ * reserves afresh at each call; two nodes with the same reservation share
+ * it. Any other reservation was made before tracing and stays fixed. */
+static int random_slot(tr_session *s, ke_attrs *a, const ir_value *out) {
+    uint64_t seed = (uint64_t)a->i[0], off = (uint64_t)a->i[1];
+    if (seed != s->gen0.seed || off < s->gen0.offset) return 0;
+    /* an empty draw reserves nothing, so the next draw starts at the same
+     * offset: it is never the same reservation */
+    if (ke_numel(out->ndim, out->shape) == 0) off = UINT64_MAX; /* matches no reservation */
+    int slot = 0;
+    while (slot < s->nrsv && (s->rsv[slot].seed != seed || s->rsv[slot].offset != off)) slot++;
+    if (slot == s->nrsv) {
+        if (s->nrsv == s->rsvcap) {
+            int cap = s->rsvcap ? 2 * s->rsvcap : 8;
+            ke_generator *r = realloc(s->rsv, sizeof *r * (size_t)cap);
+            if (!r) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+            s->rsv = r;
+            s->rsvcap = cap;
+        }
+        s->rsv[s->nrsv++] = (ke_generator){seed, off};
+    }
+    a->i[0] = slot;
+    a->i[1] = IR_RANDOM_SLOT;
+    return 0;
+}
+
+static int note_output(tr_session *s, kl_tensor *t) {
+    if (s->nost == s->ostcap) {
+        int cap = s->ostcap ? 2 * s->ostcap : 64;
+        ke_storage **a = realloc(s->ost, sizeof *a * (size_t)cap);
+        if (!a) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+        s->ost = a;
+        int32_t *b = realloc(s->oid, sizeof *b * (size_t)cap);
+        if (!b) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+        s->oid = b;
+        s->ostcap = cap;
+    }
+    s->ost[s->nost] = t->storage;
+    s->oid[s->nost++] = (int32_t)t->trace_id;
+    return 0;
+}
+
+/* A meta tensor without a value id: an alias autograd made of a recorded
+ * output while the op ran (the output got its id only afterwards), which it
+ * hands back to a derivative. It is that value if it has its geometry; any
+ * other meta tensor did not come from this trace. */
+static int32_t alias_id(const tr_session *s, kl_tensor *t, const char *op) {
+    for (int i = s->nost - 1; i >= 0; i--) {
+        if (s->ost[i] != t->storage) continue;
+        const ir_value *v = &s->g->values[s->oid[i]];
+        if (v->ndim == t->ndim && v->offset == t->offset && !memcmp(v->shape, t->shape, sizeof(int64_t) * t->ndim) &&
+            !memcmp(v->stride, t->stride, sizeof(int64_t) * t->ndim)) {
+            t->trace_id = s->oid[i];
+            return s->oid[i];
+        }
+    }
+    char b[128];
+    return ke_err(KL_ERR_ARG, op, "got %s, a meta tensor that is not a value of the function being traced",
+                  ke_fmt_tensor(b, sizeof b, t));
+}
+
 static int trace_handler(ke_call *c) {
     tr_session *s = cur;
     if (!s) return ke_err(KL_ERR_INTERNAL, ke_opname(c), "trace key without a trace session");
@@ -97,6 +167,8 @@ static int trace_handler(ke_call *c) {
         } else if (t->flags & KE_TF_WRAPPED) {
             double v = ke_load_f64(ke_data(t), (kl_dtype)t->dtype, 0);
             if ((ids[i] = ir_add_scalar(s->g, v, (kl_dtype)t->dtype, 1, KL_DEVICE_CPU)) < 0) goto out;
+        } else if (t->storage->device.type == KL_META) {
+            if ((ids[i] = alias_id(s, t, ke_opname(c))) < 0) goto out;
         } else if ((ids[i] = captured_id(s, t, &sub[i])) < 0) {
             goto out;
         }
@@ -116,11 +188,12 @@ static int trace_handler(ke_call *c) {
     for (int i = nin - 1; i >= 0; i--)
         if (!s->g->values[ids[i]].wrapped) dev = s->g->values[ids[i]].device;
     int32_t k = ir_add_node(s->g, c->op, c->inplace, nin, ids, sc.nout, sc.out, &c->a, dev);
-    if (k < 0) goto out;
+    if (k < 0 || ((ke_ops[c->op].flags & KE_F_RANDOM) && random_slot(s, &s->g->nodes[k].a, &s->g->values[s->g->nodes[k].out[0]]))) goto out;
     c->nout = sc.nout;
     for (int j = 0; j < sc.nout; j++) {
         c->out[j] = sc.out[j];
         c->out[j]->trace_id = s->g->nodes[k].out[j];
+        if (note_output(s, c->out[j])) goto out;
     }
     if (c->inplace && real0 && real0->trace_id < 0 && !(real0->flags & KE_TF_WRAPPED))
         for (int i = 0; i < s->ncap; i++)
@@ -157,6 +230,7 @@ ir_graph *tr_trace(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_
     ke_keyset inc = ke_tls_state.include;
     kl_device dev = ke_tls_state.default_device;
     ke_generator gen = ke_generator_get_state(ke_default_generator());
+    s.gen0 = gen;
     kl_scope_begin();
     int rc = 0;
     for (int i = 0; i < n_in && !rc; i++) {
@@ -193,6 +267,9 @@ ir_graph *tr_trace(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_
     free(outs);
     free(s.cap_t);
     free(s.cap_id);
+    free(s.rsv);
+    free(s.ost);
+    free(s.oid);
     if (s.broke) {
         *broke = 1;
         snprintf(why, why_cap, "%s", s.why);

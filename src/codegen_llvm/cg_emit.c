@@ -1,0 +1,795 @@
+/*
+ * cg_emit.c — kernel IR to one LLVM function (cg.h's cg_entry).
+ *
+ * The math is not written here: an OP statement stores its operands
+ * (converted to the op's compute dtype by dtype.c's conversion for that
+ * pair) in stack slots and calls the op's eager loop for that dtype with
+ * n = 1, exactly what the interpreter does a chunk at a time. The functions
+ * come from the eager bitcode (cg_bc_extract copies them into the kernel's
+ * module), are found through the impl tables' initializers at compile time
+ * (so the call is direct), and inline into the element loop, where SROA
+ * turns the slots into registers and the loop vectorizer widens the scalar
+ * formula. So compiled elementwise math is the eager formula.
+ *
+ * A REDUCE folds its row the way interp does: one loop writes the reduced
+ * operand of the whole row to a scratch row, then the reduction's own eager
+ * row fold (a 256-byte lane fold that vectorizes) and fin run on it. Row
+ * kernels recompute the element statements each loop needs (loads are hits
+ * in cache: the row is small), and a last loop does the stores.
+ */
+#include "cg.h"
+
+#include "ew.h"
+#include "kernels_reduce.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct em {
+    LLVMContextRef c;
+    LLVMModuleRef m;
+    LLVMBuilderRef b, ab; /* body builder; alloca builder (entry block) */
+    const ir_kernel *k;
+    const cg_plan *p;
+    LLVMValueRef fn, base[CG_MAX_BUFS + 1], ret_slot;
+    LLVMBasicBlockRef entry, exit;
+    LLVMTypeRef i8, i16, i32, i64, f32, f64, ptr, vd;
+    LLVMTypeRef loop_ty, conv_ty, init_ty, row_ty, fin_ty;
+    /* per statement */
+    LLVMValueRef *val;   /* element value in the current loop body, or row value */
+    uint8_t *have;       /* val[s] valid (element values: for the current body only) */
+    uint8_t *lvl;        /* where s is computed: 0 once per call, 1 once per row, 2 per element */
+    LLVMValueRef *saved; /* element values a REDUCE left in its scratch row (same dtype), or NULL */
+    LLVMValueRef cur_j;  /* position in the row of the current element loop */
+    int nreduce;
+    LLVMValueRef *loopf; /* OP: loop function; REDUCE: unused */
+    LLVMValueRef *attrs; /* OP / REDUCE: constant ke_attrs */
+    LLVMValueRef off[CG_MAX_BUFS]; /* element offsets in the current body */
+    LLVMValueRef row_off[CG_MAX_BUFS];
+    LLVMValueRef conv[KL_NUM_DTYPES][KL_NUM_DTYPES]; /* in the master module, then in m */
+    /* memory accesses of the element loop being built (cg_mark_parallel) */
+    int in_loop, nacc, acc_overflow;
+    LLVMValueRef acc[512];
+} em;
+
+static void track(em *e, LLVMValueRef inst) {
+    if (!e->in_loop) return;
+    if (e->nacc < (int)(sizeof e->acc / sizeof e->acc[0])) e->acc[e->nacc++] = inst;
+    else e->acc_overflow = 1;
+}
+
+/* ---- constants of the eager bitcode ----------------------------------------------- */
+
+/* The constant at byte offset off inside initializer c (through structs and
+ * arrays; clang emits partly zero arrays as structs), or NULL for zero. */
+static LLVMValueRef const_at(LLVMValueRef c, uint64_t off) {
+    LLVMTargetDataRef td = cg_master_layout();
+    for (;;) {
+        if (!c || LLVMIsNull(c)) return NULL;
+        LLVMTypeRef t = LLVMTypeOf(c);
+        LLVMTypeKind kind = LLVMGetTypeKind(t);
+        if (kind == LLVMStructTypeKind) {
+            unsigned n = LLVMCountStructElementTypes(t), i;
+            for (i = 0; i + 1 < n && LLVMOffsetOfElement(td, t, i + 1) <= off; i++) {
+            }
+            off -= LLVMOffsetOfElement(td, t, i);
+            c = LLVMGetAggregateElement(c, i);
+        } else if (kind == LLVMArrayTypeKind) {
+            uint64_t es = LLVMABISizeOfType(td, LLVMGetElementType(t));
+            c = LLVMGetAggregateElement(c, (unsigned)(off / es));
+            off %= es;
+        } else {
+            return off == 0 ? c : NULL;
+        }
+    }
+}
+
+static LLVMValueRef global_init(LLVMValueRef g) {
+    return g && LLVMIsAGlobalVariable(g) ? LLVMGetInitializer(g) : NULL;
+}
+
+static LLVMValueRef fn_at(LLVMValueRef init, uint64_t off) {
+    LLVMValueRef f = const_at(init, off);
+    return f && LLVMIsAFunction(f) ? f : NULL;
+}
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+static LLVMTypeRef ty(em *e, int dt) {
+    switch (dt) {
+    case KL_F32: return e->f32;
+    case KL_F64: return e->f64;
+    case KL_F16:
+    case KL_BF16: return e->i16;
+    case KL_I32: return e->i32;
+    case KL_I64: return e->i64;
+    default: return e->i8;
+    }
+}
+
+static LLVMValueRef ci64(em *e, int64_t v) { return LLVMConstInt(e->i64, (unsigned long long)v, 1); }
+static LLVMValueRef ci32(em *e, int64_t v) { return LLVMConstInt(e->i32, (unsigned long long)v, 1); }
+
+static LLVMValueRef slot(em *e, unsigned bytes) {
+    LLVMValueRef a = LLVMBuildAlloca(e->ab, LLVMArrayType(e->i8, bytes), "");
+    LLVMSetAlignment(a, 16);
+    return a;
+}
+
+static LLVMValueRef fn_in_m(em *e, LLVMValueRef master_fn) {
+    size_t len;
+    const char *name = LLVMGetValueName2(master_fn, &len);
+    return LLVMGetNamedFunction(e->m, name);
+}
+
+static LLVMValueRef call(em *e, LLVMTypeRef t, LLVMValueRef f, LLVMValueRef *args, unsigned n) {
+    return LLVMBuildCall2(e->b, t, f, args, n, "");
+}
+
+/* Converts value v of dtype from to dtype to through dtype.c's routine. */
+static LLVMValueRef convert(em *e, LLVMValueRef v, int from, int to) {
+    if (from == to) return v;
+    LLVMValueRef s = slot(e, 8), d = slot(e, 8);
+    LLVMBuildStore(e->b, v, s);
+    LLVMValueRef args[] = {d, ci64(e, 1), s, ci64(e, 1), ci64(e, 1)};
+    call(e, e->conv_ty, e->conv[from][to], args, 5);
+    return LLVMBuildLoad2(e->b, ty(e, to), d, "");
+}
+
+/* for (iv = lo; iv < hi; iv++): opens the body; loop_end closes it. */
+typedef struct loopctx {
+    LLVMBasicBlockRef pre, body, exit;
+    LLVMValueRef iv, hi;
+    int parallel; /* an element loop: annotated parallel */
+} loopctx;
+
+static void loop_begin(em *e, loopctx *L, LLVMValueRef lo, LLVMValueRef hi, int parallel) {
+    L->parallel = parallel;
+    if (parallel) e->in_loop = 1, e->nacc = 0, e->acc_overflow = 0;
+    L->pre = LLVMGetInsertBlock(e->b);
+    L->body = LLVMAppendBasicBlockInContext(e->c, e->fn, "loop");
+    L->exit = LLVMAppendBasicBlockInContext(e->c, e->fn, "after");
+    L->hi = hi;
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, lo, hi, ""), L->body, L->exit);
+    LLVMPositionBuilderAtEnd(e->b, L->body);
+    L->iv = LLVMBuildPhi(e->b, e->i64, "i");
+    LLVMAddIncoming(L->iv, &lo, &L->pre, 1);
+}
+
+static void loop_end(em *e, loopctx *L) {
+    LLVMValueRef next = LLVMBuildAdd(e->b, L->iv, ci64(e, 1), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
+    LLVMAddIncoming(L->iv, &next, &latch, 1);
+    LLVMValueRef br = LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, next, L->hi, ""), L->body, L->exit);
+    if (L->parallel) {
+        if (!e->acc_overflow) cg_mark_parallel(br, e->acc, e->nacc);
+        e->in_loop = 0;
+    }
+    LLVMPositionBuilderAtEnd(e->b, L->exit);
+}
+
+/* Element offsets of every buffer at position j of the current row. */
+static void set_offsets(em *e, LLVMValueRef j) {
+    const cg_plan *p = e->p;
+    e->cur_j = j;
+    for (int b = 0; b < p->nb; b++) {
+        LLVMValueRef o = LLVMBuildMul(e->b, j, ci64(e, p->stride[b][p->nd - 1]), "");
+        e->off[b] = e->row_off[b] ? LLVMBuildAdd(e->b, e->row_off[b], o, "") : o;
+    }
+}
+
+/* Row offsets of row r (all dims but the last). */
+static void set_row_offsets(em *e, LLVMValueRef r) {
+    const cg_plan *p = e->p;
+    for (int b = 0; b < p->nb; b++) e->row_off[b] = ci64(e, 0);
+    LLVMValueRef rem = r;
+    for (int d = p->nd - 2; d >= 0; d--) {
+        LLVMValueRef idx = d > 0 ? LLVMBuildSRem(e->b, rem, ci64(e, p->shape[d]), "") : rem;
+        for (int b = 0; b < p->nb; b++)
+            if (p->stride[b][d])
+                e->row_off[b] =
+                    LLVMBuildAdd(e->b, e->row_off[b], LLVMBuildMul(e->b, idx, ci64(e, p->stride[b][d]), ""), "");
+        if (d > 0) rem = LLVMBuildSDiv(e->b, rem, ci64(e, p->shape[d]), "");
+    }
+}
+
+static void forget_level(em *e, int level) {
+    for (int s = 0; s < e->k->nstmts; s++)
+        if (e->lvl[s] == level) e->have[s] = 0;
+}
+static void forget_elements(em *e) { forget_level(e, 2); }
+
+/* Hoisting by hand what LICM cannot (an output might alias a broadcast
+ * input, so the loads stay in the loop) and what would narrow the vectors
+ * (an int64 scalar operand in the loop halves the vectorization factor):
+ * loads that are the same for the whole call (stride 0 over the coalesced
+ * domain) or the whole row (stride 0 along the last dim), and ops of only
+ * such values, are computed once per call or per row. Not for rows of
+ * length 0, where they would run without any element (an integer division
+ * by zero must not be raised there). */
+static void classify(em *e) {
+    const ir_kernel *k = e->k;
+    const cg_plan *p = e->p;
+    int hoist = p->shape[p->nd - 1] > 0;
+    for (int s = 0; s < k->nstmts; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        int l = 2;
+        if (st->row || st->kind == IR_K_REDUCE) l = 1;
+        else if (st->kind == IR_K_LOAD && hoist) {
+            int all0 = 1;
+            for (int d = 0; d < p->nd; d++) all0 &= p->stride[st->buf][d] == 0;
+            l = all0 ? 0 : (!p->flat && p->stride[st->buf][p->nd - 1] == 0) ? 1 : 2;
+        } else if (st->kind == IR_K_OP && hoist) {
+            l = 0;
+            for (int i = 0; i < st->nargs; i++) l = e->lvl[st->args[i]] > l ? e->lvl[st->args[i]] : l;
+        } else if (st->kind == IR_K_STORE) l = 3;
+        e->lvl[s] = (uint8_t)l;
+    }
+}
+
+/* ---- statements ------------------------------------------------------------------- */
+
+static LLVMValueRef value(em *e, int s);
+
+
+static LLVMValueRef emit_op(em *e, int s) {
+    const ir_kstmt *st = &e->k->stmts[s];
+    const ke_ew_impl *impl = ke_ops[st->op].impl;
+    LLVMValueRef inarr = LLVMBuildAlloca(e->ab, LLVMArrayType(e->ptr, 4), "");
+    for (int i = 0; i < st->nargs; i++) {
+        const ir_kstmt *a = &e->k->stmts[st->args[i]];
+        int want = (impl->bool_in >> i) & 1 ? KL_BOOL : st->compute;
+        LLVMValueRef v = convert(e, value(e, st->args[i]), a->dtype, want);
+        LLVMValueRef sl = slot(e, 8);
+        LLVMBuildStore(e->b, v, sl);
+        LLVMValueRef idx[] = {ci64(e, 0), ci64(e, i)};
+        LLVMBuildStore(e->b, sl, LLVMBuildGEP2(e->b, LLVMArrayType(e->ptr, 4), inarr, idx, 2, ""));
+    }
+    LLVMValueRef res = slot(e, 8), err = LLVMBuildAlloca(e->ab, e->i32, "");
+    LLVMBuildStore(e->b, ci32(e, 0), err);
+    LLVMValueRef args[] = {ci64(e, 1), res, inarr, ci32(e, st->bcast), e->attrs[s], err};
+    call(e, e->loop_ty, e->loopf[s], args, 6);
+    /* integer division by zero: leave with (op << 32 | err); folds away for
+     * loops that never set err */
+    LLVMValueRef ev = LLVMBuildLoad2(e->b, e->i32, err, "");
+    LLVMBasicBlockRef bad = LLVMAppendBasicBlockInContext(e->c, e->fn, "err"),
+                      ok = LLVMAppendBasicBlockInContext(e->c, e->fn, "ok");
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntNE, ev, ci32(e, 0), ""), bad, ok);
+    LLVMPositionBuilderAtEnd(e->b, bad);
+    LLVMValueRef code = LLVMBuildOr(e->b, LLVMBuildZExt(e->b, ev, e->i64, ""), ci64(e, (int64_t)st->op << 32), "");
+    LLVMBuildStore(e->b, code, e->ret_slot);
+    LLVMBuildBr(e->b, e->exit);
+    LLVMPositionBuilderAtEnd(e->b, ok);
+    int rdt = impl->out_bool ? KL_BOOL : st->compute;
+    return convert(e, LLVMBuildLoad2(e->b, ty(e, rdt), res, ""), rdt, st->dtype);
+}
+
+static LLVMValueRef emit_load(em *e, int s, LLVMValueRef off) {
+    const ir_kstmt *st = &e->k->stmts[s];
+    LLVMTypeRef t = ty(e, st->dtype);
+    LLVMValueRef p = LLVMBuildGEP2(e->b, t, e->base[st->buf], &off, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(e->b, t, p, "");
+    LLVMSetAlignment(v, (unsigned)ke_dtypes[st->dtype].size);
+    track(e, v);
+    return v;
+}
+
+/* Value of statement s in the current loop body (or the row's value). */
+static LLVMValueRef value(em *e, int s) {
+    if (e->have[s]) return e->val[s];
+    const ir_kstmt *st = &e->k->stmts[s];
+    LLVMValueRef v = NULL;
+    if (e->saved[s] && e->lvl[s] == 2) { /* computed by an earlier loop of this row: reload */
+        LLVMTypeRef t = ty(e, st->dtype);
+        v = LLVMBuildLoad2(e->b, t, LLVMBuildGEP2(e->b, t, e->saved[s], &e->cur_j, 1, ""), "");
+        track(e, v);
+    } else if (st->kind == IR_K_LOAD)
+        v = emit_load(e, s, e->lvl[s] == 0 ? ci64(e, 0) : e->lvl[s] == 1 ? e->row_off[st->buf] : e->off[st->buf]);
+    else if (st->kind == IR_K_OP) v = emit_op(e, s);
+    e->val[s] = v;
+    e->have[s] = 1;
+    return v;
+}
+
+static void emit_store(em *e, int s, LLVMValueRef off) {
+    const ir_kstmt *st = &e->k->stmts[s];
+    LLVMValueRef v = value(e, st->args[0]);
+    LLVMTypeRef t = ty(e, st->dtype);
+    LLVMValueRef p = LLVMBuildGEP2(e->b, t, e->base[st->buf], &off, 1, "");
+    LLVMValueRef in = LLVMBuildStore(e->b, v, p);
+    LLVMSetAlignment(in, (unsigned)ke_dtypes[st->dtype].size);
+    track(e, in);
+}
+
+/* One reduction's functions in the kernel module. */
+typedef struct rdfns {
+    LLVMValueRef init, row, fin;
+    int vdt;
+} rdfns;
+
+static LLVMValueRef master_rd_kernel(int op, int compute, const ke_rd_op **host) {
+    const char *sym = cg_impl_symbol(op);
+    *host = ke_ops[op].impl;
+    LLVMValueRef g = sym ? LLVMGetNamedGlobal(cg_master(), sym) : NULL;
+    LLVMValueRef kern = const_at(global_init(g), offsetof(ke_rd_op, k) + (uint64_t)compute * sizeof(void *));
+    return kern && LLVMIsAGlobalVariable(kern) ? kern : NULL;
+}
+
+static LLVMValueRef master_rd_pre(int op, int compute) {
+    const char *sym = cg_impl_symbol(op);
+    LLVMValueRef g = sym ? LLVMGetNamedGlobal(cg_master(), sym) : NULL;
+    LLVMValueRef pre = const_at(global_init(g), offsetof(ke_rd_op, pre));
+    if (!pre || !LLVMIsAGlobalVariable(pre)) return NULL;
+    LLVMValueRef kern = const_at(global_init(pre), offsetof(ke_rd_op, k) + (uint64_t)compute * sizeof(void *));
+    return kern && LLVMIsAGlobalVariable(kern) ? kern : NULL;
+}
+
+static int rd_master_fns(LLVMValueRef kern, LLVMValueRef f[3]) {
+    LLVMValueRef init = global_init(kern);
+    f[0] = fn_at(init, offsetof(ke_rd_kernel, init));
+    f[1] = fn_at(init, offsetof(ke_rd_kernel, row));
+    f[2] = fn_at(init, offsetof(ke_rd_kernel, fin));
+    return f[0] && f[1] && f[2] ? 0 : -1;
+}
+
+static void rd_call(em *e, const rdfns *f, LLVMValueRef acc, LLVMValueRef out, LLVMValueRef pos, LLVMValueRef aux,
+                    LLVMValueRef scratch, int64_t n, LLVMValueRef attrs) {
+    LLVMValueRef a1[] = {acc, ci64(e, 1)};
+    call(e, e->init_ty, f->init, a1, 2);
+    LLVMValueRef a2[] = {acc, scratch, ci64(e, n), ci64(e, 0), aux, attrs};
+    call(e, e->row_ty, f->row, a2, 6);
+    LLVMValueRef a3[] = {out, pos, acc, ci64(e, 1), ci64(e, n), aux, attrs};
+    call(e, e->fin_ty, f->fin, a3, 7);
+}
+
+/* ---- lane folds -------------------------------------------------------------------
+ * sum, mean, prod, amax and amin of f32/f64 rows, written here with a vector
+ * accumulator: clang turns reduce_ops.c's max/min lane step into a select of
+ * pointers the vectorizer cannot widen (GCC vectorizes it), which left
+ * softmax's amax scalar. The IR repeats reduce_ops.c's row fold exactly:
+ * L = 256 / sizeof(T) lanes, blocks of L folded lane by lane, the lanes
+ * merged as a halving tree, merged into the initial value, then the tail
+ * element by element. Same operations in the same order: bitwise the eager
+ * row fold (and the interpreter). */
+enum { FOLD_NONE, FOLD_SUM, FOLD_MEAN, FOLD_PROD, FOLD_AMAX, FOLD_AMIN };
+
+static int fold_kind(const ir_kstmt *st) {
+    if (st->compute != KL_F32 && st->compute != KL_F64) return FOLD_NONE;
+    switch (st->op) {
+    case KE_OP_sum: return FOLD_SUM;
+    case KE_OP_mean: return FOLD_MEAN;
+    case KE_OP_prod: return FOLD_PROD;
+    case KE_OP_amax: return FOLD_AMAX;
+    case KE_OP_amin: return FOLD_AMIN;
+    default: return FOLD_NONE;
+    }
+}
+
+/* STEP(a, x) (MERGE is the same formula for these ops), scalars or vectors */
+static LLVMValueRef fold_step(em *e, int kind, LLVMValueRef a, LLVMValueRef x) {
+    switch (kind) {
+    case FOLD_SUM:
+    case FOLD_MEAN: return LLVMBuildFAdd(e->b, a, x, "");
+    case FOLD_PROD: return LLVMBuildFMul(e->b, a, x, "");
+    default: { /* (x > a || isnan(x)) ? x : a, and < for amin */
+        LLVMValueRef better = LLVMBuildFCmp(e->b, kind == FOLD_AMAX ? LLVMRealOGT : LLVMRealOLT, x, a, "");
+        LLVMValueRef nan = LLVMBuildFCmp(e->b, LLVMRealUNO, x, x, "");
+        return LLVMBuildSelect(e->b, LLVMBuildOr(e->b, better, nan, ""), x, a, "");
+    }
+    }
+}
+
+static LLVMValueRef fold_init(em *e, int kind, LLVMTypeRef t) {
+    switch (kind) {
+    case FOLD_PROD: return LLVMConstReal(t, 1.0);
+    case FOLD_AMAX: return LLVMConstReal(t, -1.0 / 0.0);
+    case FOLD_AMIN: return LLVMConstReal(t, 1.0 / 0.0);
+    default: return LLVMConstReal(t, 0.0);
+    }
+}
+
+static LLVMValueRef lanes_mask(em *e, unsigned from, unsigned n) {
+    LLVMValueRef idx[64];
+    for (unsigned i = 0; i < n; i++) idx[i] = ci32(e, from + i);
+    return LLVMConstVector(idx, n);
+}
+
+/* The fold of scratch[0..n) (dtype dt): the row's result, before fin. */
+static LLVMValueRef emit_fold(em *e, int kind, int dt, LLVMValueRef scratch, int64_t n) {
+    LLVMTypeRef t = ty(e, dt);
+    unsigned L = 256 / (unsigned)ke_dtypes[dt].size;
+    LLVMValueRef a = fold_init(e, kind, t);
+    int64_t blocks = n / L;
+    if (blocks > 0) {
+        /* the L lanes as K = L / W vectors of W (32 bytes: the target's
+         * preferred width; one <L x T> vector costs far more to legalize):
+         * lane j of vector k is l[k * W + j] */
+        enum { K = 8 };
+        unsigned W = L / K;
+        LLVMTypeRef vt = LLVMVectorType(t, W);
+        LLVMValueRef init[64];
+        for (unsigned i = 0; i < W; i++) init[i] = fold_init(e, kind, t);
+        LLVMValueRef v0 = LLVMConstVector(init, W), acc[K], next[K], v[K];
+        LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b);
+        loopctx B;
+        loop_begin(e, &B, ci64(e, 0), ci64(e, blocks), 0);
+        for (int q = 0; q < K; q++) {
+            acc[q] = LLVMBuildPhi(e->b, vt, "lanes");
+            LLVMAddIncoming(acc[q], &v0, &pre, 1);
+        }
+        for (int q = 0; q < K; q++) {
+            LLVMValueRef off = LLVMBuildAdd(e->b, LLVMBuildMul(e->b, B.iv, ci64(e, L), ""), ci64(e, q * (int64_t)W), "");
+            LLVMValueRef ld = LLVMBuildLoad2(e->b, vt, LLVMBuildGEP2(e->b, t, scratch, &off, 1, ""), "");
+            LLVMSetAlignment(ld, (unsigned)ke_dtypes[dt].size);
+            next[q] = fold_step(e, kind, acc[q], ld);
+        }
+        LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
+        for (int q = 0; q < K; q++) LLVMAddIncoming(acc[q], &next[q], &latch, 1);
+        loop_end(e, &B);
+        for (int q = 0; q < K; q++) { /* (the guard edge is never taken) */
+            v[q] = LLVMBuildPhi(e->b, vt, "folded");
+            LLVMAddIncoming(v[q], &next[q], &latch, 1);
+            LLVMAddIncoming(v[q], &v0, &B.pre, 1);
+        }
+        /* l[j] = MERGE(l[j], l[j + w]): whole vectors while w >= W */
+        for (int k = K / 2; k > 0; k /= 2)
+            for (int q = 0; q < k; q++) v[q] = fold_step(e, kind, v[q], v[q + k]);
+        LLVMValueRef x = v[0];
+        for (unsigned w = W / 2; w > 0; w /= 2) {
+            LLVMValueRef lo = LLVMBuildShuffleVector(e->b, x, LLVMGetUndef(LLVMTypeOf(x)), lanes_mask(e, 0, w), "");
+            LLVMValueRef hi = LLVMBuildShuffleVector(e->b, x, LLVMGetUndef(LLVMTypeOf(x)), lanes_mask(e, w, w), "");
+            x = fold_step(e, kind, lo, hi);
+        }
+        a = fold_step(e, kind, a, LLVMBuildExtractElement(e->b, x, ci32(e, 0), ""));
+    }
+    for (int64_t i = blocks * L; i < n && n - blocks * L <= 8; i++) { /* short tails unrolled */
+        LLVMValueRef idx = ci64(e, i);
+        LLVMValueRef x = LLVMBuildLoad2(e->b, t, LLVMBuildGEP2(e->b, t, scratch, &idx, 1, ""), "");
+        a = fold_step(e, kind, a, x);
+    }
+    if (n - blocks * L > 8) {
+        LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b);
+        LLVMValueRef a0 = a;
+        loopctx T;
+        loop_begin(e, &T, ci64(e, blocks * L), ci64(e, n), 0);
+        LLVMValueRef acc = LLVMBuildPhi(e->b, t, "tail");
+        LLVMAddIncoming(acc, &a0, &pre, 1);
+        LLVMValueRef x = LLVMBuildLoad2(e->b, t, LLVMBuildGEP2(e->b, t, scratch, &T.iv, 1, ""), "");
+        LLVMValueRef next = fold_step(e, kind, acc, x);
+        LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
+        LLVMAddIncoming(acc, &next, &latch, 1);
+        loop_end(e, &T);
+        a = LLVMBuildPhi(e->b, t, "");
+        LLVMAddIncoming(a, &next, &latch, 1);
+        LLVMAddIncoming(a, &a0, &T.pre, 1);
+    }
+    if (kind == FOLD_MEAN) a = LLVMBuildFDiv(e->b, a, LLVMConstReal(t, (double)n), "");
+    return a;
+}
+
+/* REDUCE s over the current row: its operand into scratch, then the fold. */
+static void emit_reduce(em *e, int s, const rdfns *main, const rdfns *pre) {
+    const ir_kstmt *st = &e->k->stmts[s];
+    const ke_rd_op *ro = ke_ops[st->op].impl;
+    const cg_plan *p = e->p;
+    int64_t n = p->shape[p->nd - 1];
+    LLVMValueRef off = ci64(e, (int64_t)e->nreduce++ * (p->shape[p->nd - 1] > 0 ? p->shape[p->nd - 1] : 1) * 8);
+    LLVMValueRef scratch = LLVMBuildGEP2(e->b, e->i8, e->base[p->nb], &off, 1, "");
+    loopctx L;
+    loop_begin(e, &L, ci64(e, 0), ci64(e, n), 1);
+    forget_elements(e);
+    set_offsets(e, L.iv);
+    const ir_kstmt *a = &e->k->stmts[st->args[0]];
+    LLVMValueRef v = convert(e, value(e, st->args[0]), a->dtype, st->compute);
+    LLVMValueRef dst = LLVMBuildGEP2(e->b, ty(e, st->compute), scratch, &L.iv, 1, "");
+    track(e, LLVMBuildStore(e->b, v, dst));
+    loop_end(e, &L);
+    /* later loops of the row read the operand back instead of recomputing it
+     * (softmax's exp); loads and cheap values are recomputed anyway */
+    if (a->dtype == st->compute && !a->row && a->kind == IR_K_OP && e->lvl[st->args[0]] == 2)
+        e->saved[st->args[0]] = scratch;
+    forget_elements(e);
+    int fk = fold_kind(st);
+    if (fk != FOLD_NONE && !pre) {
+        e->val[s] = convert(e, emit_fold(e, fk, st->compute, scratch, n), st->compute, st->dtype);
+        e->have[s] = 1;
+        return;
+    }
+    LLVMValueRef acc = slot(e, KE_RD_ACC_MAX), out = slot(e, 16), aux = slot(e, 16);
+    LLVMValueRef pos = LLVMBuildAlloca(e->ab, e->i64, "");
+    LLVMValueRef auxp = LLVMConstNull(e->ptr);
+    if (pre) {
+        rd_call(e, pre, acc, aux, pos, LLVMConstNull(e->ptr), scratch, n, e->attrs[s]);
+        if (ro->pre_inf_to_zero && (pre->vdt == KL_F32 || pre->vdt == KL_F64)) {
+            LLVMTypeRef t = ty(e, pre->vdt);
+            LLVMValueRef x = LLVMBuildLoad2(e->b, t, aux, "");
+            LLVMValueRef fabs_args[] = {x};
+            LLVMTypeRef ft = LLVMFunctionType(t, &t, 1, 0);
+            const char *nm = pre->vdt == KL_F32 ? "llvm.fabs.f32" : "llvm.fabs.f64";
+            LLVMValueRef fabs = LLVMGetNamedFunction(e->m, nm);
+            if (!fabs) fabs = LLVMAddFunction(e->m, nm, ft);
+            LLVMValueRef ax = call(e, ft, fabs, fabs_args, 1);
+            LLVMValueRef inf = LLVMBuildFCmp(e->b, LLVMRealOEQ, ax, LLVMConstReal(t, 1.0 / 0.0), "");
+            LLVMBuildStore(e->b, LLVMBuildSelect(e->b, inf, LLVMConstReal(t, 0.0), x, ""), aux);
+        }
+        auxp = aux;
+    }
+    rd_call(e, main, acc, out, pos, auxp, scratch, n, e->attrs[s]);
+    LLVMValueRef r = LLVMBuildLoad2(e->b, ty(e, main->vdt), out, "");
+    e->val[s] = convert(e, r, main->vdt, st->dtype);
+    e->have[s] = 1;
+}
+
+/* ---- the kernel ------------------------------------------------------------------- */
+
+static int unsupported(const ir_kernel *k, int s, const char *why) {
+    const ir_kstmt *st = &k->stmts[s];
+    return ke_err(KL_ERR_UNSUPPORTED, "compile", "llvm backend: statement v%d (%s%s in %s): %s", s,
+                  st->kind == IR_K_REDUCE ? "reduce_" : "", st->op >= 0 ? ke_ops[st->op].name : "store",
+                  ke_dtypes[st->compute].name, why);
+}
+
+static void make_types(em *e) {
+    LLVMContextRef c = e->c;
+    e->i8 = LLVMInt8TypeInContext(c);
+    e->i16 = LLVMInt16TypeInContext(c);
+    e->i32 = LLVMInt32TypeInContext(c);
+    e->i64 = LLVMInt64TypeInContext(c);
+    e->f32 = LLVMFloatTypeInContext(c);
+    e->f64 = LLVMDoubleTypeInContext(c);
+    e->ptr = LLVMPointerTypeInContext(c, 0);
+    e->vd = LLVMVoidTypeInContext(c);
+    LLVMTypeRef lp[] = {e->i64, e->ptr, e->ptr, e->i32, e->ptr, e->ptr};
+    e->loop_ty = LLVMFunctionType(e->vd, lp, 6, 0);
+    LLVMTypeRef cp[] = {e->ptr, e->i64, e->ptr, e->i64, e->i64};
+    e->conv_ty = LLVMFunctionType(e->vd, cp, 5, 0);
+    LLVMTypeRef ip[] = {e->ptr, e->i64};
+    e->init_ty = LLVMFunctionType(e->vd, ip, 2, 0);
+    LLVMTypeRef rp[] = {e->ptr, e->ptr, e->i64, e->i64, e->ptr, e->ptr};
+    e->row_ty = LLVMFunctionType(e->vd, rp, 6, 0);
+    LLVMTypeRef fp[] = {e->ptr, e->ptr, e->ptr, e->i64, e->i64, e->ptr, e->ptr};
+    e->fin_ty = LLVMFunctionType(e->vd, fp, 7, 0);
+}
+
+static LLVMValueRef attrs_global(em *e, const ke_attrs *a) {
+    LLVMValueRef init = LLVMConstStringInContext(e->c, (const char *)a, sizeof *a, 1);
+    LLVMValueRef g = LLVMAddGlobal(e->m, LLVMTypeOf(init), "attrs");
+    LLVMSetInitializer(g, init);
+    LLVMSetGlobalConstant(g, 1);
+    LLVMSetLinkage(g, LLVMPrivateLinkage);
+    LLVMSetUnnamedAddr(g, 1);
+    LLVMSetAlignment(g, 16);
+    return g;
+}
+
+/* Roots in the master module: every function the kernel calls. */
+typedef struct roots {
+    LLVMValueRef v[4 * 64 + 64];
+    int n;
+} roots;
+
+static void add_root(roots *r, LLVMValueRef f) {
+    for (int i = 0; i < r->n; i++)
+        if (r->v[i] == f) return;
+    if (r->n < (int)(sizeof r->v / sizeof r->v[0])) r->v[r->n++] = f;
+}
+
+static int need_conv(em *e, roots *r, LLVMValueRef table, int from, int to) {
+    if (from == to || e->conv[from][to]) return 0;
+    LLVMValueRef f = fn_at(table, ((uint64_t)from * KL_NUM_DTYPES + (uint64_t)to) * sizeof(void *));
+    if (!f) return -1;
+    e->conv[from][to] = f;
+    add_root(r, f);
+    return 0;
+}
+
+int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMModuleRef *out) {
+    em E = {.c = cg_ctx(), .k = k, .p = p};
+    em *e = &E;
+    make_types(e);
+    int ns = k->nstmts, rc = 0;
+    e->val = calloc((size_t)ns + 1, sizeof *e->val);
+    e->have = calloc((size_t)ns + 1, 1);
+    e->lvl = calloc((size_t)ns + 1, 1);
+    e->saved = calloc((size_t)ns + 1, sizeof *e->saved);
+    e->loopf = calloc((size_t)ns + 1, sizeof *e->loopf);
+    e->attrs = calloc((size_t)ns + 1, sizeof *e->attrs);
+    LLVMValueRef (*rdm)[2][3] = calloc((size_t)ns + 1, sizeof *rdm); /* master fns: main, pre */
+    int (*rdvdt)[2] = calloc((size_t)ns + 1, sizeof *rdvdt);
+    roots *R = calloc(1, sizeof *R);
+    if (!e->val || !e->have || !e->lvl || !e->saved || !e->loopf || !e->attrs || !rdm || !rdvdt || !R) {
+        rc = ke_err(KL_ERR_OOM, "compile", "out of memory");
+        goto done;
+    }
+    LLVMValueRef conv_table = global_init(LLVMGetNamedGlobal(cg_master(), "conv_table"));
+    if (!conv_table) {
+        rc = ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: no conversion table in the eager bitcode");
+        goto done;
+    }
+    /* find every function in the master module */
+    for (int s = 0; s < ns && !rc; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        if (st->kind == IR_K_OP) {
+            const ke_ew_impl *impl = ke_ops[st->op].impl;
+            const char *sym = cg_impl_symbol(st->op);
+            LLVMValueRef g = sym ? LLVMGetNamedGlobal(cg_master(), sym) : NULL;
+            LLVMValueRef f = fn_at(global_init(g), offsetof(ke_ew_impl, loop) + (uint64_t)st->compute * sizeof(void *));
+            if (ke_ops[st->op].kind != KE_KIND_EW || !impl || !impl->loop[st->compute] || !f || st->nargs > 4) {
+                rc = unsupported(k, s, "no elementwise loop in the eager bitcode");
+                break;
+            }
+            add_root(R, f);
+            e->loopf[s] = f;
+            for (int i = 0; i < st->nargs && !rc; i++) {
+                int want = (impl->bool_in >> i) & 1 ? KL_BOOL : st->compute;
+                rc = need_conv(e, R, conv_table, k->stmts[st->args[i]].dtype, want);
+            }
+            if (!rc) rc = need_conv(e, R, conv_table, impl->out_bool ? KL_BOOL : st->compute, st->dtype);
+            if (rc) rc = unsupported(k, s, "no conversion");
+        } else if (st->kind == IR_K_REDUCE) {
+            const ke_rd_op *ro;
+            LLVMValueRef kern = master_rd_kernel(st->op, st->compute, &ro);
+            if (ke_ops[st->op].kind != KE_KIND_REDUCE || !ro || ro->vout != 0 || ro->iout >= 0 || !k->row ||
+                !ro->k[st->compute] || !kern || rd_master_fns(kern, rdm[s][0])) {
+                rc = unsupported(k, s, "not a row reduction of the eager bitcode");
+                break;
+            }
+            rdvdt[s][0] = ro->k[st->compute]->vdt;
+            if (ro->pre) {
+                LLVMValueRef pk = master_rd_pre(st->op, st->compute);
+                if (!ro->pre->k[st->compute] || !pk || rd_master_fns(pk, rdm[s][1])) {
+                    rc = unsupported(k, s, "no first pass in the eager bitcode");
+                    break;
+                }
+                rdvdt[s][1] = ro->pre->k[st->compute]->vdt;
+                for (int i = 0; i < 3; i++) add_root(R, rdm[s][1][i]);
+            }
+            for (int i = 0; i < 3; i++) add_root(R, rdm[s][0][i]);
+            rc = need_conv(e, R, conv_table, k->stmts[st->args[0]].dtype, st->compute);
+            if (!rc) rc = need_conv(e, R, conv_table, rdvdt[s][0], st->dtype);
+            if (rc) rc = unsupported(k, s, "no conversion");
+        } else if (st->kind == IR_K_STORE) {
+            const ir_kstmt *a = &k->stmts[st->args[0]];
+            int once = k->row && k->bufs[st->buf].index[k->ndim - 1] == 0;
+            if (a->dtype != st->dtype) rc = unsupported(k, s, "stores a value of another dtype");
+            else if (once && !a->row) rc = unsupported(k, s, "stores an element value into a row output");
+        }
+    }
+    if (rc) goto done;
+    char *err = NULL;
+    e->m = cg_bc_extract(cg_master(), R->v, R->n, &err);
+    if (!e->m) {
+        rc = ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: reading the eager bitcode: %s", err ? err : "");
+        free(err);
+        goto done;
+    }
+    /* everything copied is private to the kernel; the target comes from the
+     * JIT's target machine, not from how the bitcode was compiled */
+    for (LLVMValueRef f = LLVMGetFirstFunction(e->m); f; f = LLVMGetNextFunction(f)) {
+        if (LLVMIsDeclaration(f)) continue;
+        LLVMSetLinkage(f, LLVMInternalLinkage);
+        LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, "target-cpu", 10);
+        LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, "target-features", 15);
+        LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, "tune-cpu", 8);
+    }
+    for (LLVMValueRef g = LLVMGetFirstGlobal(e->m); g; g = LLVMGetNextGlobal(g))
+        if (!LLVMIsDeclaration(g)) LLVMSetLinkage(g, LLVMInternalLinkage);
+    /* the clone declares everything the bitcode defines: drop what is unused,
+     * so the passes do not walk ~800 declarations */
+    for (LLVMValueRef f = LLVMGetFirstFunction(e->m), next; f; f = next) {
+        next = LLVMGetNextFunction(f);
+        if (LLVMIsDeclaration(f) && !LLVMGetFirstUse(f)) LLVMDeleteFunction(f);
+    }
+    for (LLVMValueRef g = LLVMGetFirstGlobal(e->m), next; g; g = next) {
+        next = LLVMGetNextGlobal(g);
+        if (LLVMIsDeclaration(g) && !LLVMGetFirstUse(g)) LLVMDeleteGlobal(g);
+    }
+    for (int s = 0; s < ns; s++) {
+        if (e->loopf[s]) e->loopf[s] = fn_in_m(e, e->loopf[s]);
+        if (k->stmts[s].kind == IR_K_OP || k->stmts[s].kind == IR_K_REDUCE) e->attrs[s] = attrs_global(e, &k->stmts[s].a);
+    }
+    for (int a = 0; a < KL_NUM_DTYPES; a++)
+        for (int b = 0; b < KL_NUM_DTYPES; b++)
+            if (e->conv[a][b]) e->conv[a][b] = fn_in_m(e, e->conv[a][b]);
+
+    /* int64_t name(int64_t begin, int64_t end, char *const *bases) */
+    LLVMTypeRef params[] = {e->i64, e->i64, e->ptr};
+    e->fn = LLVMAddFunction(e->m, name, LLVMFunctionType(e->i64, params, 3, 0));
+    LLVMSetLinkage(e->fn, LLVMExternalLinkage);
+    LLVMAddAttributeAtIndex(e->fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(e->c, LLVMGetEnumAttributeKindForName("nounwind", 8), 0));
+    e->b = LLVMCreateBuilderInContext(e->c);
+    e->ab = LLVMCreateBuilderInContext(e->c);
+    e->entry = LLVMAppendBasicBlockInContext(e->c, e->fn, "entry");
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(e->c, e->fn, "body");
+    e->exit = LLVMAppendBasicBlockInContext(e->c, e->fn, "exit");
+    LLVMPositionBuilderAtEnd(e->ab, e->entry);
+    e->ret_slot = LLVMBuildAlloca(e->ab, e->i64, "ret");
+    LLVMPositionBuilderAtEnd(e->b, body);
+    LLVMValueRef begin = LLVMGetParam(e->fn, 0), end = LLVMGetParam(e->fn, 1), bases = LLVMGetParam(e->fn, 2);
+    for (int b = 0; b <= p->nb; b++) {
+        LLVMValueRef idx = ci64(e, b);
+        e->base[b] = LLVMBuildLoad2(e->b, e->ptr, LLVMBuildGEP2(e->b, e->ptr, bases, &idx, 1, ""), "");
+    }
+    LLVMBuildStore(e->b, ci64(e, 0), e->ret_slot);
+    classify(e);
+    for (int s = 0; s < ns; s++) /* once per call (the range is never empty) */
+        if (e->lvl[s] == 0) value(e, s);
+    /* stores in statement order come last, after every load of the element:
+     * an output aliasing an input in place reads before it writes */
+    if (p->flat) {
+        loopctx L;
+        loop_begin(e, &L, begin, end, 1);
+        for (int b = 0; b < p->nb; b++) e->row_off[b] = NULL;
+        set_offsets(e, L.iv);
+        forget_elements(e);
+        for (int s = 0; s < ns; s++) {
+            if (k->stmts[s].kind == IR_K_STORE) emit_store(e, s, e->off[k->stmts[s].buf]);
+            else value(e, s);
+        }
+        loop_end(e, &L);
+    } else {
+        loopctx R0;
+        loop_begin(e, &R0, begin, end, 0);
+        set_row_offsets(e, R0.iv);
+        forget_level(e, 1);
+        int64_t n = p->shape[p->nd - 1];
+        int any_elem_store = 0;
+        for (int s = 0; s < ns; s++) {
+            const ir_kstmt *st = &k->stmts[s];
+            if (st->kind == IR_K_REDUCE) {
+                rdfns mainf = {fn_in_m(e, rdm[s][0][0]), fn_in_m(e, rdm[s][0][1]), fn_in_m(e, rdm[s][0][2]),
+                               rdvdt[s][0]};
+                rdfns pref = {0};
+                if (rdm[s][1][0])
+                    pref = (rdfns){fn_in_m(e, rdm[s][1][0]), fn_in_m(e, rdm[s][1][1]), fn_in_m(e, rdm[s][1][2]),
+                                   rdvdt[s][1]};
+                emit_reduce(e, s, &mainf, rdm[s][1][0] ? &pref : NULL);
+            } else if (e->lvl[s] == 1) {
+                value(e, s);
+            } else if (st->kind == IR_K_STORE && !(k->row && k->bufs[st->buf].index[k->ndim - 1] == 0)) {
+                any_elem_store = 1;
+            }
+        }
+        if (any_elem_store) {
+            loopctx L;
+            loop_begin(e, &L, ci64(e, 0), ci64(e, n), 1);
+            forget_elements(e);
+            set_offsets(e, L.iv);
+            for (int s = 0; s < ns; s++) {
+                const ir_kstmt *st = &k->stmts[s];
+                if (st->kind == IR_K_STORE && !(k->row && k->bufs[st->buf].index[k->ndim - 1] == 0))
+                    emit_store(e, s, e->off[st->buf]);
+            }
+            loop_end(e, &L);
+            forget_elements(e);
+        }
+        for (int s = 0; s < ns; s++) { /* row outputs: one element per row, also for an empty row */
+            const ir_kstmt *st = &k->stmts[s];
+            if (st->kind == IR_K_STORE && k->row && k->bufs[st->buf].index[k->ndim - 1] == 0)
+                emit_store(e, s, e->row_off[st->buf]);
+        }
+        loop_end(e, &R0);
+    }
+    LLVMBuildBr(e->b, e->exit);
+    LLVMBuildBr(e->ab, body);
+    LLVMPositionBuilderAtEnd(e->b, e->exit);
+    LLVMBuildRet(e->b, LLVMBuildLoad2(e->b, e->i64, e->ret_slot, ""));
+    LLVMDisposeBuilder(e->b);
+    LLVMDisposeBuilder(e->ab);
+    *out = e->m;
+    e->m = NULL;
+done:
+    if (e->m) LLVMDisposeModule(e->m);
+    free(e->val);
+    free(e->have);
+    free(e->lvl);
+    free(e->saved);
+    free(e->loopf);
+    free(e->attrs);
+    free(rdm);
+    free(rdvdt);
+    free(R);
+    return rc ? -1 : 0;
+}

@@ -1,0 +1,427 @@
+/*
+ * cg_llvm.c — the LLVM backend of kernel IR (cg_llvm_backend, name "llvm").
+ *
+ * compile: key = SHA-256 of the kernel (every field that decides its code),
+ * the host CPU name and features, the LLVM and Kiln versions and the eager
+ * bitcode itself. A kernel already loaded in this process with that key is
+ * shared (refcounted: graphs are cloned and recompiled per signature); else
+ * the disk cache (objcache.h) may hold its object; else cg_emit builds the
+ * module, cg_jit optimizes and emits it, and the object is stored. Objects
+ * go into the one LLJIT under one resource tracker per key, removed when
+ * the last kernel using it is freed.
+ *
+ * A kernel LLVM cannot take (an op without a loop in the bitcode, a failed
+ * verification) is not an error of the call: the handle runs it with the
+ * interpreter, with one KL_LOG=codegen line. cg_llvm_compile_strict is the
+ * same compile without that fallback (tests).
+ *
+ * run: the host side. Tensors must match the compiled buffers (dtype,
+ * shape); the strides were compiled in as constants, so a call whose
+ * strides differ runs through the interpreter (never wrong). The outer
+ * range is split over the eager thread pool (ke_parallel_for; small
+ * kernels run on the calling thread); the JIT'd code never calls back.
+ */
+#include "cg.h"
+
+#include "ew.h"
+#include "log.h"
+#include "objcache.h"
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define GRAIN 32768         /* elements per thread, at least (as interp) */
+#define CG_FORMAT "kiln-cg-1" /* bump when the emitted code's contract changes */
+
+extern const unsigned char cg_bitcode[];
+extern const size_t cg_bitcode_size;
+
+/* Code loaded in the JIT, shared by the kernels with its key. */
+typedef struct cg_code {
+    cg_key key;
+    void *rt;
+    cg_entry fn;
+    int refs;
+    struct cg_code *next;
+} cg_code;
+
+static cg_code *codes; /* under cg_lock */
+static _Atomic int64_t fallbacks;
+
+int64_t cg_llvm_fallbacks(void) { return atomic_load(&fallbacks); }
+
+typedef struct cg_handle {
+    const ir_kernel *k;
+    cg_plan plan;
+    cg_code *code;          /* NULL: runs on the interpreter */
+    _Atomic(void *) interp; /* interpreter handle (fallback; calls with other strides) */
+} cg_handle;
+
+/* ---- plan -------------------------------------------------------------------------- */
+
+/* The domain coalesced as interp.c's coalesce does at run time, from the
+ * compiled strides: size-1 dims dropped, dims contiguous in every buffer
+ * merged; a row kernel keeps its last dim apart. */
+void cg_plan_make(cg_plan *p, const ir_kernel *k) {
+    memset(p, 0, sizeof *p);
+    p->nb = k->ninputs + k->noutputs;
+    int nd = 0, keep_last = k->row;
+    for (int d = 0; d < k->ndim; d++) {
+        int last = keep_last && d == k->ndim - 1;
+        int64_t sh = k->shape[d];
+        if (sh == 1 && !last) continue;
+        if (nd > 0 && !last) {
+            int ok = 1;
+            for (int b = 0; b < p->nb; b++)
+                if (p->stride[b][nd - 1] != k->bufs[b].index[d] * sh) ok = 0;
+            if (ok) {
+                p->shape[nd - 1] *= sh;
+                for (int b = 0; b < p->nb; b++) p->stride[b][nd - 1] = k->bufs[b].index[d];
+                continue;
+            }
+        }
+        p->shape[nd] = sh;
+        for (int b = 0; b < p->nb; b++) p->stride[b][nd] = k->bufs[b].index[d];
+        nd++;
+    }
+    if (nd == 0) {
+        p->shape[0] = 1;
+        nd = 1;
+    }
+    p->nd = nd;
+    int64_t inner = p->shape[nd - 1], outer = ke_numel(nd - 1, p->shape);
+    p->flat = !k->row && nd == 1;
+    p->items = p->flat ? inner : outer;
+    p->per_item = p->flat ? 1 : (inner > 0 ? inner : 1);
+    for (int s = 0; s < k->nstmts; s++)
+        if (k->stmts[s].kind == IR_K_REDUCE) p->scratch += 8 * (inner > 0 ? inner : 1); /* a row per REDUCE */
+}
+
+/* ---- key --------------------------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void put(sbuf *s, const void *v, size_t n) {
+    if (s->n + n > s->cap) {
+        size_t cap = (s->cap + n) * 2;
+        char *q = realloc(s->p, cap);
+        if (!q) {
+            s->oom = 1;
+            return;
+        }
+        s->p = q;
+        s->cap = cap;
+    }
+    memcpy(s->p + s->n, v, n);
+    s->n += n;
+}
+#define PUT(s, x) put(s, &(x), sizeof(x))
+
+/* Every field that decides the code, field by field (structs have padding). */
+static void serialize(sbuf *s, const ir_kernel *k) {
+    PUT(s, k->ninputs), PUT(s, k->noutputs), PUT(s, k->nstmts), PUT(s, k->ndim), PUT(s, k->row);
+    put(s, k->shape, sizeof(int64_t) * k->ndim);
+    for (int b = 0; b < k->ninputs + k->noutputs; b++) {
+        const ir_kbuf *f = &k->bufs[b];
+        PUT(s, f->dtype), PUT(s, f->ndim), PUT(s, f->output), PUT(s, f->row);
+        put(s, f->shape, sizeof(int64_t) * f->ndim);
+        put(s, f->index, sizeof(int64_t) * k->ndim);
+    }
+    for (int i = 0; i < k->nstmts; i++) {
+        const ir_kstmt *st = &k->stmts[i];
+        PUT(s, st->kind), PUT(s, st->dtype), PUT(s, st->compute), PUT(s, st->row), PUT(s, st->bcast);
+        PUT(s, st->op), PUT(s, st->buf), PUT(s, st->nargs);
+        put(s, st->args, sizeof(int32_t) * 4);
+        put(s, st->a.f, sizeof st->a.f);
+        put(s, st->a.i, sizeof st->a.i);
+        PUT(s, st->a.nlist);
+        if (st->a.nlist > 0 && st->a.nlist <= KE_MAX_LIST) put(s, st->a.list, sizeof(int64_t) * st->a.nlist);
+    }
+}
+
+static cg_key bitcode_digest; /* under cg_lock, once */
+static int have_digest;
+
+static void kernel_key(cg_key *key, const ir_kernel *k, sbuf *s) {
+    if (!have_digest) {
+        const void *parts[] = {cg_bitcode};
+        size_t sizes[] = {cg_bitcode_size};
+        cg_key_of(&bitcode_digest, 1, parts, sizes);
+        have_digest = 1;
+    }
+    const char *cpu = cg_cpu_name(), *feat = cg_cpu_features();
+    char llvm_ver[32];
+    unsigned maj = 0, min = 0, pat = 0;
+    LLVMGetVersion(&maj, &min, &pat);
+    snprintf(llvm_ver, sizeof llvm_ver, "%u.%u.%u", maj, min, pat);
+    const void *parts[] = {CG_FORMAT, s->p, cpu, feat, llvm_ver, KL_VERSION_STRING, bitcode_digest.b};
+    size_t sizes[] = {strlen(CG_FORMAT), s->n, strlen(cpu), strlen(feat), strlen(llvm_ver),
+                      strlen(KL_VERSION_STRING), sizeof bitcode_digest.b};
+    cg_key_of(key, 7, parts, sizes);
+}
+
+/* ---- compile ----------------------------------------------------------------------- */
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static const char *debug_prefix(char *buf, size_t cap, const ir_kernel *k, const char *hex) {
+    static _Atomic int seq;
+    const char *dir = getenv("KL_DEBUG_DIR");
+    if (!dir || !*dir) return NULL;
+    mkdir(dir, 0777);
+    snprintf(buf, cap, "%s/codegen%03d_%.16s", dir, atomic_fetch_add(&seq, 1), hex);
+    char path[1200];
+    snprintf(path, sizeof path, "%s.kernel.txt", buf);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        ir_kernel_print(k, f);
+        fclose(f);
+    }
+    return buf;
+}
+
+/* Finds or makes the code of k. Called with cg_lock held. */
+static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
+    double t0 = now_ms();
+    if (cg_jit_init()) return NULL;
+    sbuf s = {0};
+    serialize(&s, k);
+    if (s.oom) {
+        free(s.p);
+        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        return NULL;
+    }
+    cg_key key;
+    kernel_key(&key, k, &s);
+    free(s.p);
+    char hex[65], sym[40];
+    cg_key_hex(&key, hex);
+    snprintf(sym, sizeof sym, "kiln_k_%.24s", hex);
+    for (cg_code *c = codes; c; c = c->next)
+        if (!memcmp(c->key.b, key.b, sizeof key.b)) {
+            c->refs++;
+            ke_log("codegen", "kernel %.16s: %d statements, loaded already (%.3f ms)", hex, k->nstmts,
+                   now_ms() - t0);
+            return c;
+        }
+    cg_code *c = calloc(1, sizeof *c);
+    if (!c) {
+        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        return NULL;
+    }
+    c->key = key;
+    void *obj = NULL;
+    size_t size = 0;
+    int n0 = 0, n1 = 0, rc = -1;
+    double ms[3] = {0, 0, 0};
+    const char *how = "compiled";
+    if (cg_cache_load(&key, &obj, &size)) {
+        rc = cg_jit_add(obj, size, sym, &c->rt, (void **)&c->fn);
+        free(obj);
+        obj = NULL;
+        how = "cache hit";
+        if (rc) { /* a valid entry the JIT refuses: compile afresh */
+            ke_log("codegen", "kernel %.16s: cached object refused, compiling", hex);
+            kl_clear_error();
+        }
+    }
+    if (rc) {
+        char pbuf[1100];
+        const char *dbg = debug_prefix(pbuf, sizeof pbuf, k, hex);
+        LLVMModuleRef m = NULL;
+        double t1 = now_ms();
+        rc = cg_emit_kernel(k, plan, sym, &m);
+        ms[2] = now_ms() - t1;
+        if (!rc) {
+            rc = cg_jit_optimize_emit(m, sym, dbg, &obj, &size, &n0, &n1, ms);
+            LLVMDisposeModule(m);
+        }
+        if (!rc) {
+            cg_cache_store(&key, obj, size);
+            rc = cg_jit_add(obj, size, sym, &c->rt, (void **)&c->fn);
+        }
+        free(obj);
+        how = cg_cache_dir() ? "cache miss, compiled" : "compiled";
+    }
+    if (rc) {
+        free(c);
+        return NULL;
+    }
+    c->refs = 1;
+    c->next = codes;
+    codes = c;
+    ke_log("codegen",
+           "kernel %.16s: %d statements, %d -> %d LLVM instructions, %s in %.2f ms (IR %.2f, optimize %.2f, "
+           "codegen %.2f), %zu-byte object",
+           hex, k->nstmts, n0, n1, how, now_ms() - t0, ms[2], ms[0], ms[1], size);
+    return c;
+}
+
+static void put_code(cg_code *c) {
+    if (--c->refs > 0) return;
+    for (cg_code **pp = &codes; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    cg_jit_remove(c->rt);
+    free(c);
+}
+
+static void *compile(const ir_kernel *k, int strict) {
+    if (k->ninputs + k->noutputs > CG_MAX_BUFS) {
+        ke_err(KL_ERR_UNSUPPORTED, "compile", "llvm backend: a kernel with more than %d buffers", CG_MAX_BUFS);
+        if (strict) return NULL;
+    }
+    cg_handle *h = calloc(1, sizeof *h);
+    if (!h) {
+        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        return NULL;
+    }
+    h->k = k;
+    if (k->ninputs + k->noutputs <= CG_MAX_BUFS) {
+        cg_plan_make(&h->plan, k);
+        cg_lock();
+        h->code = get_code(k, &h->plan);
+        cg_unlock();
+    }
+    if (!h->code) {
+        if (strict) {
+            free(h);
+            return NULL;
+        }
+        /* the interpreter takes what LLVM could not */
+        atomic_fetch_add(&fallbacks, 1);
+        ke_log("codegen", "falling back to the interpreter: %s", kl_last_error());
+        kl_clear_error();
+        void *ih = ir_interp_backend.compile(k);
+        if (!ih) {
+            free(h);
+            return NULL;
+        }
+        atomic_store(&h->interp, ih);
+    }
+    return h;
+}
+
+static void *cg_compile(const ir_kernel *k) { return compile(k, 0); }
+void *cg_llvm_compile_strict(const ir_kernel *k) { return compile(k, 1); }
+int cg_llvm_is_compiled(const void *h) { return h && ((const cg_handle *)h)->code != NULL; }
+
+static void cg_free(void *hp) {
+    cg_handle *h = hp;
+    if (!h) return;
+    if (h->code) {
+        cg_lock();
+        put_code(h->code);
+        cg_unlock();
+    }
+    void *ih = atomic_load(&h->interp);
+    if (ih) ir_interp_backend.free(ih);
+    free(h);
+}
+
+/* ---- run --------------------------------------------------------------------------- */
+
+typedef struct cg_job {
+    cg_entry fn;
+    char *base[CG_MAX_BUFS + 1];
+    int nb;
+    int64_t scratch;
+    _Atomic int64_t code;
+    _Atomic int oom;
+} cg_job;
+
+static void run_range(void *ctx, int64_t begin, int64_t end) {
+    cg_job *j = ctx;
+    char *base[CG_MAX_BUFS + 1];
+    _Alignas(64) char local[16384];
+    memcpy(base, j->base, sizeof base);
+    char *heap = NULL;
+    if (j->scratch > (int64_t)sizeof local) {
+        heap = malloc((size_t)j->scratch);
+        if (!heap) {
+            atomic_store(&j->oom, 1);
+            return;
+        }
+        base[j->nb] = heap;
+    } else {
+        base[j->nb] = local;
+    }
+    int64_t rc = j->fn(begin, end, base);
+    if (rc) {
+        int64_t expected = 0;
+        atomic_compare_exchange_strong(&j->code, &expected, rc);
+    }
+    free(heap);
+}
+
+static int run_interp(cg_handle *h, kl_tensor *const *in, kl_tensor *const *out) {
+    void *ih = atomic_load(&h->interp);
+    if (!ih) {
+        ih = ir_interp_backend.compile(h->k);
+        if (!ih) return -1;
+        void *expected = NULL;
+        if (!atomic_compare_exchange_strong(&h->interp, &expected, ih)) {
+            ir_interp_backend.free(ih);
+            ih = expected;
+        }
+    }
+    return ir_interp_backend.run(ih, in, out);
+}
+
+static int cg_run(void *hp, kl_tensor *const *in, kl_tensor *const *out) {
+    cg_handle *h = hp;
+    const ir_kernel *k = h->k;
+    if (!h->code) return run_interp(h, in, out);
+    cg_job j = {.fn = h->code->fn, .nb = h->plan.nb, .scratch = h->plan.scratch};
+    int64_t total = ke_numel(k->ndim, k->shape);
+    for (int b = 0; b < j.nb; b++) {
+        kl_tensor *t = b < k->ninputs ? in[b] : out[b - k->ninputs];
+        const ir_kbuf *kb = &k->bufs[b];
+        if (t->dtype != kb->dtype || t->ndim != kb->ndim || memcmp(t->shape, kb->shape, sizeof(int64_t) * t->ndim) ||
+            t->storage->device.type != KL_CPU)
+            return ke_err(KL_ERR_INTERNAL, "fn_call", "llvm backend: buffer %d does not match the kernel", b);
+        int64_t st[KL_MAX_DIMS];
+        ke_broadcast_strides(t, k->ndim, k->shape, st);
+        for (int d = 0; d < k->ndim; d++)
+            if (k->shape[d] != 1 && st[d] != kb->index[d] && total > 0) {
+                ke_log("codegen", "buffer %d has strides the kernel was not compiled for: interpreting", b);
+                return run_interp(h, in, out);
+            }
+        j.base[b] = ke_data(t);
+    }
+    if (!k->row && total == 0) return 0;
+    if (h->plan.items <= 0) return 0;
+    int64_t grain = GRAIN / h->plan.per_item > 0 ? GRAIN / h->plan.per_item : 1;
+    ke_parallel_for(h->plan.items, grain, run_range, &j);
+    if (atomic_load(&j.oom)) return ke_err(KL_ERR_OOM, "fn_call", "out of memory running a kernel");
+    int64_t code = atomic_load(&j.code);
+    if (code) {
+        int err = (int)(code & 0xffffffff), op = (int)(code >> 32);
+        const char *name = op >= 0 && op < KE_OP_COUNT ? ke_ops[op].name : "fn_call";
+        if (err == KE_EW_INT_DIV_ZERO) return ke_err(KL_ERR_ARG, name, "integer division by zero");
+        return ke_err(KL_ERR_INTERNAL, name, "elementwise loop failed");
+    }
+    return 0;
+}
+
+const ir_backend cg_llvm_backend = {
+    .name = "llvm",
+    .compile = cg_compile,
+    .run = cg_run,
+    .free = cg_free,
+};
