@@ -483,6 +483,49 @@ static void dce_keeps_effects(void **state) {
     kl_fn_release(f);
 }
 
+/* the sum of all inputs, written in place into the last one */
+static int sum_into_last(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_out;
+    kl_tensor *acc = in[0];
+    for (int i = 1; i < n_in - 1; i++) acc = kl_add(acc, in[i]);
+    out[0] = kl_add_inplace(in[n_in - 1], acc);
+    return out[0] ? 0 : -1;
+}
+
+static void input_sharing_is_guarded_for_many_inputs(void **state) {
+    (void)state;
+    /* 150 inputs (over the guard's on-stack limits): each call gives the same
+     * tensors except that the last input is, or is not, one of the others */
+    enum { N = 150 };
+    kl_fn *f = kl_compile(sum_into_last, NULL, mode(KL_COMPILE_NO_FUSE));
+    kl_tensor *in[N], *ein[N], *y;
+    for (int i = 0; i < N; i++) in[i] = kl_full(KL_SHAPE(3), i + 1, KL_F32);
+    assert_int_equal(kl_fn_call(f, in, N, &y, 1), 0);
+    assert_int_equal(kl_fn_call(f, in, N, &y, 1), 0);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 1);
+    assert_int_equal(st.cache_hits, 1);
+    /* input 150 is now input 37: a new signature, and the write lands in both */
+    kl_tensor *last = in[N - 1], *shared = kl_clone(in[36]);
+    in[N - 1] = in[36] = shared;
+    for (int i = 0; i < N; i++) ein[i] = i == 36 || i == N - 1 ? NULL : in[i];
+    ein[36] = ein[N - 1] = kl_clone(shared);
+    assert_int_equal(kl_fn_call(f, in, N, &y, 1), 0);
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 2);
+    assert_string_equal(st.last_reason, "input 150 now shares storage with input 37");
+    assert_int_equal(sum_into_last(NULL, ein, N, &y, 1), 0);
+    assert_same(shared, ein[36]);
+    /* and back: the first signature hits again */
+    in[N - 1] = last;
+    assert_int_equal(kl_fn_call(f, in, N, &y, 1), 0);
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 2);
+    assert_int_equal(st.cache_hits, 2);
+    kl_fn_release(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(traces_once_and_hits_the_cache),
@@ -502,6 +545,7 @@ int main(void) {
         KT_TEST(outputs_may_be_inputs_views_or_repeated),
         KT_TEST(bad_arguments),
         KT_TEST(dce_keeps_effects),
+        KT_TEST(input_sharing_is_guarded_for_many_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
