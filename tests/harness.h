@@ -38,18 +38,26 @@ static inline const char *kt_tmp_path(const char *name) {
     return b;
 }
 
-static inline void kt_tmp_cleanup(void) {
-    if (!kt_tmp_dir[0]) return;
-    DIR *d = opendir(kt_tmp_dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char p[600];
-        snprintf(p, sizeof p, "%s/%s", kt_tmp_dir, e->d_name);
-        if (rmdir(p) != 0) unlink(p);
+/* Removes a file, or a folder and everything below it (the kernel cache
+ * writes subfolders into a test's scratch folder). */
+static inline void kt_rm_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
     }
-    if (d) closedir(d);
-    rmdir(kt_tmp_dir);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[1024];
+        if (snprintf(p, sizeof p, "%s/%s", path, e->d_name) < (int)sizeof p) kt_rm_tree(p);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+static inline void kt_tmp_cleanup(void) {
+    if (kt_tmp_dir[0]) kt_rm_tree(kt_tmp_dir);
 }
 
 static inline int kt_setup(void **state) {

@@ -8,7 +8,7 @@
  * The binary re-executes itself (/proc/self/exe --child-...) for the checks
  * that need a fresh process; children report through their exit status.
  */
-#define _GNU_SOURCE /* nftw */
+#define _GNU_SOURCE /* mkdtemp, fchmod */
 #include "harness.h"
 
 #include "core.h" /* ke_err: a pending error the cache must leave alone */
@@ -18,7 +18,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -46,18 +45,12 @@ static cg_key key_named(const char *name) {
     return k;
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    remove(p);
-    return 0;
-}
-static void rm_tree(const char *p) { nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
 /* Points the cache at a fresh (not yet existing) folder in the test scratch dir. */
 static const char *use_dir(const char *name) {
     static char d[512];
     snprintf(d, sizeof d, "%s", kt_tmp_path(name));
-    rm_tree(d);
+    kt_rm_tree(d);
     setenv("KL_CACHE_DIR", d, 1);
     cg_cache_reset();
     return d;
@@ -261,11 +254,11 @@ static void test_store_load(void **state) {
     expect_hit(&k, obj, 777);
     assert_int_equal(count_files(dir, NULL), 1); /* no temporaries left behind */
     /* The folder may be deleted under a running process: the next store makes it again. */
-    rm_tree(dir);
+    kt_rm_tree(dir);
     expect_miss(&k);
     cg_cache_store(&k, obj, 100);
     expect_hit(&k, obj, 100);
-    rm_tree(dir);
+    kt_rm_tree(dir);
 }
 
 static void test_empty_payload(void **state) {
@@ -277,7 +270,7 @@ static void test_empty_payload(void **state) {
     entry_path(p, sizeof p, dir, &k);
     assert_int_equal(file_size(p), HDR);
     expect_hit(&k, NULL, 0);
-    rm_tree(dir);
+    kt_rm_tree(dir);
 }
 
 /* Child side of test_restart: loads the entry the parent stored. */
@@ -304,7 +297,7 @@ static void test_restart(void **state) {
     cg_cache_store(&k, obj, sizeof obj);
     const char *args[] = {"--child-load", NULL};
     assert_int_equal(run_self(args, NULL, NULL), 0);
-    rm_tree(dir);
+    kt_rm_tree(dir);
     assert_int_equal(run_self(args, NULL, NULL), 2); /* and a plain miss once it is gone */
 }
 
@@ -358,7 +351,7 @@ static void test_corrupt(void **state) {
     fill(obj, n, 4);
     expect_hit(&k, obj, n);
     free(good);
-    rm_tree(dir);
+    kt_rm_tree(dir);
 }
 
 static void test_truncated(void **state) {
@@ -386,7 +379,7 @@ static void test_truncated(void **state) {
     expect_rejected(&k, p);
     free(longer);
     free(good);
-    rm_tree(dir);
+    kt_rm_tree(dir);
 }
 
 static void test_foreign(void **state) {
@@ -413,7 +406,7 @@ static void test_foreign(void **state) {
     cg_cache_store(&k, obj, sizeof obj); /* rename fails: logged only */
     KT_NO_ERROR();
     rmdir(p);
-    rm_tree(dir);
+    kt_rm_tree(dir);
 }
 
 /* ---- unusable and disabled -------------------------------------------------------- */
@@ -466,7 +459,7 @@ static void test_error_state_untouched(void **state) {
     cg_cache_store(&k, obj, sizeof obj);
     expect_miss(&k);
     KT_EXPECT_ERROR(KL_ERR_ARG, "kl_test: pending before the cache ran");
-    rm_tree(dir);
+    kt_rm_tree(dir);
 }
 
 static void test_disabled(void **state) {
@@ -595,7 +588,7 @@ static void test_concurrent(void **state) {
         }
     assert_int_equal(count_files(dir, NULL), 1 + 2 * ROUNDS);
     assert_int_equal(count_files(dir, ".o.kc"), 1 + 2 * ROUNDS);
-    rm_tree(dir);
+    kt_rm_tree(dir);
 }
 
 /* ---- logs ------------------------------------------------------------------------- */
@@ -643,7 +636,7 @@ static int child_log(const char *dir) {
 static void test_log_lines(void **state) {
     (void)state;
     const char *dir = kt_tmp_path("logs");
-    rm_tree(dir);
+    kt_rm_tree(dir);
     assert_int_equal(mkdir(dir, 0700), 0);
     char err[600];
     snprintf(err, sizeof err, "%s/stderr.txt", dir);
@@ -678,7 +671,7 @@ static void test_log_lines(void **state) {
     assert_non_null(strstr(text, "failed: "));
     assert_non_null(strstr(text, ": Is a directory"));
     free(text);
-    rm_tree(dir);
+    kt_rm_tree(dir);
 }
 
 int main(int argc, char **argv) {
@@ -703,7 +696,7 @@ int main(int argc, char **argv) {
         KT_TEST(test_error_state_untouched),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    if (kt_tmp_dir[0]) rm_tree(kt_tmp_dir); /* failed tests leave whole folders behind */
+    if (kt_tmp_dir[0]) kt_rm_tree(kt_tmp_dir); /* failed tests leave whole folders behind */
     kt_tmp_cleanup();
     return rc;
 }
