@@ -416,6 +416,37 @@ static int empty_rows(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, 
     return out[0] ? 0 : -1;
 }
 
+/* every emitted lane fold: amax/amin (NaN and inf rows), sum of an operand
+ * read again later (kept in scratch), mean of a load, prod */
+static int row_folds(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *x = in[0];
+    kl_tensor *sq = kl_mul(x, x);
+    out[0] = kl_sub(kl_amax(x, KL_DIMS(-1), true), kl_amin(x, KL_DIMS(-1), true));
+    out[1] = kl_div(sq, kl_add_scalar(kl_sum(sq, KL_DIMS(-1), true), 1));
+    out[2] = kl_add(kl_mean(x, KL_DIMS(-1), true), kl_prod(kl_add_scalar(kl_mul_scalar(x, 0.01), 1), KL_DIMS(-1), true));
+    return out[0] && out[1] && out[2] ? 0 : -1;
+}
+
+static void row_fold_edges(void **state) {
+    (void)state;
+    /* no block, a short tail, blocks with a long tail, blocks only (f32 lanes: 64, f64: 32) */
+    int64_t cols[] = {5, 40, 200, 256, 1000};
+    kl_dtype dts[] = {KL_F32, KL_F64};
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < 5; i++) {
+            int64_t r = 4, c = cols[i];
+            kl_tensor *x = kl_contiguous(kl_to_dtype(kl_reshape(noise(r * c, 4, KL_F64), KL_SHAPE(r, c)), KL_F64));
+            double *xv = kl_data_ptr(x);
+            xv[1 * c + c / 3] = NAN; /* row 1: a NaN; row 2: +-inf; row 3: a NaN in the tail */
+            xv[2 * c + c / 2] = INFINITY;
+            xv[2 * c + c - 1] = -INFINITY;
+            xv[3 * c + c - 2] = NAN;
+            kl_tensor *in[1] = {kl_to_dtype(x, dts[d])};
+            compare_backends(row_folds, in, 1, 3, dts[d] == KL_F32 ? 1e-5 : 1e-12);
+        }
+}
+
 static void row_workloads(void **state) {
     (void)state;
     int64_t shapes[][2] = {{5, 7}, {64, 1000}, {3, 4096}};
@@ -629,6 +660,7 @@ int main(void) {
         KT_TEST(elementwise_workloads),
         KT_TEST(dtypes_and_bool),
         KT_TEST(row_workloads),
+        KT_TEST(row_fold_edges),
         KT_TEST(mlp_adamw_multi_output),
         KT_TEST(loop_errors_are_raised),
         KT_TEST(compile_errors_and_fallback),

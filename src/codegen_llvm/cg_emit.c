@@ -11,11 +11,14 @@
  * turns the slots into registers and the loop vectorizer widens the scalar
  * formula. So compiled elementwise math is the eager formula.
  *
- * A REDUCE folds its row the way interp does: one loop writes the reduced
- * operand of the whole row to a scratch row, then the reduction's own eager
- * row fold (a 256-byte lane fold that vectorizes) and fin run on it. Row
- * kernels recompute the element statements each loop needs (loads are hits
- * in cache: the row is small), and a last loop does the stores.
+ * A REDUCE folds its row the way interp does. Sum, mean, prod, amax and amin
+ * of f32/f64 compute their operand and fold it in one pass, in registers
+ * (emit_fused_fold: the same lane fold as reduce_ops.c, bitwise); the operand
+ * goes to a scratch row only when a later statement reads it. Other
+ * reductions write the operand of the whole row to a scratch row, then the
+ * reduction's own eager row fold and fin run on it. Row kernels recompute
+ * the element statements each loop needs (loads are hits in cache: the row
+ * is small), and a last loop does the stores.
  */
 #include "cg.h"
 
@@ -395,80 +398,145 @@ static LLVMValueRef lanes_mask(em *e, unsigned from, unsigned n) {
     return LLVMConstVector(idx, n);
 }
 
-/* The fold of scratch[0..n) (dtype dt): the row's result, before fin. */
-static LLVMValueRef emit_fold(em *e, int kind, int dt, LLVMValueRef scratch, int64_t n) {
-    LLVMTypeRef t = ty(e, dt);
-    unsigned L = 256 / (unsigned)ke_dtypes[dt].size;
-    LLVMValueRef a = fold_init(e, kind, t);
-    int64_t blocks = n / L;
-    if (blocks > 0) {
-        /* the L lanes as K = L / W vectors of W (32 bytes: the target's
-         * preferred width; one <L x T> vector costs far more to legalize):
-         * lane j of vector k is l[k * W + j] */
-        enum { K = 8 };
-        unsigned W = L / K;
-        LLVMTypeRef vt = LLVMVectorType(t, W);
-        LLVMValueRef init[64];
-        for (unsigned i = 0; i < W; i++) init[i] = fold_init(e, kind, t);
-        LLVMValueRef v0 = LLVMConstVector(init, W), acc[K], next[K], v[K];
-        LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b);
-        loopctx B;
-        loop_begin(e, &B, ci64(e, 0), ci64(e, blocks), 0);
-        for (int q = 0; q < K; q++) {
-            acc[q] = LLVMBuildPhi(e->b, vt, "lanes");
-            LLVMAddIncoming(acc[q], &v0, &pre, 1);
-        }
-        for (int q = 0; q < K; q++) {
-            LLVMValueRef off = LLVMBuildAdd(e->b, LLVMBuildMul(e->b, B.iv, ci64(e, L), ""), ci64(e, q * (int64_t)W), "");
-            LLVMValueRef ld = LLVMBuildLoad2(e->b, vt, LLVMBuildGEP2(e->b, t, scratch, &off, 1, ""), "");
-            LLVMSetAlignment(ld, (unsigned)ke_dtypes[dt].size);
-            next[q] = fold_step(e, kind, acc[q], ld);
-        }
-        LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
-        for (int q = 0; q < K; q++) LLVMAddIncoming(acc[q], &next[q], &latch, 1);
-        loop_end(e, &B);
-        for (int q = 0; q < K; q++) { /* (the guard edge is never taken) */
-            v[q] = LLVMBuildPhi(e->b, vt, "folded");
-            LLVMAddIncoming(v[q], &next[q], &latch, 1);
-            LLVMAddIncoming(v[q], &v0, &B.pre, 1);
-        }
-        /* l[j] = MERGE(l[j], l[j + w]): whole vectors while w >= W */
-        for (int k = K / 2; k > 0; k /= 2)
-            for (int q = 0; q < k; q++) v[q] = fold_step(e, kind, v[q], v[q + k]);
-        LLVMValueRef x = v[0];
-        for (unsigned w = W / 2; w > 0; w /= 2) {
-            LLVMValueRef lo = LLVMBuildShuffleVector(e->b, x, LLVMGetUndef(LLVMTypeOf(x)), lanes_mask(e, 0, w), "");
-            LLVMValueRef hi = LLVMBuildShuffleVector(e->b, x, LLVMGetUndef(LLVMTypeOf(x)), lanes_mask(e, w, w), "");
-            x = fold_step(e, kind, lo, hi);
-        }
-        a = fold_step(e, kind, a, LLVMBuildExtractElement(e->b, x, ci32(e, 0), ""));
+/* MERGE of the L lanes held as K vectors of W (lane j of vector k is
+ * l[k * W + j]), as the halving tree l[j] = MERGE(l[j], l[j + w]) for
+ * w = L/2 .. 1: whole vectors while w >= W, then shufflevectors. Returns
+ * lane 0. */
+enum { FOLD_K = 8 };
+static LLVMValueRef fold_tree(em *e, int kind, LLVMValueRef *v, unsigned W) {
+    for (int k = FOLD_K / 2; k > 0; k /= 2)
+        for (int q = 0; q < k; q++) v[q] = fold_step(e, kind, v[q], v[q + k]);
+    LLVMValueRef x = v[0];
+    for (unsigned w = W / 2; w > 0; w /= 2) {
+        LLVMValueRef lo = LLVMBuildShuffleVector(e->b, x, LLVMGetUndef(LLVMTypeOf(x)), lanes_mask(e, 0, w), "");
+        LLVMValueRef hi = LLVMBuildShuffleVector(e->b, x, LLVMGetUndef(LLVMTypeOf(x)), lanes_mask(e, w, w), "");
+        x = fold_step(e, kind, lo, hi);
     }
-    for (int64_t i = blocks * L; i < n && n - blocks * L <= 8; i++) { /* short tails unrolled */
-        LLVMValueRef idx = ci64(e, i);
-        LLVMValueRef x = LLVMBuildLoad2(e->b, t, LLVMBuildGEP2(e->b, t, scratch, &idx, 1, ""), "");
-        a = fold_step(e, kind, a, x);
+    return LLVMBuildExtractElement(e->b, x, ci32(e, 0), "");
+}
+
+/* a = STEP(a, src[i]) for i in [from, n), in order (the tail of a row). */
+static LLVMValueRef fold_tail(em *e, int kind, LLVMTypeRef t, LLVMValueRef a, LLVMValueRef src, int64_t from,
+                              int64_t n) {
+    if (n - from <= 8) { /* short tails unrolled */
+        for (int64_t i = from; i < n; i++) {
+            LLVMValueRef idx = ci64(e, i);
+            LLVMValueRef x = LLVMBuildLoad2(e->b, t, LLVMBuildGEP2(e->b, t, src, &idx, 1, ""), "");
+            a = fold_step(e, kind, a, x);
+        }
+        return a;
     }
-    if (n - blocks * L > 8) {
-        LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b);
-        LLVMValueRef a0 = a;
-        loopctx T;
-        loop_begin(e, &T, ci64(e, blocks * L), ci64(e, n), 0);
-        LLVMValueRef acc = LLVMBuildPhi(e->b, t, "tail");
-        LLVMAddIncoming(acc, &a0, &pre, 1);
-        LLVMValueRef x = LLVMBuildLoad2(e->b, t, LLVMBuildGEP2(e->b, t, scratch, &T.iv, 1, ""), "");
-        LLVMValueRef next = fold_step(e, kind, acc, x);
-        LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
-        LLVMAddIncoming(acc, &next, &latch, 1);
-        loop_end(e, &T);
-        a = LLVMBuildPhi(e->b, t, "");
-        LLVMAddIncoming(a, &next, &latch, 1);
-        LLVMAddIncoming(a, &a0, &T.pre, 1);
-    }
-    if (kind == FOLD_MEAN) a = LLVMBuildFDiv(e->b, a, LLVMConstReal(t, (double)n), "");
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b);
+    LLVMValueRef a0 = a;
+    loopctx T;
+    loop_begin(e, &T, ci64(e, from), ci64(e, n), 0);
+    LLVMValueRef acc = LLVMBuildPhi(e->b, t, "tail");
+    LLVMAddIncoming(acc, &a0, &pre, 1);
+    LLVMValueRef x = LLVMBuildLoad2(e->b, t, LLVMBuildGEP2(e->b, t, src, &T.iv, 1, ""), "");
+    LLVMValueRef next = fold_step(e, kind, acc, x);
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
+    LLVMAddIncoming(acc, &next, &latch, 1);
+    loop_end(e, &T);
+    a = LLVMBuildPhi(e->b, t, "");
+    LLVMAddIncoming(a, &next, &latch, 1);
+    LLVMAddIncoming(a, &a0, &T.pre, 1);
     return a;
 }
 
-/* REDUCE s over the current row: its operand into scratch, then the fold. */
+/* Is element value v used by a statement after s (read by a later loop of
+ * the row)? */
+static int used_after(em *e, int s, int v) {
+    for (int t = s + 1; t < e->k->nstmts; t++) {
+        const ir_kstmt *st = &e->k->stmts[t];
+        for (int i = 0; i < st->nargs; i++)
+            if (st->args[i] == v) return 1;
+    }
+    return 0;
+}
+
+/* Element i of the REDUCE's operand, converted to the compute dtype, in the
+ * current (element) loop body. */
+static LLVMValueRef reduce_operand(em *e, int s, LLVMValueRef i) {
+    const ir_kstmt *st = &e->k->stmts[s];
+    forget_elements(e);
+    set_offsets(e, i);
+    return convert(e, value(e, st->args[0]), e->k->stmts[st->args[0]].dtype, st->compute);
+}
+
+/* REDUCE s (sum, mean, prod, amax, amin of f32/f64) over the current row,
+ * the operand computed and folded in the same pass:
+ *
+ *   for each block b of L elements:            (lanes: L accumulators)
+ *     for l in [0, L): lanes[l] = STEP(lanes[l], operand(b * L + l))
+ *
+ * The inner loop is an element loop like any other (annotated parallel:
+ * iteration l touches only lanes[l] and its own element), so the vectorizer
+ * widens the operand's math and the steps, unrolls the L iterations away and
+ * LICM keeps the lanes in registers across blocks. Then the tree merge, the
+ * initial value, and the tail (computed by a vectorizable loop into scratch,
+ * folded element by element). Lane l sees the elements l, l + L, l + 2L...
+ * in order: the same operations in the same order as reduce_ops.c's row fold,
+ * so bitwise the interpreter's result. The operand goes to the scratch row
+ * only when a later statement reads it (softmax's exp); a load operand (mean
+ * of x) is folded straight from its buffer. */
+static LLVMValueRef emit_fused_fold(em *e, int s, int kind, LLVMValueRef scratch, int64_t n) {
+    const ir_kstmt *st = &e->k->stmts[s];
+    const ir_kstmt *a = &e->k->stmts[st->args[0]];
+    int dt = st->compute;
+    LLVMTypeRef t = ty(e, dt);
+    unsigned L = 256 / (unsigned)ke_dtypes[dt].size, W = L / FOLD_K;
+    int save = a->dtype == dt && !a->row && a->kind == IR_K_OP && e->lvl[st->args[0]] == 2 &&
+               used_after(e, s, st->args[0]);
+    LLVMValueRef acc = fold_init(e, kind, t);
+    int64_t blocks = n / (int64_t)L;
+    if (blocks > 0) {
+        LLVMTypeRef vt = LLVMVectorType(t, W);
+        LLVMValueRef init[64];
+        for (unsigned i = 0; i < W; i++) init[i] = fold_init(e, kind, t);
+        LLVMValueRef v0 = LLVMConstVector(init, W), v[FOLD_K];
+        LLVMValueRef lanes = LLVMBuildAlloca(e->ab, LLVMArrayType(t, L), "lanes");
+        LLVMSetAlignment(lanes, 64);
+        for (int q = 0; q < FOLD_K; q++) {
+            LLVMValueRef off = ci64(e, (int64_t)q * W);
+            LLVMSetAlignment(LLVMBuildStore(e->b, v0, LLVMBuildGEP2(e->b, t, lanes, &off, 1, "")), 32);
+        }
+        loopctx B, I;
+        loop_begin(e, &B, ci64(e, 0), ci64(e, blocks), 0);
+        LLVMValueRef first = LLVMBuildMul(e->b, B.iv, ci64(e, L), "");
+        loop_begin(e, &I, ci64(e, 0), ci64(e, L), 1);
+        LLVMValueRef j = LLVMBuildAdd(e->b, first, I.iv, "");
+        LLVMValueRef x = reduce_operand(e, s, j);
+        if (save) track(e, LLVMBuildStore(e->b, x, LLVMBuildGEP2(e->b, t, scratch, &j, 1, "")));
+        LLVMValueRef lp = LLVMBuildGEP2(e->b, t, lanes, &I.iv, 1, "");
+        LLVMValueRef old = LLVMBuildLoad2(e->b, t, lp, "");
+        track(e, old);
+        track(e, LLVMBuildStore(e->b, fold_step(e, kind, old, x), lp));
+        loop_end(e, &I);
+        forget_elements(e);
+        loop_end(e, &B);
+        for (int q = 0; q < FOLD_K; q++) {
+            LLVMValueRef off = ci64(e, (int64_t)q * W);
+            v[q] = LLVMBuildLoad2(e->b, vt, LLVMBuildGEP2(e->b, t, lanes, &off, 1, ""), "");
+            LLVMSetAlignment(v[q], 32);
+        }
+        acc = fold_step(e, kind, acc, fold_tree(e, kind, v, W));
+    }
+    if (blocks * (int64_t)L < n) { /* the tail: operand into scratch (vectorized), folded in order */
+        loopctx T;
+        loop_begin(e, &T, ci64(e, blocks * (int64_t)L), ci64(e, n), 1);
+        LLVMValueRef x = reduce_operand(e, s, T.iv);
+        track(e, LLVMBuildStore(e->b, x, LLVMBuildGEP2(e->b, t, scratch, &T.iv, 1, "")));
+        loop_end(e, &T);
+        forget_elements(e);
+        acc = fold_tail(e, kind, t, acc, scratch, blocks * (int64_t)L, n);
+    }
+    if (save) e->saved[st->args[0]] = scratch;
+    if (kind == FOLD_MEAN) acc = LLVMBuildFDiv(e->b, acc, LLVMConstReal(t, (double)n), "");
+    return acc;
+}
+
+/* REDUCE s over the current row: a lane fold (above), or its operand into
+ * scratch, then the reduction's eager row functions. */
 static void emit_reduce(em *e, int s, const rdfns *main, const rdfns *pre) {
     const ir_kstmt *st = &e->k->stmts[s];
     const ke_rd_op *ro = ke_ops[st->op].impl;
@@ -476,6 +544,12 @@ static void emit_reduce(em *e, int s, const rdfns *main, const rdfns *pre) {
     int64_t n = p->shape[p->nd - 1];
     LLVMValueRef off = ci64(e, (int64_t)e->nreduce++ * (p->shape[p->nd - 1] > 0 ? p->shape[p->nd - 1] : 1) * 8);
     LLVMValueRef scratch = LLVMBuildGEP2(e->b, e->i8, e->base[p->nb], &off, 1, "");
+    int fk = fold_kind(st);
+    if (fk != FOLD_NONE && !pre) {
+        e->val[s] = convert(e, emit_fused_fold(e, s, fk, scratch, n), st->compute, st->dtype);
+        e->have[s] = 1;
+        return;
+    }
     loopctx L;
     loop_begin(e, &L, ci64(e, 0), ci64(e, n), 1);
     forget_elements(e);
@@ -490,12 +564,6 @@ static void emit_reduce(em *e, int s, const rdfns *main, const rdfns *pre) {
     if (a->dtype == st->compute && !a->row && a->kind == IR_K_OP && e->lvl[st->args[0]] == 2)
         e->saved[st->args[0]] = scratch;
     forget_elements(e);
-    int fk = fold_kind(st);
-    if (fk != FOLD_NONE && !pre) {
-        e->val[s] = convert(e, emit_fold(e, fk, st->compute, scratch, n), st->compute, st->dtype);
-        e->have[s] = 1;
-        return;
-    }
     LLVMValueRef acc = slot(e, KE_RD_ACC_MAX), out = slot(e, 16), aux = slot(e, 16);
     LLVMValueRef pos = LLVMBuildAlloca(e->ab, e->i64, "");
     LLVMValueRef auxp = LLVMConstNull(e->ptr);
