@@ -36,10 +36,11 @@
 #include <time.h>
 
 #define GRAIN 32768         /* elements per thread, at least (as interp) */
-#define CG_FORMAT "kiln-cg-2" /* bump when the emitted code's contract changes */
+#define CG_FORMAT "kiln-cg-2" /* the key also holds the generator sources' digest: a changed cg_*.c never loads old objects */
 
 extern const unsigned char cg_bitcode[];
 extern const size_t cg_bitcode_size;
+extern const char cg_generator_digest[]; /* of the code generator's sources (embed_bitcode.py) */
 
 /* Code loaded in the JIT, shared by the kernels with its key. */
 typedef struct cg_code {
@@ -163,10 +164,11 @@ static void kernel_key(cg_key *key, const ir_kernel *k, sbuf *s) {
     unsigned maj = 0, min = 0, pat = 0;
     LLVMGetVersion(&maj, &min, &pat);
     snprintf(llvm_ver, sizeof llvm_ver, "%u.%u.%u", maj, min, pat);
-    const void *parts[] = {CG_FORMAT, s->p, cpu, feat, llvm_ver, KL_VERSION_STRING, bitcode_digest.b};
-    size_t sizes[] = {strlen(CG_FORMAT), s->n, strlen(cpu), strlen(feat), strlen(llvm_ver),
-                      strlen(KL_VERSION_STRING), sizeof bitcode_digest.b};
-    cg_key_of(key, 7, parts, sizes);
+    const void *parts[] = {CG_FORMAT,          s->p, cpu, feat, llvm_ver, KL_VERSION_STRING, bitcode_digest.b,
+                           cg_generator_digest};
+    size_t sizes[] = {strlen(CG_FORMAT),  s->n, strlen(cpu), strlen(feat), strlen(llvm_ver),
+                      strlen(KL_VERSION_STRING), sizeof bitcode_digest.b, strlen(cg_generator_digest)};
+    cg_key_of(key, 8, parts, sizes);
 }
 
 /* ---- compile ----------------------------------------------------------------------- */
