@@ -16,7 +16,9 @@
  * (a + C) - C rounding, exact Cody-Waite subtractions, NaN compares, signed
  * zeros).  FMA contraction is fine either way: every step that must be exact
  * is exact with or without a fused multiply-add (results may differ in the
- * last bit between FMA and non-FMA builds; both meet the bounds).
+ * last bit between FMA and non-FMA builds; both meet the bounds).  Where the
+ * target has FMA (__FMA__), erf/gelu_erf also call __builtin_fmaf for exact
+ * products and residuals (elsewhere: Dekker's product, same results).
  *
  * Accuracy, asserted by tests/test_vmath.c over dense sweeps: exp, exp2, log,
  * log2 <= 2 ulp; expm1, log1p <= 3; tanh, sigmoid, erf <= 4; sin, cos <= 4
@@ -458,94 +460,190 @@ KE__VINLINE float ke__erf_small(float a)
 }
 
 /*
- * erfc(a) = m * 2^n for a in [0.5, 10.5], with relative accuracy (gelu_erf
- * needs erfc in its far negative tail, not just 1 - erf).
- *
- *     erfc(a) = t * exp(-a^2 + R(t)),   t = 2/(2 + a)
- *
- * The factor t absorbs the ~1/a decay of erfc(a)*exp(a^2), leaving
- * R(t) = log(erfc(a) * exp(a^2) / t) smooth on t in [0.16, 0.8]; a degree-9
- * polynomial fits it with absolute error 1.5e-9 (= relative error of erfc).
- *
- * This part runs in double, for two reasons.  exp(-a^2) has condition number
- * a^2 (up to 110), so a^2 and the sum -a^2 + R must not be rounded to float
- * before the exp reduction; the double sum is split into float hi + lo for
- * ke__exp_core.  And a float t = 2/(2+a) carries a rounding error that
- * shifts the result by ~(2+a)/a * 2^-24 relative (through both the factor t
- * and R(t)), i.e. 1-2 ulp; in double it is negligible.  The caller passes
- * a2 = a*a exactly (a float squared is exact in double).
+ * Exact products: a*b = hi + lo exactly (no overflow/underflow assumed).
+ * With a fused multiply-add (__FMA__: -mfma, -march=haswell or later,
+ * -march=native on such machines) lo is one fma; otherwise Dekker's product
+ * with Veltkamp's split (12 + 12 bits; every step exact in round-to-nearest,
+ * with or without contraction, since no compiler contracts without an FMA
+ * unit).  Both give the same lo: it is the exact rounding error.
+ * __builtin_fmaf is only used when the target has the instruction (GCC would
+ * otherwise call libm's fmaf and the loop would stay scalar).
  */
-KE__VINLINE float ke__erfc_big(double a, double a2, int32_t *n)
+#if defined(__FMA__)
+#define KE__HAVE_FMA 1
+#define KE__FMA(a, b, c) __builtin_fmaf(a, b, c)
+#else
+#define KE__HAVE_FMA 0
+#define KE__FMA(a, b, c) ((a) * (b) + (c))
+#endif
+KE__VINLINE float ke__split_hi(float a)
 {
-    double t = 2.0 / (2.0 + a);
-    double R = 0x1.0310f07925bd2p-2;
-    R = R * t - 0x1.30b4a940956c2p+0;
-    R = R * t + 0x1.18bd1d5cee528p+1;
-    R = R * t - 0x1.e334e0958f0cbp+0;
-    R = R * t + 0x1.89e5997736192p-1;
-    R = R * t - 0x1.8cc0199d08fccp-2;
-    R = R * t + 0x1.2fd1a727043e1p-3;
-    R = R * t + 0x1.76f4e31078490p-2;
-    R = R * t + 0x1.002ce38148e6bp+0;
-    R = R * t - 0x1.43fa1d6ce52cbp+0;
-    double v = R - a2;
-    float vhi = (float)v;
-    float vlo = (float)(v - (double)vhi);
-    float p = ke__exp_core(vhi, -vlo, n);
-    return (float)(t * (double)p);
+    float c = 4097.0f * a; /* 2^12 + 1 */
+    return c - (c - a);
+}
+KE__VINLINE float ke__two_prod(float a, float b, float *lo)
+{
+    float hi = a * b;
+#if KE__HAVE_FMA
+    *lo = __builtin_fmaf(a, b, -hi);
+#else
+    float ah = ke__split_hi(a), bh = ke__split_hi(b);
+    float al = a - ah, bl = b - bh;
+    *lo = ((ah * bh - hi) + ah * bl + al * bh) + al * bl;
+#endif
+    return hi;
+}
+/* num - q*d exactly, for q = num/d correctly rounded (that residual is a
+ * float; no overflow/underflow in the ranges used). */
+KE__VINLINE float ke__div_residual(float num, float q, float d)
+{
+#if KE__HAVE_FMA
+    return __builtin_fmaf(-q, d, num);
+#else
+    float lo;
+    float hi = ke__two_prod(q, d, &lo);
+    return (num - hi) - lo; /* num - hi is exact (Sterbenz) */
+#endif
+}
+
+/* Constants of the erfc core: t = KE__ERFC_N / (KE__ERFC_C + b) and
+ * s = t - KE__ERFC_T0. */
+#define KE__ERFC_C 0x1.dc0000p+1f  /* 3.71875 */
+#define KE__ERFC_N 0x1.291684p+1f  /* 2.3210, slightly above 0.125 * (C + 14.849242) */
+#define KE__ERFC_T0 0x1.800000p-2f /* 0.375 */
+
+/*
+ * erfc(b/sqrt2) = t * (1 + e) * 2^n for b in [0, 14.85] (a = b/sqrt2 in
+ * [0, 10.5]),
+ * with relative accuracy (gelu_erf needs erfc in its far negative tail, not
+ * just 1 - erf).  The caller passes b and -b^2/2 as a float pair e_hi + e_lo
+ * (exact, up to underflow for b < 2^-63, which cannot matter in an exp
+ * argument).
+ *
+ *     erfc(b/sqrt2) = t * exp(-b^2/2 + R(t)),   t = N/(C + b) in [0.125, 0.625]
+ *
+ * The factor t absorbs the ~1/b decay of erfc*exp(b^2/2), leaving
+ * R(t) = log(erfc(b/sqrt2) * exp(b^2/2) / t) in [-0.85, 0.48], smooth in t.
+ * R is a degree-10 polynomial in s = t - 0.375, |s| <= 0.25 (fit error
+ * 4.1e-9 with the float coefficients: 0.07 ulp of erfc).  N and C put t in
+ * [0.125, 1), where t - 0.375 is exact (Sterbenz on [0.1875, 0.75], and the
+ * difference needs no more bits than t has elsewhere), and s centred: a
+ * polynomial in t itself on such a range has coefficients of several
+ * hundreds whose Horner roundings cost ~3 ulp.  All in float:
+ *
+ * - exp(-b^2/2 + R) has condition number b^2/2 (up to 110), so neither the
+ *   square nor the sum is rounded: e_hi goes through the Cody-Waite step
+ *   e_hi - n*LN2_HI (exact for b >= 0.21, checked over every float b; below,
+ *   where n = 1 and |e_hi| < 0.022, it rounds by <= 2^-25), then R and the
+ *   small terms are added, each sum rounding at the size of the reduced
+ *   argument (|r| <= 0.36, also checked: 2^-26).  t in [0.125, 0.625], the
+ *   exact d - C and t - 0.375 were checked over every float b as well.
+ * - t = fl(N / d), d = fl(C + b), is off from the exact N/(C + b) by a
+ *   relative eps = ((N - t*d) - t*dlo) / N, where dlo = C + b - d (exact:
+ *   d - C is exact) and N - t*d is the exact division residual.  A relative
+ *   error eps in t shifts log(erfc) by K*eps, K = d log(erfc*e^(b^2/2)) /
+ *   d log t = 1 + t R'(t) in [1.24, 2.97]; left alone that would cost up to
+ *   3 * 2^-23 relative (3-6 ulp), so K/N (quadratic in s, 2.3% error) times
+ *   the residual is added to the exponent: t, as the factor and as R's
+ *   argument, then acts as the exact N/(C + b).
+ * Returned unrounded as erfc = t * (1 + e) * 2^n (e = expm1(r) in
+ * [-0.3, 0.42]) so that callers round once where they combine it.
+ */
+KE__VINLINE float ke__erfc_core(float b, float e_hi, float e_lo, int32_t *n, float *tp)
+{
+    float d = KE__ERFC_C + b;
+    float dlo = b - (d - KE__ERFC_C);
+    float t = KE__ERFC_N / d;
+    float res = ke__div_residual(KE__ERFC_N, t, d) - t * dlo;
+    float s = t - KE__ERFC_T0;
+    float R = 0x1.a14a6ep+4f;
+    R = R * s - 0x1.2df060p+1f;
+    R = R * s - 0x1.d17d3ap+3f;
+    R = R * s + 0x1.763d68p-1f;
+    R = R * s + 0x1.8aad4ep+2f;
+    R = R * s + 0x1.7658f8p-2f;
+    R = R * s - 0x1.65e768p+1f;
+    R = R * s - 0x1.e7370ep-1f;
+    R = R * s + 0x1.86d6dep+0f;
+    R = R * s + 0x1.5a1318p+1f;
+    R = R * s - 0x1.17b1b0p-2f;
+    float K = (0x1.4b8cb0p-1f * s + 0x1.8cda80p+0f) * s + 0x1.bce3a0p-1f; /* K / N */
+    /* Reduction as in ke__exp_core, of the argument e_hi + R + small. */
+    float z = (e_hi + R) * KE__LOG2E + KE__SHIFT;
+    float nf = z - KE__SHIFT;
+    *n = (int32_t)(ke__asu(z) - ke__asu(KE__SHIFT));
+    float small = (e_lo + K * res) - nf * KE__LN2_LO;
+    float r = ((e_hi - nf * KE__LN2_HI) + R) + small;
+    *tp = t;
+    return ke__expm1_poly4(r);
 }
 
 /*
  * erf(x): |x| < 1 uses the odd polynomial; |x| >= 1 uses 1 - erfc(|x|) with
  * |x| clamped to 4 (erf(x) rounds to 1 beyond 3.92).  Both branches are
- * always evaluated and blended.  Sign restored by OR: erf(-0) = -0,
- * erf(+-inf) = +-1, NaN -> NaN.
+ * always evaluated and blended.  erfc gets b = fl(sqrt2 * a) (the rounding
+ * moves erfc by ~0.6 * 2^-24 relative, a fraction of an ulp of erf) and
+ * -a^2 exactly.  Sign restored by OR: erf(-0) = -0, erf(+-inf) = +-1,
+ * NaN -> NaN.
  */
 KE__VINLINE float ke_verff(float x)
 {
     float a = ke__absf(x);
     float ys = ke__erf_small(a);
-    double ab = (double)ke__minf(ke__maxf(a, 1.0f), 4.0f);
+    float ac = ke__minf(ke__maxf(a, 1.0f), 4.0f);
+    float l;
+    float h = ke__two_prod(ac, ac, &l);
     int32_t n;
-    float m = ke__erfc_big(ab, ab * ab, &n);
-    float yb = 1.0f - ke__scale(m, n);
+    float t;
+    /* b = fl(sqrt2 * ac), clamped after the product: a multiply whose only
+     * use is erfc's C + b would be fused by GCC (contraction across
+     * statements) but not by clang (compiled kernels), and eager and
+     * compiled erf would differ. */
+    float b = ke__minf(ke__maxf(a * 0x1.6a09e6p+0f, 0x1.6a09e6p+0f), 0x1.6a09e6p+2f);
+    float e = ke__erfc_core(b, -h, -l, &n, &t);
+    float yb = 1.0f - ke__scale(t * e + t, n);
     float y = ke__self(a < 1.0f, ys, yb);
     return ke__asf(ke__asu(y) | ke__signbit(x));
 }
 
 /*
- * gelu_erf(x) = 0.5*x*(1 + erf(x/sqrt2)).  With a = |x|/sqrt2:
- *   x >= 0, a < 1:     0.5*x*(1 + erf(a))     (small polynomial)
- *   x >= 0, a >= 1:    0.5*x*(2 - erfc(a))
- *   x < 0,  a < 0.5:   0.5*x*(1 - erf(a))     (erf(a) <= 0.52: mild cancellation)
- *   x < 0,  a >= 0.5:  0.5*x*erfc(a)          (relative-accurate erfc)
- * 1 - erf(a) is not used up to a = 1 because it amplifies erf's error by
- * erf/erfc (5.4x at a = 1).  The erfc branch gets a and a^2 = x^2/2 in double
- * straight from x (the float a would cost up to 2a^2 * 2^-24 relative).  In
- * the erfc branch the power of two is applied after multiplying by x
- * for correct gradual underflow.  Below x = -14.85 (a > 10.5) the result is
- * < 2^-150: -0.  gelu_erf(+inf) = inf, gelu_erf(-inf) = -0 (the limit;
- * PyTorch gives NaN), NaN -> NaN.
+ * gelu_erf(x) = 0.5*x*(1 + erf(x/sqrt2)) = 0.5*x*erfc(-x/sqrt2), from one
+ * relative-accurate erfc(|x|/sqrt2) = t * (1 + e) * 2^n (no erf polynomial,
+ * no branches).  With T = t * 2^k (exact):
+ *   x < 0:   0.5*x*erfc = (x*T + x*T*e) * 2^-64,  k = n + 63
+ *   x >= 0:  x*(1 - 0.5*erfc) = x*(1 - T) - x*T*e,  k = n - 1
+ * each an FMA whose addend x*T*e (|e| <= 0.42) is the only other rounding.
+ * erfc gets b = |x| itself and -x^2/2 as an exact float pair (a rounded
+ * a = |x|/sqrt2 would cost up to 2a^2 * 2^-24 relative).  For x < 0, x*T is
+ * normal (n >= -160) and the last multiply rounds once into the subnormal
+ * range (correct gradual underflow).  For x >= 0, n is clamped at -60
+ * (0.5*erfc < 2^-61 only matters against 1; no subnormal intermediate);
+ * 1 - T is exact where it matters (T in [0.25, 0.5] for small x), and
+ * 0.5*erfc <= 0.5 means no real cancellation.  Below x = -14.85 (a > 10.5)
+ * the result is < 2^-150: -0, and the factor 2^-64 is dropped there so that
+ * no underflowing product is computed (some CPUs take a slow path for
+ * those).  gelu_erf(+inf) = inf, gelu_erf(-inf) = -0 (the limit; PyTorch
+ * gives NaN), gelu_erf(-0) = -0, NaN -> NaN.
  */
 KE__VINLINE float ke_vgelu_erff(float x)
 {
-    float ax = ke__absf(x);
-    float a = ax * 0x1.6a09e6p-1f; /* 1/sqrt(2) */
-    float es = ke__erf_small(a);
-    /* a in double from x (a^2 = x^2/2 exactly), clamped to erfc's range. */
-    double xc = (double)ke__minf(ke__maxf(ax, 0.70710677f), 14.849242f);
+    float xc = ke__minf(ke__absf(x), 14.849242f);
+    float l;
+    float h = ke__two_prod(xc, xc, &l); /* x^2 = h + l; halving is exact */
     int32_t n;
-    float m = ke__erfc_big(xc * 0x1.6a09e667f3bcdp-1, 0.5 * (xc * xc), &n);
+    float t;
+    float e = ke__erfc_core(xc, -0.5f * h, -0.5f * l, &n, &t);
     int neg = x < 0.0f;
-    int tail = neg & (a >= 0.5f);
-    /* erfc(a) without a subnormal intermediate (it only matters vs 2). */
-    float ec = m * ke__pow2i(ke__seli(n < -60, -60, n));
-    /* F = 1 + erf(x/sqrt2) for the non-tail cases; 0.5*F is exact, so
-     * x*(0.5F) rounds once even for subnormal x. */
-    float F = ke__self(neg, 1.0f - es, ke__self(a < 1.0f, 1.0f + es, 2.0f - ec));
-    float G = ke__self(tail, m, 0.5f * F);
-    float y = ke__scale(x * G, ke__seli(tail, n - 1, 0));
-    return ke__self(x < -14.849242f, -0.0f, y);
+    int far = x < -14.849242f;
+    int32_t k = ke__seli(neg, n + 63, ke__seli(n < -60, -60, n) - 1);
+    float T = t * ke__pow2i(k);
+    float Ae = (x * T) * e;
+    /* Explicit fmas (where the target has them): how GCC and clang would
+     * contract these two would depend on common-subexpression choices. */
+    float yn = KE__FMA(x, T, Ae) * ke__self(far, 1.0f, 0x1p-64f);
+    float yp = KE__FMA(x, 1.0f - T, -Ae);
+    float y = ke__self(neg, yn, yp);
+    return ke__self(far, -0.0f, y);
 }
 
 /* ---- softplus, rsqrt ------------------------------------------------- */
