@@ -36,7 +36,7 @@
 #include <time.h>
 
 #define GRAIN 32768         /* elements per thread, at least (as interp) */
-#define CG_FORMAT "kiln-cg-1" /* bump when the emitted code's contract changes */
+#define CG_FORMAT "kiln-cg-2" /* bump when the emitted code changes (2: own pass pipeline) */
 
 extern const unsigned char cg_bitcode[];
 extern const size_t cg_bitcode_size;
