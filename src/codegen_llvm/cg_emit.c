@@ -732,11 +732,15 @@ int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMM
         free(err);
         goto done;
     }
-    /* everything copied is private to the kernel; the target comes from the
+    /* everything copied is private to the kernel and inlined into it (cg_jit.c's
+     * passes inline by this attribute, not by cost); the target comes from the
      * JIT's target machine, not from how the bitcode was compiled */
+    LLVMAttributeRef always_inline =
+        LLVMCreateEnumAttribute(e->c, LLVMGetEnumAttributeKindForName("alwaysinline", 12), 0);
     for (LLVMValueRef f = LLVMGetFirstFunction(e->m); f; f = LLVMGetNextFunction(f)) {
         if (LLVMIsDeclaration(f)) continue;
         LLVMSetLinkage(f, LLVMInternalLinkage);
+        LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, always_inline);
         LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, "target-cpu", 10);
         LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, "target-features", 15);
         LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, "tune-cpu", 8);

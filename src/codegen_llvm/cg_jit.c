@@ -145,6 +145,36 @@ static void dump_module(LLVMModuleRef m, const char *prefix, const char *suffix)
     if (msg) LLVMDisposeMessage(msg);
 }
 
+/* The passes for a kernel module, instead of default<O2> (half of a cold
+ * compile, and most of it spent re-optimizing code clang had optimized).
+ * What the module holds is known: one kernel function whose calls go to
+ * eager loop functions already compiled at -O2 (cg_emit.c marks them
+ * alwaysinline), each called with n = 1 through stack slots. So: inline them
+ * all without the inliner's cost model and without first simplifying each
+ * callee again (default<O2>'s CGSCC walk does: always-inline instead of it
+ * took softmax's optimize from ~9 to ~4 ms); clean up; delete the inlined
+ * n = 1 loops (loop-deletion breaks their backedge; they carry
+ * -fno-unroll-loops' unroll.disable, so loop-unroll-full would not) so that
+ * the second SROA turns the slots into registers; hoist what is invariant and
+ * rotate the kernel's loops; vectorize them (interleave count from the cost
+ * model, as before); clean up the vector code. Left out, because in the
+ * workload kernels they changed nothing or only cost compile time: SLP (the
+ * element loops are widened by the loop vectorizer and the row folds are
+ * emitted as vectors: the same IR without it), loop-unroll after
+ * vectorization (it unrolled remainder and copy loops: xent's kernel 633 ->
+ * 429 instructions, no slower), GVN, indvars, jump threading. No pass here
+ * reassociates or contracts (there are no fast-math flags), and the tests
+ * compare compiled against eager bitwise. */
+static const char *const kernel_passes =
+    "always-inline,"
+    "function("
+    "sroa<modify-cfg>,early-cse<>,simplifycfg<keep-loops>,instcombine,"
+    "loop(loop-deletion),simplifycfg<keep-loops>,sroa<modify-cfg>,early-cse<>,instcombine,"
+    "loop-mssa(licm<allowspeculation>,loop-rotate,licm<allowspeculation>),"
+    "loop-vectorize,instcombine,simplifycfg"
+    "),"
+    "globaldce";
+
 static double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -171,11 +201,9 @@ int cg_jit_optimize_emit(LLVMModuleRef m, const char *name, const char *dbg_pref
     dump_module(m, dbg_prefix, ".ll");
     LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
     LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
-    LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
-    LLVMPassBuilderOptionsSetLoopUnrolling(opts, 1);
     LLVMPassBuilderOptionsSetLoopInterleaving(opts, 1);
     double t0 = now_ms();
-    LLVMErrorRef e = LLVMRunPasses(m, "default<O2>", G.tm, opts);
+    LLVMErrorRef e = LLVMRunPasses(m, kernel_passes, G.tm, opts);
     ms[0] = now_ms() - t0;
     LLVMDisposePassBuilderOptions(opts);
     if (e) {

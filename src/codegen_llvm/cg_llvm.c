@@ -36,11 +36,10 @@
 #include <time.h>
 
 #define GRAIN 32768         /* elements per thread, at least (as interp) */
-#define CG_FORMAT "kiln-cg-2" /* the key also holds the generator sources' digest: a changed cg_*.c never loads old objects */
+#define CG_FORMAT "kiln-cg-2" /* the object layout; 2: own pass pipeline */
 
-extern const unsigned char cg_bitcode[];
-extern const size_t cg_bitcode_size;
-extern const char cg_generator_digest[]; /* of the code generator's sources (embed_bitcode.py) */
+extern const unsigned char cg_bitcode_sha256[32]; /* computed at build time (embed_bitcode.py) */
+extern const char cg_generator_digest[];          /* of the code generator's sources, likewise */
 
 /* Code loaded in the JIT, shared by the kernels with its key. */
 typedef struct cg_code {
@@ -149,25 +148,16 @@ static void serialize(sbuf *s, const ir_kernel *k) {
     }
 }
 
-static cg_key bitcode_digest; /* under cg_lock, once */
-static int have_digest;
-
 static void kernel_key(cg_key *key, const ir_kernel *k, sbuf *s) {
-    if (!have_digest) {
-        const void *parts[] = {cg_bitcode};
-        size_t sizes[] = {cg_bitcode_size};
-        cg_key_of(&bitcode_digest, 1, parts, sizes);
-        have_digest = 1;
-    }
     const char *cpu = cg_cpu_name(), *feat = cg_cpu_features();
     char llvm_ver[32];
     unsigned maj = 0, min = 0, pat = 0;
     LLVMGetVersion(&maj, &min, &pat);
     snprintf(llvm_ver, sizeof llvm_ver, "%u.%u.%u", maj, min, pat);
-    const void *parts[] = {CG_FORMAT,          s->p, cpu, feat, llvm_ver, KL_VERSION_STRING, bitcode_digest.b,
+    const void *parts[] = {CG_FORMAT,         s->p, cpu, feat, llvm_ver, KL_VERSION_STRING, cg_bitcode_sha256,
                            cg_generator_digest};
-    size_t sizes[] = {strlen(CG_FORMAT),  s->n, strlen(cpu), strlen(feat), strlen(llvm_ver),
-                      strlen(KL_VERSION_STRING), sizeof bitcode_digest.b, strlen(cg_generator_digest)};
+    size_t sizes[] = {strlen(CG_FORMAT), s->n, strlen(cpu), strlen(feat), strlen(llvm_ver),
+                      strlen(KL_VERSION_STRING), sizeof cg_bitcode_sha256, strlen(cg_generator_digest)};
     cg_key_of(key, 8, parts, sizes);
 }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """embed_bitcode.py OUT.c IN.bc [SOURCE...] - writes IN's bytes as the C array
-cg_bitcode, and the SHA-256 of the code generator's SOURCE files (in the order
-given) as the string cg_generator_digest: it goes into every kernel's cache key,
-so objects compiled by an older code generator are never loaded from disk."""
+cg_bitcode, their SHA-256 as cg_bitcode_sha256, and the SHA-256 of the code
+generator's SOURCE files (in the order given) as the string cg_generator_digest.
+Both digests go into every kernel's cache key: objects compiled from other
+bitcode or by another code generator are never loaded from disk. They are taken
+here because hashing ~330 KB at run time cost the process's first kernel 1 ms."""
 import hashlib
 import sys
 
@@ -15,6 +17,8 @@ with open(sys.argv[1], 'w') as f:
     f.write('#include <stddef.h>\n')
     f.write('const char cg_generator_digest[] = "%s";\n' % h.hexdigest())
     f.write('const size_t cg_bitcode_size = %d;\n' % len(data))
+    f.write('const unsigned char cg_bitcode_sha256[32] = {%s};\n' %
+            ','.join(str(b) for b in hashlib.sha256(data).digest()))
     # aligned: the bitcode reader wants 4-byte aligned input
     f.write('_Alignas(16) const unsigned char cg_bitcode[%d] = {\n' % max(len(data), 1))
     for i in range(0, len(data), 24):
