@@ -160,9 +160,12 @@ static void dump_module(LLVMModuleRef m, const char *prefix, const char *suffix)
  * model, as before); clean up the vector code. Left out, because in the
  * workload kernels they changed nothing or only cost compile time: SLP (the
  * element loops are widened by the loop vectorizer and the row folds are
- * emitted as vectors: the same IR without it), loop-unroll after
- * vectorization (it unrolled remainder and copy loops: xent's kernel 633 ->
- * 429 instructions, no slower), GVN, indvars, jump threading. No pass here
+ * emitted as vectors: the same IR without it), GVN, indvars, jump threading.
+ * loop-unroll after vectorization stays, with SROA and LICM after it: a row
+ * fold's block loop over its 64 lanes vectorizes to 4 iterations; unrolled,
+ * its lane accesses are at constant offsets and LICM keeps the lanes in
+ * registers across blocks (without: a load and a store of the lanes per
+ * vector, layernorm [256,4096] 0.207 -> 0.150 ms, softmax 0.307 -> 0.246). No pass here
  * reassociates or contracts (there are no fast-math flags), and the tests
  * compare compiled against eager bitwise. */
 static const char *const kernel_passes =
@@ -171,7 +174,7 @@ static const char *const kernel_passes =
     "sroa<modify-cfg>,early-cse<>,simplifycfg<keep-loops>,instcombine,"
     "loop(loop-deletion),simplifycfg<keep-loops>,sroa<modify-cfg>,early-cse<>,instcombine,"
     "loop-mssa(licm<allowspeculation>,loop-rotate,licm<allowspeculation>),"
-    "loop-vectorize,instcombine,simplifycfg"
+    "loop-vectorize,loop-unroll<O2>,sroa<modify-cfg>,instcombine,loop-mssa(licm<allowspeculation>),simplifycfg"
     "),"
     "globaldce";
 
