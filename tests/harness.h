@@ -20,6 +20,7 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* A per-process scratch folder for tests that write files; kt_tmp_cleanup
@@ -41,7 +42,8 @@ static inline const char *kt_tmp_path(const char *name) {
 /* Removes a file, or a folder and everything below it (the kernel cache
  * writes subfolders into a test's scratch folder). */
 static inline void kt_rm_tree(const char *path) {
-    DIR *d = opendir(path);
+    struct stat sb;
+    DIR *d = lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? opendir(path) : NULL; /* links are not followed */
     if (!d) {
         unlink(path);
         return;

@@ -45,7 +45,6 @@ static cg_key key_named(const char *name) {
     return k;
 }
 
-
 /* Points the cache at a fresh (not yet existing) folder in the test scratch dir. */
 static const char *use_dir(const char *name) {
     static char d[512];

@@ -123,10 +123,10 @@ static void guard_of(const kl_tensor *t, tr_guard *gd) {
 }
 
 /* alias[i] = the first earlier input sharing input i's storage, or -1, for
- * all n inputs at once: a pairwise scan per input made the guard check
- * quadratic in the number of inputs (16 inputs: 180 ns a call, 142 with the
- * table; measured by bench/compile_bench). Open addressing over the storage pointers, in a table
- * of at least 2n slots (on the stack up to TR_ALIAS_STACK inputs). */
+ * all n inputs at once: a pairwise scan per input and entry made the guard
+ * check quadratic in the number of inputs (16 inputs: 180-191 ns a call, 138
+ * with the table; bench/compile_bench). Open addressing over the storage
+ * pointers, in a table of at least 2n slots (on the stack up to 128 inputs). */
 #define TR_ALIAS_STACK 64
 static int aliases_of(kl_tensor *const *in, int n, int32_t *alias) {
     if (n <= 8) { /* pairwise is cheaper than clearing a table */
