@@ -164,6 +164,10 @@ KL_API const char *kl_status_string(kl_status s);
 
 /* "MAJOR.MINOR.PATCH" of the library actually linked. */
 KL_API const char *kl_version(void);
+/* Joins the library's layers (autograd, tracing, kernel backends) once,
+ * thread-safely; every entry point that needs them calls it, so calling it
+ * yourself is never required. */
+KL_API void kl_init(void);
 /* Threads used by Kiln's own pool (default: $KL_NUM_THREADS or the CPU count). */
 KL_API int kl_get_num_threads(void);
 /* Sets the pool size (n < 1 means 1). Not while another thread runs Kiln ops. */
@@ -656,9 +660,9 @@ typedef struct kl_compile_options {
     kl_compile_mode mode;
     int recompile_limit;   /* signatures traced before falling back to eager (default 8) */
     const char *name;      /* for logs and dumps (default "fn") */
-    const char *backend;   /* CPU kernels of FUSE mode: "llvm" (the default when built with LLVM),
-                              "interp" (the reference interpreter), NULL = default
-                              ($KL_CPU_BACKEND=interp changes the default) */
+    const char *backend;   /* CPU kernels of FUSE mode: a registered backend's name, "llvm" (the
+                              default when built with LLVM) or "interp" (the reference
+                              interpreter); NULL = $KL_CPU_BACKEND if set, else the default */
 } kl_compile_options;
 KL_API kl_compile_options kl_compile_options_default(void);
 

@@ -426,12 +426,12 @@ static void softmax_kernel_text(void **state) {
     a.i[0] = 1;
     a.nlist = 1;
     a.list[0] = 1;
-    int32_t mx = node_out(g, ir_add_node(g, KE_OP_amax, 0, 1, &in, 1, like, &a, KL_DEVICE_CPU));
+    int32_t mx = node_out(g, ir_add_node(g, KE_OP_amax, 0, 1, &in, 1, like, &a, KL_DEVICE_CPU, KL_F32));
     kl_tensor *full[1] = {x};
-    int32_t d = node_out(g, ir_add_node(g, KE_OP_sub, 0, 2, (int32_t[]){in, mx}, 1, full, NULL, KL_DEVICE_CPU));
-    int32_t e = node_out(g, ir_add_node(g, KE_OP_exp, 0, 1, &d, 1, full, NULL, KL_DEVICE_CPU));
-    int32_t s = node_out(g, ir_add_node(g, KE_OP_sum, 0, 1, &e, 1, like, &a, KL_DEVICE_CPU));
-    int32_t o = node_out(g, ir_add_node(g, KE_OP_div, 0, 2, (int32_t[]){e, s}, 1, full, NULL, KL_DEVICE_CPU));
+    int32_t d = node_out(g, ir_add_node(g, KE_OP_sub, 0, 2, (int32_t[]){in, mx}, 1, full, NULL, KL_DEVICE_CPU, KL_F32));
+    int32_t e = node_out(g, ir_add_node(g, KE_OP_exp, 0, 1, &d, 1, full, NULL, KL_DEVICE_CPU, KL_F32));
+    int32_t s = node_out(g, ir_add_node(g, KE_OP_sum, 0, 1, &e, 1, like, &a, KL_DEVICE_CPU, KL_F32));
+    int32_t o = node_out(g, ir_add_node(g, KE_OP_div, 0, 2, (int32_t[]){e, s}, 1, full, NULL, KL_DEVICE_CPU, KL_F32));
     assert_int_equal(ir_set_outputs(g, 1, &o), 0);
     g->fuse = 1;
     assert_int_equal(ir_pass_fuse(g), 1);
@@ -450,11 +450,26 @@ static void softmax_kernel_text(void **state) {
                               "  store out0, v5\n"
                               "}\n");
     free(text);
-    /* a copy of the graph has its own compiled kernels and runs the same */
+    /* fusion lowers and stops; the trace layer compiles after the last pass */
+    assert_null(g->kernels[0]->handle);
+    int64_t compiles = ir_kernel_compiles();
+    assert_int_equal(tr_compile_kernels(g, NULL), 0);
+    assert_int_equal(ir_kernel_compiles(), compiles + 1);
+    /* a copy of the graph shares the compiled kernel (nothing is compiled
+     * again, even when asked) and runs the same after the original is gone */
     ir_graph *c = ir_graph_clone(g);
     assert_non_null(c);
     assert_int_equal(c->nkernels, 1);
-    assert_ptr_not_equal(c->kernels[0], g->kernels[0]);
+    assert_ptr_equal(c->kernels[0], g->kernels[0]);
+    assert_int_equal(tr_compile_kernels(c, NULL), 0);
+    assert_int_equal(ir_kernel_compiles(), compiles + 1);
+    /* a shared kernel keeps its backend */
+    const ir_backend *other = c->kernels[0]->backend == &ir_interp_backend ? ir_backend_by_name("llvm") : &ir_interp_backend;
+    if (other) {
+        assert_int_equal(ir_kernel_compile(c->kernels[0], other), -1);
+        KT_EXPECT_ERROR(KL_ERR_STATE, "a kernel shared by copies of a graph is already compiled by");
+    }
+    kl_clear_error();
     kl_tensor *x2 = kl_reshape(seq(6, 0.3, KL_F32), KL_SHAPE(2, 3)), *r1, *r2;
     assert_int_equal(tr_run_graph(g, &x2, &r1), 0);
     ir_graph_free(g);
@@ -488,6 +503,60 @@ static void interpreter_backend_interface(void **state) {
     st[1].op = KE_OP_matmul;
     assert_null(b->compile(&k));
     KT_EXPECT_ERROR(KL_ERR_UNSUPPORTED, "interpreter: kl_matmul in float64 is not an elementwise loop");
+}
+
+/* A stand-in for a second device's code generator: counts what it is given. */
+static int fake_compiles;
+static void *fake_compile(const ir_kernel *k) {
+    (void)k;
+    fake_compiles++;
+    return &fake_compiles;
+}
+static int fake_run(void *h, kl_tensor *const *in, kl_tensor *const *out) {
+    (void)h, (void)in, (void)out;
+    return 0;
+}
+static void fake_free(void *h) { (void)h; }
+
+/* Backends are found by name and by device in one registry the IR layer
+ * knows nothing else about; a kernel goes to its device's backend. */
+static void backend_registry(void **state) {
+    (void)state;
+    kl_init();
+    assert_ptr_equal(ir_backend_by_name("interp"), &ir_interp_backend);
+    const ir_backend *cpu = ir_backend_for_device(KL_CPU);
+    assert_non_null(cpu);
+    assert_true(cpu->priority >= ir_interp_backend.priority);
+    assert_null(ir_backend_by_name("nope"));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "unknown or unavailable backend \"nope\" (registered: interp");
+    assert_null(ir_backend_for_device(KL_CUDA));
+    KT_EXPECT_ERROR(KL_ERR_UNSUPPORTED, "no kernel backend registered for cuda");
+    /* the same backend twice is a no-op; another one under a taken name is refused */
+    assert_int_equal(ir_backend_register(&ir_interp_backend), 0);
+    static const ir_backend impostor = {.name = "interp", .device = KL_CPU, .compile = fake_compile, .run = fake_run,
+                                        .free = fake_free};
+    assert_int_equal(ir_backend_register(&impostor), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "a backend called \"interp\" is already registered");
+    assert_int_equal(ir_backend_register(&(ir_backend){.name = "half"}), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "a backend needs a name, compile, run and free");
+    /* a second device plugs in by registering; its kernels go to it */
+    static const ir_backend fake_cuda = {.name = "fake_cuda", .device = KL_CUDA, .compile = fake_compile,
+                                         .run = fake_run, .free = fake_free};
+    assert_int_equal(ir_backend_register(&fake_cuda), 0);
+    assert_ptr_equal(ir_backend_for_device(KL_CUDA), &fake_cuda);
+    kl_tensor *x = kl_ones(KL_SHAPE(2, 3), KL_F32);
+    int broke = 0;
+    char why[256];
+    ir_graph *g = tr_trace(softmax_ops, NULL, &x, 1, 1, &broke, why, sizeof why);
+    assert_non_null(g);
+    g->fuse = 1;
+    assert_int_equal(ir_optimize(g), 0);
+    assert_int_equal(g->nkernels, 1);
+    g->kernels[0]->device = (kl_device){KL_CUDA, 0};
+    assert_int_equal(tr_compile_kernels(g, &ir_interp_backend), 0);
+    assert_int_equal(fake_compiles, 1);
+    assert_ptr_equal(g->kernels[0]->backend, &fake_cuda);
+    ir_graph_free(g);
 }
 
 static void debug_dir_gets_the_kernels(void **state) {
@@ -702,6 +771,7 @@ int main(void) {
         KT_TEST(empty_rows_still_write_row_values),
         KT_TEST(softmax_kernel_text),
         KT_TEST(interpreter_backend_interface),
+        KT_TEST(backend_registry),
         KT_TEST(debug_dir_gets_the_kernels),
         KT_TEST(groups_over_max_inputs_are_split),
         KT_TEST(cross_entropy_is_two_kernels),

@@ -25,6 +25,7 @@ static ir_graph *optimized(kl_traceable fn, kl_tensor **in, int n_in, int n_out,
     assert_non_null(g);
     g->fuse = (uint8_t)fuse;
     assert_int_equal(ir_optimize(g), 0);
+    assert_int_equal(tr_compile_kernels(g, NULL), 0);
     assert_non_null(g->plan);
     return g;
 }

@@ -15,7 +15,7 @@
 #ifndef CG_H
 #define CG_H
 
-#include "kernel.h"
+#include "cg_llvm.h"
 
 #include <llvm-c/Core.h>
 #include <llvm-c/Target.h>

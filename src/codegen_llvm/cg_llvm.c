@@ -413,6 +413,8 @@ static int cg_run(void *hp, kl_tensor *const *in, kl_tensor *const *out) {
 
 const ir_backend cg_llvm_backend = {
     .name = "llvm",
+    .device = KL_CPU,
+    .priority = 10,
     .compile = cg_compile,
     .run = cg_run,
     .free = cg_free,

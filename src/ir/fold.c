@@ -119,6 +119,7 @@ static int fold_node(ir_graph *g, int32_t k) {
         memcpy(v->stride, res->stride, sizeof(int64_t) * res->ndim);
     }
     n->a = a;
+    n->compute = -1;
     free(n->in);
     n->in = NULL;
     n->nin = 0;

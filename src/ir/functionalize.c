@@ -140,7 +140,7 @@ int ir_pass_functionalize(ir_graph *g) {
         }
         if (!user_visible(g, b)) continue;
         int32_t in[2] = {b, last};
-        if (ir_add_node(g, IR_OP_COPY_BACK, 0, 2, in, 0, NULL, NULL, g->values[b].device) < 0) {
+        if (ir_add_node(g, IR_OP_COPY_BACK, 0, 2, in, 0, NULL, NULL, g->values[b].device, -1) < 0) {
             free(written);
             return -1;
         }

@@ -1,7 +1,9 @@
 /*
  * fuse.c — the fusion pass: groups of fusible nodes become IR_OP_KERNEL nodes
- * running one kernel each (lowered by lower.c, compiled by the default
- * backend).
+ * running one kernel each, lowered to kernel IR by lower.c. The pass stops
+ * there: the passes after it (writeback, plan) still change the graph, and
+ * the trace layer compiles the kernels with a registered backend afterwards
+ * (src/trace/compile.c).
  *
  * Groups grow in execution order. A fusible node joins the groups of the
  * producers it reads (merging them) when
@@ -280,7 +282,7 @@ static int emit_kernel(fuse_state *s, int32_t G, const int32_t *members, int lo,
     if (!part_io(s, G, members, lo, hi, in, &nin, out, &nout))
         return ke_err(KL_ERR_INTERNAL, "compile", "a fused part changed between planning and lowering");
     ir_kernel *kn = ir_lower_group(g, members + lo, hi - lo, s->gndim[G], s->gshape[G], in, nin, out, nout);
-    if (!kn || ir_kernel_compile(kn, g->backend ? g->backend : ir_default_backend())) rc = -1;
+    if (!kn) rc = -1;
     int32_t idx = rc == 0 ? add_kernel(g, kn) : -1;
     if (idx < 0) {
         ir_kernel_free(kn);
@@ -296,6 +298,7 @@ static int emit_kernel(fuse_state *s, int32_t G, const int32_t *members, int lo,
     kn_node->nin = nin;
     kn_node->op = IR_OP_KERNEL;
     kn_node->inplace = 0;
+    kn_node->compute = -1;
     memset(&kn_node->a, 0, sizeof kn_node->a);
     kn_node->a.i[0] = idx;
     kn_node->nout = nout;
@@ -422,11 +425,6 @@ int ir_clone_kernels(ir_graph *dst, const ir_graph *src) {
     dst->kernels = calloc((size_t)src->nkernels, sizeof *dst->kernels);
     if (!dst->kernels) return ke_err(KL_ERR_OOM, "compile", "out of memory");
     dst->nkernels = src->nkernels;
-    for (int32_t i = 0; i < src->nkernels; i++) {
-        ir_kernel *k = ir_kernel_clone(src->kernels[i]);
-        if (!k) return -1;
-        dst->kernels[i] = k;
-        if (ir_kernel_compile(k, src->kernels[i]->backend)) return -1;
-    }
+    for (int32_t i = 0; i < src->nkernels; i++) dst->kernels[i] = ir_kernel_ref(src->kernels[i]);
     return 0;
 }

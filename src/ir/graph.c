@@ -68,7 +68,7 @@ int32_t ir_add_input(ir_graph *g, const kl_tensor *t) {
 }
 
 int32_t ir_add_node(ir_graph *g, int op, int inplace, int nin, const int32_t *in, int nout,
-                    kl_tensor *const *out_like, const ke_attrs *a, kl_device device) {
+                    kl_tensor *const *out_like, const ke_attrs *a, kl_device device, int compute) {
     KE_ASSERT(nout >= 0 && nout <= KE_MAX_OUT);
     if (grow((void **)&g->nodes, &g->cap_nodes, g->nnodes + 1, sizeof *g->nodes)) return -1;
     int32_t *ins = nin ? malloc(sizeof *ins * (size_t)nin) : NULL;
@@ -78,6 +78,7 @@ int32_t ir_add_node(ir_graph *g, int op, int inplace, int nin, const int32_t *in
     memset(n, 0, sizeof *n);
     n->op = op;
     n->inplace = (uint8_t)inplace;
+    n->compute = (int8_t)compute;
     n->nin = nin;
     n->in = ins;
     if (nin) memcpy(ins, in, sizeof *ins * (size_t)nin);
@@ -103,7 +104,7 @@ int32_t ir_add_scalar(ir_graph *g, double v, kl_dtype dt, int wrapped, kl_device
     a.f[0] = v;
     a.i[0] = wrapped;
     a.i[KE_ATTR_DTYPE] = dt;
-    int32_t k = ir_add_node(g, IR_OP_SCALAR, 0, 0, NULL, 1, NULL, &a, device);
+    int32_t k = ir_add_node(g, IR_OP_SCALAR, 0, 0, NULL, 1, NULL, &a, device, -1);
     if (k < 0) return -1;
     ir_value *val = &g->values[g->nodes[k].out[0]];
     val->dtype = (uint8_t)dt;
@@ -122,7 +123,7 @@ int32_t ir_add_captured(ir_graph *g, kl_tensor *t) {
     ke_attrs a = {0};
     a.i[0] = g->ncaptured++;
     kl_tensor *like[1] = {t};
-    int32_t k = ir_add_node(g, IR_OP_CAPTURED, 0, 0, NULL, 1, like, &a, t->storage->device);
+    int32_t k = ir_add_node(g, IR_OP_CAPTURED, 0, 0, NULL, 1, like, &a, t->storage->device, -1);
     return k < 0 ? -1 : g->nodes[k].out[0];
 }
 
@@ -177,7 +178,6 @@ ir_graph *ir_graph_clone(const ir_graph *g) {
     }
     c->cap_nodes = g->nnodes;
     c->fuse = g->fuse;
-    c->backend = g->backend;
     if (ir_clone_kernels(c, g) || (g->plan && !(c->plan = ir_plan_clone(g->plan)))) {
         ir_graph_free(c);
         return NULL;

@@ -1,7 +1,8 @@
 /*
  * interp.c — the reference interpreter of kernel IR (kernel.h): runs any
- * kernel on CPU tensors, clearly rather than fast. It is the backend of FUSE
- * mode until a code generator exists, and the oracle code generators are
+ * kernel on CPU tensors, clearly rather than fast. It is the CPU backend
+ * when no code generator is built (or KL_CPU_BACKEND=interp), the one code
+ * generators hand the kernels they cannot take to, and the oracle they are
  * tested against.
  *
  * Semantics: the domain is walked in chunks (a run of up to CHUNK elements in
@@ -302,37 +303,9 @@ static int interp_run_kernel(void *h, kl_tensor *const *in, kl_tensor *const *ou
 
 const ir_backend ir_interp_backend = {
     .name = "interp",
+    .device = KL_CPU,
+    .priority = 0,
     .compile = interp_compile,
     .run = interp_run_kernel,
     .free = interp_free,
 };
-
-const ir_backend *ir_default_backend(void) {
-#ifdef KL_HAVE_LLVM
-    static _Atomic int which = -1; /* 1: llvm, 0: interp */
-    int w = atomic_load(&which);
-    if (w < 0) {
-        const char *e = getenv("KL_CPU_BACKEND");
-        w = !(e && !strcmp(e, "interp"));
-        atomic_store(&which, w);
-    }
-    return w ? &cg_llvm_backend : &ir_interp_backend;
-#else
-    return &ir_interp_backend;
-#endif
-}
-
-const ir_backend *ir_backend_by_name(const char *name) {
-    if (!name) return ir_default_backend();
-    if (!strcmp(name, "interp")) return &ir_interp_backend;
-#ifdef KL_HAVE_LLVM
-    if (!strcmp(name, "llvm")) return &cg_llvm_backend;
-#endif
-#ifdef KL_HAVE_LLVM
-    const char *have = "interp, llvm";
-#else
-    const char *have = "interp (built without LLVM)";
-#endif
-    ke_err(KL_ERR_ARG, "compile", "unknown or unavailable CPU backend \"%s\" (have: %s)", name, have);
-    return NULL;
-}

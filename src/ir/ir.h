@@ -68,6 +68,9 @@ typedef struct ir_node {
     int32_t op;             /* ke_op or ir_op */
     uint8_t inplace;        /* output 0 is input 0 after an in-place write */
     uint8_t dead;           /* removed by a pass (compacted by ir_graph_compact) */
+    int8_t compute;         /* the dtype the op computes in, as its shape rule chose when it was
+                               traced (ke_call.compute; outputs are in out[]'s values); -1: none
+                               (IR-only ops, views): such a node is never fused */
     int32_t nin, nout;
     int32_t *in;            /* [nin] value ids */
     int32_t out[KE_MAX_OUT];
@@ -88,7 +91,6 @@ typedef struct ir_graph {
     struct ir_kernel **kernels;    /* what IR_OP_KERNEL nodes run (owned) */
     int32_t nkernels;
     uint8_t fuse;                  /* FUSE mode may fuse this graph (set by the compiler) */
-    const struct ir_backend *backend; /* runs its kernels (kernel.h); NULL: ir_default_backend() */
     /* ---- memory planning (plan.c) ---- */
     struct ir_plan *plan;          /* made by the last pass; NULL: none (TRACE_ONLY) */
 } ir_graph;
@@ -96,14 +98,15 @@ typedef struct ir_graph {
 /* ---- building (graph.c) ----------------------------------------------------------- */
 ir_graph *ir_graph_new(void);                    /* NULL + KL_ERR_OOM */
 void ir_graph_free(ir_graph *g);
+/* A copy of g; its kernels are shared with g, never recompiled (kernel.h). */
 ir_graph *ir_graph_clone(const ir_graph *g);
 /* Adds a graph input shaped like t (dtype, shape, strides, device). Returns its value id or -1. */
 int32_t ir_add_input(ir_graph *g, const kl_tensor *t);
-/* Appends a node computing on device; its outputs get new value ids shaped
- * like out_like (the meta results of the op) on that device. Returns the node
- * index or -1. */
+/* Appends a node computing on device in dtype compute (-1: none); its outputs
+ * get new value ids shaped like out_like (the meta results of the op) on that
+ * device. Returns the node index or -1. */
 int32_t ir_add_node(ir_graph *g, int op, int inplace, int nin, const int32_t *in, int nout,
-                    kl_tensor *const *out_like, const ke_attrs *a, kl_device device);
+                    kl_tensor *const *out_like, const ke_attrs *a, kl_device device, int compute);
 /* A 0-dim constant node; returns its value id. */
 int32_t ir_add_scalar(ir_graph *g, double v, kl_dtype dt, int wrapped, kl_device device);
 /* Holds t (a reference) and adds an IR_OP_CAPTURED node; returns its value id. */
@@ -139,8 +142,9 @@ int ir_node_has_effect(const ir_graph *g, const ir_node *n);
 /* ---- fusion (fuse.c; kernel IR in kernel.h) ---------------------------------------------- */
 /* Fusion: when g->fuse is set, replaces groups of elementwise nodes (and row
  * reductions with their producers and consumers) by IR_OP_KERNEL nodes, each
- * lowered to kernel IR and compiled by the default backend. Returns the
- * number of kernels made, or -1. */
+ * lowered to kernel IR. Nothing is compiled here: the trace layer hands the
+ * kernels to a backend once every pass has run. Returns the number of
+ * kernels made, or -1. */
 int ir_pass_fuse(ir_graph *g);
 /* After fusion: an elementwise kernel whose output is copied back into a tensor it
  * reads at the same elements writes that tensor directly (the kernel node's a.list[j]:
@@ -149,7 +153,7 @@ int ir_pass_fuse(ir_graph *g);
 int ir_pass_writeback(ir_graph *g);
 /* Frees g's kernel table (graph.c calls it). */
 void ir_free_kernels(ir_graph *g);
-/* Copies src's kernel table into dst (recompiling). 0 or -1. */
+/* Gives dst src's kernel table: the same kernels, one more reference each. 0 or -1. */
 int ir_clone_kernels(ir_graph *dst, const ir_graph *src);
 
 /* ---- graph passes: shared helpers (passutil.c) and the passes (cse.c, fold.c, simplify.c,

@@ -25,6 +25,10 @@
  *                      (outputs are contiguous, shaped like the domain, or
  *                      like the domain with the last dim 1 for row values)
  *
+ * Lowering stops at kernel IR: the fuse pass makes kernels, and the trace
+ * layer (src/trace/compile.c) compiles them with a registered backend after
+ * the last pass.
+ *
  * Hints for code generators: `row` kernels loop over rows (dims 0..ndim-2,
  * the parallel outer loop) and then over the last dim (the reduction axis);
  * elementwise kernels are one flat parallel loop. buf.contig_inner marks
@@ -72,45 +76,62 @@ typedef struct ir_kernel {
     uint8_t ndim;
     uint8_t row;                   /* a row kernel: the last dim is reduced */
     int64_t shape[KL_MAX_DIMS];    /* the iteration domain */
-    const struct ir_backend *backend; /* what compiled it (ir_kernel_compile) */
+    kl_device device;              /* where it runs: its nodes' device (picks the backend) */
+    _Atomic int32_t refs;          /* graphs sharing it (ir_kernel_ref; 1 when lowered) */
+    const struct ir_backend *backend; /* what compiled it (ir_kernel_compile); NULL: not compiled */
     void *handle;                  /* the backend's compiled form (owned) */
 } ir_kernel;
 
 /* ---- backends ------------------------------------------------------------------- */
-/* A backend runs kernels. compile returns a handle (NULL with an error
- * recorded on failure); run reads in[0..ninputs) and writes out[0..noutputs),
+/* A backend runs kernels of one device. compile returns a handle (NULL with
+ * an error recorded on failure; it may keep pointers into k, which lives as
+ * long as the handle); run reads in[0..ninputs) and writes out[0..noutputs),
  * tensors it is given shaped as the kernel's buffers (outputs contiguous and
- * allocated by the caller); free releases a handle. */
+ * allocated by the caller); free releases a handle.
+ *
+ * The IR layer knows no backend by name: each registers itself into the
+ * registry below from the library's composition root (src/init.c), and the
+ * trace layer's kl_compile picks one per kernel after every pass has run. */
 typedef struct ir_backend {
-    const char *name;
+    const char *name;              /* "interp", "llvm", ...: KL_CPU_BACKEND and kl_compile_options */
+    kl_device_type device;         /* the device whose kernels it runs */
+    int priority;                  /* the default of its device: the highest registered */
     void *(*compile)(const ir_kernel *k);
     int (*run)(void *handle, kl_tensor *const *in, kl_tensor *const *out);
     void (*free)(void *handle);
 } ir_backend;
 
-/* The reference interpreter (interp.c): runs any kernel on CPU tensors. */
-extern const ir_backend ir_interp_backend;
-/* The backend FUSE mode uses: llvm when built (KL_HAVE_LLVM), unless
- * KL_CPU_BACKEND=interp (read once); else the interpreter. */
-const ir_backend *ir_default_backend(void);
-/* "llvm" or "interp" (NULL: the default); NULL + KL_ERR_ARG if not built. */
-const ir_backend *ir_backend_by_name(const char *name);
+#define IR_MAX_BACKENDS 8
 
-/* The LLVM backend (src/codegen_llvm, when built). Kernels it cannot take
- * run on the interpreter (one KL_LOG=codegen line); the strict compile
- * fails instead (NULL + a Kiln error), for tests. */
-extern const ir_backend cg_llvm_backend;
-void *cg_llvm_compile_strict(const ir_kernel *k);
-int cg_llvm_is_compiled(const void *handle); /* 1 if the handle runs LLVM code */
-int64_t cg_llvm_fallbacks(void);             /* kernels handed to the interpreter so far */
+/* Adds b to the registry (thread-safe; b must outlive the library). Registering
+ * the same backend twice is a no-op. 0, or -1 with KL_ERR_ARG (another backend
+ * has the name) or KL_ERR_STATE (the table is full). */
+int ir_backend_register(const ir_backend *b);
+/* The registered backend called name; NULL + KL_ERR_ARG listing those registered. */
+const ir_backend *ir_backend_by_name(const char *name);
+/* The default backend for device type t (highest priority); NULL + KL_ERR_UNSUPPORTED. */
+const ir_backend *ir_backend_for_device(kl_device_type t);
+
+/* The reference interpreter (interp.c): runs any kernel on CPU tensors. It
+ * is a backend like any other (registered by src/init.c), and the one other
+ * backends hand kernels to that they cannot take. */
+extern const ir_backend ir_interp_backend;
 
 /* ---- kernels ---------------------------------------------------------------------- */
-/* Compiles k with backend b (its handle and backend). 0 or -1. */
+/* Compiles k with backend b (its handle and backend); a kernel already
+ * compiled by b is left as it is. A kernel shared by several graphs (clones)
+ * is compiled once, for all of them: another backend is refused (KL_ERR_STATE).
+ * 0 or -1. */
 int ir_kernel_compile(ir_kernel *k, const ir_backend *b);
+/* Backend compiles made so far by ir_kernel_compile, over the process (tests
+ * check that copying a graph compiles nothing). */
+int64_t ir_kernel_compiles(void);
 /* Runs a compiled kernel. 0 or -1. */
 int ir_kernel_run(const ir_kernel *k, kl_tensor *const *in, kl_tensor *const *out);
+/* A kernel is immutable once its graph's passes are done: copies of a graph
+ * share it (ref adds a reference, free drops one and frees the last). */
+ir_kernel *ir_kernel_ref(ir_kernel *k);
 void ir_kernel_free(ir_kernel *k);
-ir_kernel *ir_kernel_clone(const ir_kernel *k);
 /* The text form of a kernel (KL_DEBUG_DIR dumps, tests). */
 int ir_kernel_print(const ir_kernel *k, FILE *f);
 char *ir_kernel_to_string(const ir_kernel *k);

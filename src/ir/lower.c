@@ -1,10 +1,11 @@
 /*
  * lower.c — a fused group of graph nodes -> one kernel (kernel.h), plus the
- * kernel's copy, free and text form.
+ * kernel's text form.
  *
- * Each op's compute dtype is what its shape/dtype rule picks in eager: the
- * rule is run again here on meta stand-ins of the node's inputs, so the
- * kernel converts exactly where eager converts.
+ * Each op's compute dtype is what its shape/dtype rule picked in eager when
+ * the op was traced (the tracer records it on the node), so the kernel
+ * converts exactly where eager converts, with no second inference here.
+ * Lowering stops at kernel IR: compiling is the trace layer's step.
  */
 #include "kernel.h"
 
@@ -12,32 +13,6 @@
 #include "kernels_reduce.h"
 
 #include <stdlib.h>
-
-/* A meta tensor described by value v (with its wrapped flag: promotion
- * depends on it). Not in any scope: the caller decrefs it. */
-static kl_tensor *meta_of(const ir_value *v) {
-    ke_storage *st = ke_storage_new(0, KL_DEVICE_META, "compile");
-    if (!st) return NULL;
-    kl_tensor *m = ke_tensor_wrap(st, (kl_dtype)v->dtype, v->ndim, v->shape, v->stride, 0);
-    ke_storage_decref(st);
-    if (m && v->wrapped) m->flags |= KE_TF_WRAPPED;
-    return m;
-}
-
-/* The compute dtype eager uses for node n, or -1 (error recorded). */
-static int compute_dtype(const ir_graph *g, const ir_node *n) {
-    kl_tensor *in[8] = {0};
-    if (n->nin > 8) return ke_err(KL_ERR_INTERNAL, "compile", "too many inputs to fuse");
-    int rc = 0;
-    for (int i = 0; i < n->nin && !rc; i++) rc = !(in[i] = meta_of(&g->values[n->in[i]]));
-    ke_call c = {.op = n->op, .nin = n->nin, .in = in, .device = KL_DEVICE_META};
-    c.a = n->a;
-    ke_outspec spec[KE_MAX_OUT];
-    if (!rc) rc = ke_ops[n->op].infer(&c, spec) < 0;
-    for (int i = 0; i < n->nin; i++)
-        if (in[i]) ke_tensor_decref(in[i]);
-    return rc ? -1 : (int)c.compute;
-}
 
 static int on_cpu(kl_device d) { return d.type == KL_CPU; }
 
@@ -60,11 +35,8 @@ int ir_fusible(const ir_graph *g, const ir_node *n) {
     if (o->kind != KE_KIND_EW || !o->impl || n->nout != 1 || n->nin > 4) return 0;
     for (int i = 0; i < n->nin; i++)
         if (!on_cpu(g->values[n->in[i]].device)) return 0;
-    int cd = compute_dtype(g, n);
-    if (cd < 0) {
-        kl_clear_error();
-        return 0;
-    }
+    int cd = n->compute;
+    if (cd < 0) return 0;
     /* pow's loop takes shortcuts when eager hands it the exponent as one
      * element: always so for a one-element exponent (the kernel does too),
      * and row by row for an exponent broadcast along the innermost dim, which
@@ -85,11 +57,8 @@ int ir_row_reducible(const ir_graph *g, const ir_node *n) {
         return 0;
     const ke_rd_op *ro = o->impl;
     if (ro->vout != 0 || ro->iout >= 0) return 0;
-    int cd = compute_dtype(g, n);
-    if (cd < 0) {
-        kl_clear_error();
-        return 0;
-    }
+    int cd = n->compute;
+    if (cd < 0) return 0;
     return ro->k[cd] && (!ro->pre || ro->pre->k[cd]);
 }
 
@@ -125,6 +94,8 @@ ir_kernel *ir_lower_group(const ir_graph *g, const int32_t *members, int n, int 
         return NULL;
     }
     for (int32_t i = 0; i < g->nvalues; i++) map[i] = -1;
+    k->refs = 1;
+    k->device = g->nodes[members[0]].device;
     k->ninputs = ninputs;
     k->noutputs = noutputs;
     k->ndim = (uint8_t)ndim;
@@ -160,8 +131,8 @@ ir_kernel *ir_lower_group(const ir_graph *g, const int32_t *members, int n, int 
                       .row = nd->nin > 0};
         s.dtype = g->values[nd->out[0]].dtype;
         s.a = nd->a;
-        int cd = compute_dtype(g, nd);
-        if (cd < 0) rc = -1;
+        int cd = nd->compute;
+        if (cd < 0) rc = ke_err(KL_ERR_INTERNAL, "compile", "fused kl_%s has no compute dtype", ke_ops[nd->op].name);
         s.compute = (uint8_t)(cd < 0 ? 0 : cd);
         for (int i = 0; i < nd->nin && rc >= 0; i++) {
             s.args[i] = map[nd->in[i]];
@@ -193,48 +164,6 @@ ir_kernel *ir_lower_group(const ir_graph *g, const int32_t *members, int n, int 
         return NULL;
     }
     return k;
-}
-
-int ir_kernel_compile(ir_kernel *k, const ir_backend *b) {
-    if (k->handle) k->backend->free(k->handle);
-    k->backend = b;
-    k->handle = b->compile(k);
-    return k->handle ? 0 : -1;
-}
-
-int ir_kernel_run(const ir_kernel *k, kl_tensor *const *in, kl_tensor *const *out) {
-    if (!k->handle) return ke_err(KL_ERR_INTERNAL, "fn_call", "kernel run before it was compiled");
-    return k->backend->run(k->handle, in, out);
-}
-
-void ir_kernel_free(ir_kernel *k) {
-    if (!k) return;
-    if (k->handle) k->backend->free(k->handle);
-    free(k->bufs);
-    free(k->stmts);
-    free(k);
-}
-
-ir_kernel *ir_kernel_clone(const ir_kernel *k) {
-    ir_kernel *c = calloc(1, sizeof *c);
-    if (!c) goto oom;
-    *c = *k;
-    c->handle = NULL;
-    c->backend = NULL;
-    c->bufs = malloc(sizeof *c->bufs * (size_t)(k->ninputs + k->noutputs + 1));
-    c->stmts = malloc(sizeof *c->stmts * (size_t)(k->nstmts + 1));
-    if (!c->bufs || !c->stmts) {
-        free(c->bufs);
-        free(c->stmts);
-        free(c);
-        goto oom;
-    }
-    memcpy(c->bufs, k->bufs, sizeof *c->bufs * (size_t)(k->ninputs + k->noutputs));
-    memcpy(c->stmts, k->stmts, sizeof *c->stmts * (size_t)k->nstmts);
-    return c;
-oom:
-    ke_err(KL_ERR_OOM, "compile", "out of memory copying a kernel");
-    return NULL;
 }
 
 static void print_dims(FILE *f, int n, const int64_t *v) {

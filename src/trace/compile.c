@@ -7,6 +7,11 @@
  * The mode and options are fixed per kl_fn, so they need no guard. A miss
  * traces (up to recompile_limit signatures, then eager with one warning); a
  * trace that breaks on a data-dependent op marks its signature eager.
+ *
+ * This is also where kernels meet a backend: after the last pass, every
+ * kernel of the graph is compiled by the backend chosen for its device from
+ * the registry (kernel.h): the options' or $KL_CPU_BACKEND's CPU backend by
+ * name, else each device's default.
  */
 #include "trace.h"
 #include "kernel.h"
@@ -45,6 +50,7 @@ struct kl_fn {
     int last;                 /* entry of the most recent call */
     uint8_t env_eager;        /* KL_COMPILE=0 when the function was compiled */
     uint8_t env_check;        /* KL_COMPILE_CHECK=1 when the function was compiled */
+    const ir_backend *cpu;    /* CPU kernels' backend (options or $KL_CPU_BACKEND); NULL: the default */
     pthread_mutex_t lock;
     kl_fn_stats st;
 };
@@ -74,10 +80,16 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
         return NULL;
     }
     if (!o.name) o.name = "fn";
-    if (o.backend) { /* kept as the backend's own (static) name */
-        const ir_backend *b = ir_backend_by_name(o.backend);
-        if (!b) return NULL;
-        o.backend = b->name;
+    kl_init(); /* the backend registry */
+    const ir_backend *cpu = NULL;
+    const char *want = o.backend ? o.backend : getenv("KL_CPU_BACKEND");
+    if (want && *want) {
+        if (!(cpu = ir_backend_by_name(want))) return NULL;
+        if (cpu->device != KL_CPU) {
+            ke_err(KL_ERR_ARG, "compile", "backend \"%s\" does not run CPU kernels", want);
+            return NULL;
+        }
+        if (o.backend) o.backend = cpu->name; /* kept as the backend's own (static) name */
     }
     kl_fn *f = calloc(1, sizeof *f);
     if (f) f->entries = calloc((size_t)o.recompile_limit, sizeof *f->entries);
@@ -89,6 +101,7 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
     f->fn = fn;
     f->user = user;
     f->o = o;
+    f->cpu = cpu;
     f->n_in = -1;
     f->last = -1;
     /* Read here, not per call: getenv was a visible share of a cache hit. */
@@ -272,6 +285,16 @@ static int needs_autograd(const ir_graph *g, kl_tensor *const *in, int n_in, int
     return 0;
 }
 
+int tr_compile_kernels(ir_graph *g, const ir_backend *cpu) {
+    kl_init(); /* the backend registry */
+    for (int32_t i = 0; i < g->nkernels; i++) {
+        ir_kernel *k = g->kernels[i];
+        const ir_backend *b = k->device.type == KL_CPU && cpu ? cpu : ir_backend_for_device(k->device.type);
+        if (!b || ir_kernel_compile(k, b)) return -1;
+    }
+    return 0;
+}
+
 /* Traces a new signature into entry e (under f->lock). */
 static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n_in, int n_out, int grad_mode,
                      const char *why) {
@@ -289,10 +312,9 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
     char reason[256] = "";
     ir_graph *g = tr_trace(f->fn, f->user, in, n_in, n_out, &broke, reason, sizeof reason);
     if (g) g->fuse = f->o.mode == KL_COMPILE_FUSE && !needs_autograd(g, in, n_in, grad_mode);
-    if (g) g->backend = f->o.backend ? ir_backend_by_name(f->o.backend) : NULL;
     for (int i = 0; g && i < n_in; i++) /* inputs sharing storage: writes through one reach both */
         if (e->in[i].alias >= 0) ir_alias_input(g, i, e->in[i].alias);
-    if (g && f->o.mode != KL_COMPILE_TRACE_ONLY && ir_optimize(g) != 0) {
+    if (g && f->o.mode != KL_COMPILE_TRACE_ONLY && (ir_optimize(g) != 0 || tr_compile_kernels(g, f->cpu) != 0)) {
         ir_graph_free(g);
         g = NULL;
     }

@@ -7,7 +7,7 @@
 #ifndef TR_TRACE_H
 #define TR_TRACE_H
 
-#include "ir.h"
+#include "kernel.h"
 
 /* Traces fn on meta stand-ins of inputs. Returns the graph, or NULL with
  * either an error recorded (fn failed: *broke = 0) or a trace break (an op
@@ -28,6 +28,10 @@ extern int64_t tr_peak_storages, tr_peak_bytes;
  * captured reads). */
 int64_t tr_count_launches(const ir_graph *g);
 
+/* Compiles every kernel of g (after the last pass): CPU kernels with cpu
+ * (NULL: the default CPU backend), others with their device's default
+ * backend from the registry (kernel.h). 0 or -1. (compile.c) */
+int tr_compile_kernels(ir_graph *g, const ir_backend *cpu);
 /* Registers the decomposition pass's subgraph tracer (subtrace.c) with the IR layer. */
 void tr_subtrace_register(void);
 

@@ -187,7 +187,12 @@ static int trace_handler(ke_call *c) {
     kl_device dev = s->target;
     for (int i = nin - 1; i >= 0; i--)
         if (!s->g->values[ids[i]].wrapped) dev = s->g->values[ids[i]].device;
-    int32_t k = ir_add_node(s->g, c->op, c->inplace, nin, ids, sc.nout, sc.out, &c->a, dev);
+    /* The compute dtype the shape rule chose, kept for lowering (which would
+     * otherwise run the rule again): only elementwise ops and reductions are
+     * fused, and their rule always runs, on meta too. */
+    int kind = ke_ops[c->op].kind;
+    int compute = kind == KE_KIND_EW || kind == KE_KIND_REDUCE ? (int)sc.compute : -1;
+    int32_t k = ir_add_node(s->g, c->op, c->inplace, nin, ids, sc.nout, sc.out, &c->a, dev, compute);
     if (k < 0 || ((ke_ops[c->op].flags & KE_F_RANDOM) && random_slot(s, &s->g->nodes[k].a, &s->g->values[s->g->nodes[k].out[0]]))) goto out;
     c->nout = sc.nout;
     for (int j = 0; j < sc.nout; j++) {

@@ -1,0 +1,18 @@
+/*
+ * cg_llvm.h — the LLVM backend of kernel IR, as the rest of the library sees
+ * it: a registered ir_backend (src/init.c registers it) plus what tests ask.
+ */
+#ifndef CG_LLVM_H
+#define CG_LLVM_H
+
+#include "kernel.h"
+
+/* The backend "llvm" for KL_CPU kernels, priority 10 (the CPU default when
+ * built). Kernels it cannot take run on the interpreter (one KL_LOG=codegen
+ * line); the strict compile fails instead (NULL + a Kiln error), for tests. */
+extern const ir_backend cg_llvm_backend;
+void *cg_llvm_compile_strict(const ir_kernel *k);
+int cg_llvm_is_compiled(const void *handle); /* 1 if the handle runs LLVM code */
+int64_t cg_llvm_fallbacks(void);             /* kernels handed to the interpreter so far */
+
+#endif /* CG_LLVM_H */

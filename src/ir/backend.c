@@ -1,0 +1,92 @@
+/*
+ * backend.c — the backend registry and the compiled state of a kernel
+ * (kernel.h). The IR layer names no backend: backends register here from
+ * the composition root (src/init.c), one table for every device, so a
+ * second code generator or device adds a row, not a branch in src/ir.
+ */
+#include "kernel.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const ir_backend *registry[IR_MAX_BACKENDS];
+static _Atomic int nregistered; /* entries [0, n) are set before n is published */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int64_t compiles;
+
+int ir_backend_register(const ir_backend *b) {
+    if (!b || !b->name || !b->compile || !b->run || !b->free)
+        return ke_err(KL_ERR_ARG, "backend_register", "a backend needs a name, compile, run and free");
+    int rc = 0;
+    pthread_mutex_lock(&registry_lock);
+    int n = atomic_load(&nregistered), i = 0;
+    while (i < n && registry[i] != b && strcmp(registry[i]->name, b->name)) i++;
+    if (i < n && registry[i] != b)
+        rc = ke_err(KL_ERR_ARG, "backend_register", "a backend called \"%s\" is already registered", b->name);
+    else if (i == n && n == IR_MAX_BACKENDS)
+        rc = ke_err(KL_ERR_STATE, "backend_register", "more than %d backends", IR_MAX_BACKENDS);
+    else if (i == n) {
+        registry[n] = b;
+        atomic_store(&nregistered, n + 1);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return rc;
+}
+
+const ir_backend *ir_backend_by_name(const char *name) {
+    int n = atomic_load(&nregistered);
+    for (int i = 0; name && i < n; i++)
+        if (!strcmp(registry[i]->name, name)) return registry[i];
+    char have[256] = "";
+    for (int i = 0, at = 0; i < n && at < (int)sizeof have; i++)
+        at += snprintf(have + at, sizeof have - (size_t)at, "%s%s", i ? ", " : "", registry[i]->name);
+    ke_err(KL_ERR_ARG, "compile", "unknown or unavailable backend \"%s\" (registered: %s)", name ? name : "(null)",
+           n ? have : "none");
+    return NULL;
+}
+
+const ir_backend *ir_backend_for_device(kl_device_type t) {
+    int n = atomic_load(&nregistered);
+    const ir_backend *best = NULL;
+    for (int i = 0; i < n; i++)
+        if (registry[i]->device == t && (!best || registry[i]->priority > best->priority)) best = registry[i];
+    if (!best) ke_err(KL_ERR_UNSUPPORTED, "compile", "no kernel backend registered for %s", ke_device_name((kl_device){.type = t}));
+    return best;
+}
+
+/* ---- a kernel's compiled form ------------------------------------------------------ */
+
+int ir_kernel_compile(ir_kernel *k, const ir_backend *b) {
+    if (k->handle && k->backend == b) return 0;
+    if (k->handle && atomic_load(&k->refs) > 1)
+        return ke_err(KL_ERR_STATE, "compile", "a kernel shared by copies of a graph is already compiled by %s",
+                      k->backend->name);
+    if (k->handle) k->backend->free(k->handle);
+    k->handle = NULL;
+    k->backend = b;
+    atomic_fetch_add(&compiles, 1);
+    k->handle = b->compile(k);
+    return k->handle ? 0 : -1;
+}
+
+int64_t ir_kernel_compiles(void) { return atomic_load(&compiles); }
+
+int ir_kernel_run(const ir_kernel *k, kl_tensor *const *in, kl_tensor *const *out) {
+    if (!k->handle) return ke_err(KL_ERR_INTERNAL, "fn_call", "kernel run before it was compiled");
+    return k->backend->run(k->handle, in, out);
+}
+
+ir_kernel *ir_kernel_ref(ir_kernel *k) {
+    atomic_fetch_add(&k->refs, 1);
+    return k;
+}
+
+void ir_kernel_free(ir_kernel *k) {
+    if (!k || atomic_fetch_sub(&k->refs, 1) > 1) return;
+    if (k->handle) k->backend->free(k->handle);
+    free(k->bufs);
+    free(k->stmts);
+    free(k);
+}
