@@ -1,13 +1,22 @@
 /*
- * init.c — the composition root: the one place that knows every layer and
- * joins them. Lower layers never call upward; each upper layer's services
- * are installed here into the layer below (see docs/ARCHITECTURE.md).
+ * init.c — the composition root: the one file that knows every layer and
+ * joins them. Lower layers never call upward; what an upper layer offers the
+ * one below goes in through one hook struct per lower layer, installed here:
  *
- * kl_init runs once (pthread_once) from the entry points that need the
- * upper layers, never from a load-time constructor, so a static and a shared
- * link behave the same whatever the static link pulls in.
+ *   eager  <- ke_hooks   Autograd and Trace dispatch handlers, the tensor
+ *                        free hook (autograd metadata), the data-access hook
+ *                        (a data read while tracing breaks the trace)
+ *   ir     <- ir_hooks   the decomposition pass's subgraph tracer
+ *   ir     <- registry   kernel backends, by name and device (kernel.h)
+ *
+ * kl_init runs this once (pthread_once) from the entry points that need the
+ * upper layers (the first autograd metadata, tr_trace, kl_compile, anomaly
+ * mode), never from a load-time constructor, so a static and a shared link
+ * behave the same whatever the static link pulls in.
  */
+#include "autograd.h"
 #include "kernel.h"
+#include "trace.h"
 
 #ifdef KL_HAVE_LLVM
 #include "cg_llvm.h"
@@ -18,12 +27,19 @@
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void init_once(void) {
+    ke_install_hooks(&(ke_hooks){
+        .handler = {[KE_KEY_AUTOGRAD] = ag_record_handler, [KE_KEY_TRACE] = tr_trace_handler},
+        .autograd_free = ag_meta_free,
+        .trace_data = tr_data_hook,
+    });
+    ir_install_hooks(&(ir_hooks){.subtrace = tr_subtrace});
     /* Kernel backends, by device. Registration cannot fail here (distinct
      * names, a table with room), so a failure is a bug worth stopping on. */
     KE_ASSERT(ir_backend_register(&ir_interp_backend) == 0);
 #ifdef KL_HAVE_LLVM
     KE_ASSERT(ir_backend_register(&cg_llvm_backend) == 0);
 #endif
+    ag_anomaly_from_env();
 }
 
 void kl_init(void) { pthread_once(&once, init_once); }

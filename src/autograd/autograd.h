@@ -152,6 +152,10 @@ int ag_set_grad_mode(int enabled);
 extern _Atomic int ag_anomaly;
 /* The Autograd key's handler (record.c). */
 int ag_record_handler(ke_call *c);
+/* Hooks src/init.c installs into eager (ke_hooks): the tensor free hook,
+ * which drops what t's metadata holds; and $KL_ANOMALY, read once. */
+void ag_meta_free(kl_tensor *t);
+void ag_anomaly_from_env(void);
 
 /* ---- helpers for derivative formulas (helpers.c) ---- */
 /* g summed over broadcast dims down to (ndim, shape); g itself if equal. */

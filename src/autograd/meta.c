@@ -17,6 +17,10 @@ ag_meta *ag_meta_get(const kl_tensor *t) { return (ag_meta *)t->autograd; }
 
 ag_meta *ag_meta_ensure(kl_tensor *t) {
     if (t->autograd) return (ag_meta *)t->autograd;
+    /* the first metadata of the process: the dispatcher must know the
+     * Autograd handler, and tensors how to drop metadata, before any tensor
+     * carries the Autograd key */
+    kl_init();
     ag_meta *m = calloc(1, sizeof *m);
     if (!m) {
         ke_err(KL_ERR_OOM, "autograd", "out of memory allocating autograd metadata");
@@ -33,8 +37,7 @@ void ag_sync_key(kl_tensor *t) {
         t->keys &= (uint8_t)~KE_KS(KE_KEY_AUTOGRAD);
 }
 
-/* The tensor free hook: drops what the metadata holds. */
-static void meta_free(kl_tensor *t) {
+void ag_meta_free(kl_tensor *t) {
     ag_meta *m = (ag_meta *)t->autograd;
     t->autograd = NULL;
     if (!m) return;
@@ -45,17 +48,6 @@ static void meta_free(kl_tensor *t) {
     }
     if (m->grad) ke_tensor_decref(m->grad);
     free(m);
-}
-
-static void ag_anomaly_from_env(void);
-
-/* Registration at load time. It lives here because every program that can
- * make a tensor require grad links this file (kl_set_requires_grad), which
- * pulls the handler in from a static archive too. */
-__attribute__((constructor)) static void autograd_register(void) {
-    ke_register_handler(KE_KEY_AUTOGRAD, ag_record_handler);
-    ke_autograd_free_hook = meta_free;
-    ag_anomaly_from_env();
 }
 
 /* ---- public: requires_grad, grad, detach ---------------------------------- */
@@ -195,10 +187,18 @@ bool kl_is_grad_enabled(void) { return ag_grad_enabled(); }
 
 /* ---- anomaly mode ----------------------------------------------------------- */
 
-void kl_set_anomaly(bool on) { atomic_store(&ag_anomaly, on ? 1 : 0); }
-bool kl_anomaly_enabled(void) { return atomic_load(&ag_anomaly) != 0; }
+/* Both call kl_init first, so $KL_ANOMALY (read there) never overrides a
+ * choice made in code. */
+void kl_set_anomaly(bool on) {
+    kl_init();
+    atomic_store(&ag_anomaly, on ? 1 : 0);
+}
+bool kl_anomaly_enabled(void) {
+    kl_init();
+    return atomic_load(&ag_anomaly) != 0;
+}
 
-static void ag_anomaly_from_env(void) {
+void ag_anomaly_from_env(void) {
     const char *e = getenv("KL_ANOMALY");
-    if (e && *e && strcmp(e, "0") != 0) kl_set_anomaly(true);
+    if (e && *e && strcmp(e, "0") != 0) atomic_store(&ag_anomaly, 1); /* not kl_set_anomaly: this runs inside kl_init */
 }

@@ -177,9 +177,27 @@ struct kl_tensor {
     struct kl_tensor *next_free;
 };
 
-/* Hooks for higher layers: called when a tensor header dies (to drop
- * autograd metadata); set once at start-up by the layer that owns the field. */
-extern void (*ke_autograd_free_hook)(kl_tensor *t);
+/* What the layers above eager install into it: the one way eager reaches
+ * upward, without naming them (eager <- autograd <- ir <- trace). Installed
+ * once by the composition root (src/init.c, kl_init) before the first
+ * tensor requires grad or the first trace; NULL entries mean "not linked in". */
+struct ke_call;
+typedef struct ke_hooks {
+    /* Dispatch handlers of the non-backend keys (Autograd, Trace); backend
+     * keys are eager's own and must stay NULL here. */
+    int (*handler[KE_NUM_KEYS])(struct ke_call *c);
+    /* A tensor header with autograd metadata dies: drop the metadata. */
+    void (*autograd_free)(kl_tensor *t);
+    /* Eager code is about to read t's data while a trace is recording
+     * (ke_check_data): the tracer turns it into a trace break. */
+    int (*trace_data)(const kl_tensor *t, const char *op);
+} ke_hooks;
+/* The hooks installed (read on the per-op paths; written only by ke_install_hooks). */
+extern ke_hooks ke_hook;
+/* Installs h, replacing every hook (NULL removes one): its handlers go into
+ * the dispatcher's table, everything into ke_hook. Called once by kl_init
+ * (tests install stand-ins and put ke_hook back). (dispatch.c) */
+void ke_install_hooks(const ke_hooks *h);
 
 /* Checks a tensor argument: NULL (keeps a pending error or records
  * KL_ERR_NULL_ARG) and freed headers. Returns 0 if usable. */
@@ -265,10 +283,9 @@ extern _Thread_local ke_tls ke_tls_state;
  * traced tensors have none, and a value read from a captured tensor would be
  * baked into the graph. The trace layer's hook turns the call into a trace
  * break, recording why. */
-extern int (*ke_trace_data_hook)(const kl_tensor *t, const char *op);
 static inline int ke_check_data(const kl_tensor *t, const char *op) {
-    if (KE_UNLIKELY((ke_tls_state.include & ~ke_tls_state.exclude) & KE_KS(KE_KEY_TRACE)) && ke_trace_data_hook)
-        return ke_trace_data_hook(t, op);
+    if (KE_UNLIKELY((ke_tls_state.include & ~ke_tls_state.exclude) & KE_KS(KE_KEY_TRACE)) && ke_hook.trace_data)
+        return ke_hook.trace_data(t, op);
     return 0;
 }
 

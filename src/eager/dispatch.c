@@ -19,9 +19,17 @@ static ke_handler_fn handlers[KE_NUM_KEYS] = {
 /* Kernels of backends other than CPU/Meta, registered at load time. */
 static ke_kernel_fn device_kernels[KE_NUM_KEYS][KE_OP_COUNT];
 
-void ke_register_handler(ke_key key, ke_handler_fn fn) {
-    KE_ASSERT((unsigned)key < KE_NUM_KEYS);
-    handlers[key] = fn;
+ke_hooks ke_hook;
+
+void ke_install_hooks(const ke_hooks *h) {
+    for (int k = 0; k < KE_NUM_KEYS; k++) {
+        if (KE_KS(k) & KE_BACKEND_KEYS) {
+            KE_ASSERT(!h->handler[k]); /* the backends' handler is eager's own */
+            continue;
+        }
+        handlers[k] = h->handler[k];
+    }
+    ke_hook = *h;
 }
 
 void ke_register_kernel(ke_key backend, int op, ke_kernel_fn fn) {

@@ -6,7 +6,8 @@
  * inputs, attributes) and hands it to ke_dispatch, which runs the handler of
  * the highest dispatch key present among the inputs (plus the thread's include
  * set, minus its exclude set): Trace > Autograd > CPU | CUDA | Meta. Handlers
- * for Trace and Autograd are registered by their layers; the backends run the
+ * for Trace and Autograd are their layers', installed by src/init.c through
+ * ke_install_hooks (core.h); the backends run the
  * row's shape/dtype rule, allocate outputs and call the row's kernel.
  *
  * The same ke_call (op + attributes) is what the tracer records as an IR node,
@@ -126,9 +127,8 @@ typedef enum ke_op {
 extern const ke_op_info ke_ops[KE_OP_COUNT];
 
 /* Handlers per dispatch key. Backends share one generic handler; Trace and
- * Autograd are registered by their layers. */
+ * Autograd are their layers', installed through ke_hooks (core.h). */
 typedef int (*ke_handler_fn)(ke_call *c);
-void ke_register_handler(ke_key key, ke_handler_fn fn);
 /* Registers an eager kernel for op on a non-CPU backend (CUDA later). */
 void ke_register_kernel(ke_key backend, int op, ke_kernel_fn fn);
 

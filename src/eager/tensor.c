@@ -19,9 +19,6 @@
 _Thread_local ke_tls ke_tls_state = {0, 0, {KL_CPU, 0}};
 ke_tls *ke_tls_get(void) { return &ke_tls_state; }
 
-void (*ke_autograd_free_hook)(kl_tensor *t);
-int (*ke_trace_data_hook)(const kl_tensor *t, const char *op);
-
 /* Live counts are per-thread (no locked instruction on the per-op path) and
  * summed on request. A header freed on another thread decrements that
  * thread's counter, so only the sum is meaningful. Counter blocks are never
@@ -284,7 +281,7 @@ kl_tensor *ke_tensor_view(const kl_tensor *base, int ndim, const int64_t *shape,
 
 void ke_tensor_decref(kl_tensor *t) {
     if (!drop_ref(&t->refcount)) return;
-    if (t->autograd && ke_autograd_free_hook) ke_autograd_free_hook(t);
+    if (t->autograd && ke_hook.autograd_free) ke_hook.autograd_free(t);
     ke_storage_decref(t->storage);
     header_free(t);
 }

@@ -4,7 +4,7 @@
  * decomposition, so that fusion sees reductions and elementwise ops it can
  * group. The decomposition is re-traced (the table's decomp run on meta
  * stand-ins, recorded into a subgraph by the trace layer through the
- * ir_subtrace callback: layers call downward only) and spliced in place of
+ * ir_hook.subtrace, installed by src/init.c: layers call downward only) and spliced in place of
  * the node: subgraph inputs become the node's inputs, its outputs keep the
  * node's value ids, everything else gets fresh ids.
  *
@@ -24,7 +24,9 @@
 
 #include <stdlib.h>
 
-ir_subtrace_fn ir_subtrace;
+ir_hooks ir_hook;
+
+void ir_install_hooks(const ir_hooks *h) { ir_hook = *h; }
 
 #define MAX_DECOMPOSED_NODES 100000 /* a guard against a decomposition that never bottoms out */
 
@@ -127,11 +129,11 @@ static int splice(ir_graph *g, int32_t k, const ir_graph *sub) {
 }
 
 int ir_pass_decompose(ir_graph *g) {
-    if (!ir_subtrace || !g->fuse) return 0;
+    if (!ir_hook.subtrace || !g->fuse) return 0;
     int changed = 0, spliced = 0;
     for (int32_t k = 0; k < g->nnodes; k++) {
         if (!decomposable(g, &g->nodes[k])) continue;
-        ir_graph *sub = ir_subtrace(g, &g->nodes[k]);
+        ir_graph *sub = ir_hook.subtrace(g, &g->nodes[k]);
         if (!sub) {
             if (ke_error_pending()) return -1;
             continue;

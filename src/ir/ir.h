@@ -193,14 +193,20 @@ int ir_pass_fold(ir_graph *g);
 int ir_pass_simplify(ir_graph *g);
 /* Decomposition: a composite node (ke_ops[op].kind == KE_KIND_COMPOSITE with a decomp) is
  * replaced by the primitives of its decomposition, traced into a subgraph. The IR layer does
- * not call the trace layer: the trace layer registers ir_subtrace (src/trace/subtrace.c), which
- * traces node n's decomposition on meta stand-ins of its inputs and returns a graph with n's
- * inputs and outputs (NULL, with no error pending, where it cannot: a data-dependent
- * decomposition, ...). Without it the pass changes nothing; it also changes nothing unless
- * g->fuse (decomposing only helps fusion, and costs bitwise equality with eager). */
-typedef ir_graph *(*ir_subtrace_fn)(const ir_graph *g, const ir_node *n);
-extern ir_subtrace_fn ir_subtrace;
+ * not call the trace layer: it uses ir_hook.subtrace (below). Without it the pass changes
+ * nothing; it also changes nothing unless g->fuse (decomposing only helps fusion, and costs
+ * bitwise equality with eager). */
 int ir_pass_decompose(ir_graph *g);
+
+/* ---- hooks: what the layers above ir install into it (src/init.c, once) ---------------- */
+typedef struct ir_hooks {
+    /* Traces node n's decomposition on meta stand-ins of its inputs and returns a graph with
+     * n's inputs and outputs (NULL, with no error pending, where it cannot: a data-dependent
+     * decomposition, ...). The trace layer's tr_subtrace. */
+    ir_graph *(*subtrace)(const ir_graph *g, const ir_node *n);
+} ir_hooks;
+extern ir_hooks ir_hook;                 /* the hooks installed (NULL entries: none) */
+void ir_install_hooks(const ir_hooks *h); /* called once by kl_init (decompose.c) */
 /* Functionalization: in-place elementwise writes become pure ops, plus one copy_back per
  * written graph input or captured tensor at the end of the graph. */
 int ir_pass_functionalize(ir_graph *g);

@@ -2,8 +2,8 @@
  * subtrace.c — the trace layer's service to the IR's decomposition pass:
  * traces one composite node's decomposition (ke_ops[op].decomp, run on meta
  * stand-ins of the node's inputs) into a subgraph, through the ordinary
- * tracer. The tracer's constructor registers it as ir_subtrace
- * (tr_subtrace_register), so src/ir never calls up into this layer.
+ * tracer. src/init.c installs it as ir_hook.subtrace, so src/ir never calls
+ * up into this layer.
  */
 #include "trace.h"
 
@@ -20,7 +20,7 @@ static int run_decomp(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, 
     return 0;
 }
 
-static ir_graph *subtrace(const ir_graph *g, const ir_node *n) {
+ir_graph *tr_subtrace(const ir_graph *g, const ir_node *n) {
     kl_tensor *in[16];
     if (n->nin > 16) return NULL;
     ir_graph *sub = NULL;
@@ -49,7 +49,3 @@ static ir_graph *subtrace(const ir_graph *g, const ir_node *n) {
     }
     return sub;
 }
-
-/* Called by the tracer's constructor (a constructor here would be dropped
- * from static links: nothing else references this file). */
-void tr_subtrace_register(void) { ir_subtrace = subtrace; }

@@ -32,7 +32,12 @@ int64_t tr_count_launches(const ir_graph *g);
  * (NULL: the default CPU backend), others with their device's default
  * backend from the registry (kernel.h). 0 or -1. (compile.c) */
 int tr_compile_kernels(ir_graph *g, const ir_backend *cpu);
-/* Registers the decomposition pass's subgraph tracer (subtrace.c) with the IR layer. */
-void tr_subtrace_register(void);
+/* Hooks src/init.c installs into the layers below: the Trace key's dispatch
+ * handler (records one op, tracer.c), the data-access hook that turns a data
+ * read while tracing into a trace break (tracer.c), and the decomposition
+ * pass's subgraph tracer (ir_hooks.subtrace, subtrace.c). */
+int tr_trace_handler(ke_call *c);
+int tr_data_hook(const kl_tensor *t, const char *op);
+ir_graph *tr_subtrace(const ir_graph *g, const ir_node *n);
 
 #endif /* TR_TRACE_H */

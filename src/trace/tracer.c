@@ -40,7 +40,7 @@ typedef struct tr_session {
 
 static _Thread_local tr_session *cur;
 
-static int data_hook(const kl_tensor *t, const char *op) {
+int tr_data_hook(const kl_tensor *t, const char *op) {
     tr_session *s = cur;
     if (s && !s->broke) {
         s->broke = 1;
@@ -148,7 +148,7 @@ static int32_t alias_id(const tr_session *s, kl_tensor *t, const char *op) {
                   ke_fmt_tensor(b, sizeof b, t));
 }
 
-static int trace_handler(ke_call *c) {
+int tr_trace_handler(ke_call *c) {
     tr_session *s = cur;
     if (!s) return ke_err(KL_ERR_INTERNAL, ke_opname(c), "trace key without a trace session");
     int nin = c->nin, rc = -1;
@@ -210,15 +210,10 @@ out:
     return rc;
 }
 
-__attribute__((constructor)) static void trace_register(void) {
-    ke_register_handler(KE_KEY_TRACE, trace_handler);
-    ke_trace_data_hook = data_hook;
-    tr_subtrace_register();
-}
-
 ir_graph *tr_trace(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_in, int n_out, int *broke,
                    char *why, size_t why_cap) {
     *broke = 0;
+    kl_init(); /* the Trace key's handler and the data hook */
     tr_session s = {.target = ke_tls_state.default_device};
     if (!(s.g = ir_graph_new())) return NULL;
     kl_tensor **meta_in = calloc((size_t)n_in + 1, sizeof *meta_in);
