@@ -479,6 +479,34 @@ static void softmax_kernel_text(void **state) {
     assert_int_equal(kl_allclose(r1, kl_softmax(x2, -1), 1e-6, 1e-6, true), 1);
 }
 
+/* The tracer records each op's compute dtype (what lowering converts to),
+ * and the verifier insists on it where lowering reads it. */
+static int mixed_dtypes(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_sum(kl_exp(kl_add(in[0], in[1])), 1, (int64_t[]){-1}, true);
+    return out[0] ? 0 : -1;
+}
+
+static void compute_dtype_recorded(void **state) {
+    (void)state;
+    kl_tensor *in[2] = {kl_to_dtype(seq(6, 1, KL_F32), KL_I32), kl_to_dtype(seq(6, 1, KL_F32), KL_F16)};
+    int broke = 0;
+    char why[256];
+    ir_graph *g = tr_trace(mixed_dtypes, NULL, in, 2, 1, &broke, why, sizeof why);
+    assert_non_null(g);
+    /* i32 + f16 is f16 computed in f32; exp the same; the sum of f16 in f32 */
+    assert_int_equal(g->nnodes, 3);
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(g->values[g->nodes[k].out[0]].dtype, KL_F16);
+        assert_int_equal(g->nodes[k].compute, KL_F32);
+    }
+    assert_int_equal(ir_verify(g, "test"), 0);
+    g->nodes[1].compute = -1;
+    assert_int_equal(ir_verify(g, "test"), -1);
+    KT_EXPECT_ERROR(KL_ERR_INTERNAL, "invalid graph after test: node 1 (exp) has no compute dtype");
+    ir_graph_free(g);
+}
+
 static void interpreter_backend_interface(void **state) {
     (void)state;
     const ir_backend *b = &ir_interp_backend;
@@ -770,6 +798,7 @@ int main(void) {
         KT_TEST(row_kernel_edges),
         KT_TEST(empty_rows_still_write_row_values),
         KT_TEST(softmax_kernel_text),
+        KT_TEST(compute_dtype_recorded),
         KT_TEST(interpreter_backend_interface),
         KT_TEST(backend_registry),
         KT_TEST(debug_dir_gets_the_kernels),

@@ -1,5 +1,6 @@
 /*
- * verify.c — the graph verifier: SSA order, value descriptions, arities.
+ * verify.c — the graph verifier: SSA order, value descriptions, arities,
+ * compute dtypes.
  * Runs after every pass in debug builds and in the tests.
  */
 #include "ir.h"
@@ -39,6 +40,11 @@ int ir_verify(const ir_graph *g, const char *after) {
                 rc = BAD("node %d (%s) has %d inputs and %d outputs", after, k, o->name, n->nin, n->nout);
             if (n->inplace && !(o->flags & KE_F_INPLACE) && n->op != KE_OP_copy)
                 rc = BAD("node %d (%s) is in place but the op has no in-place form", after, k, o->name);
+            /* lowering reads it instead of running the shape rule again */
+            if ((o->kind == KE_KIND_EW || o->kind == KE_KIND_REDUCE) && (n->compute < 0 || n->compute >= KL_NUM_DTYPES))
+                rc = BAD("node %d (%s) has no compute dtype", after, k, o->name);
+        } else if (n->compute != -1) {
+            rc = BAD("node %d (%s) is not an op of the table but has a compute dtype", after, k, ir_op_name(n->op));
         }
         for (int i = 0; i < n->nin && !rc; i++) {
             int32_t id = n->in[i];
