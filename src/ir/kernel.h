@@ -93,7 +93,7 @@ typedef struct ir_kernel {
  * registry below from the library's composition root (src/init.c), and the
  * trace layer's kl_compile picks one per kernel after every pass has run. */
 typedef struct ir_backend {
-    const char *name;              /* "interp", "llvm", ...: KL_CPU_BACKEND and kl_compile_options */
+    const char *name;              /* unique ("interp", ...): $KL_CPU_BACKEND, kl_compile_options.backend */
     kl_device_type device;         /* the device whose kernels it runs */
     int priority;                  /* the default of its device: the highest registered */
     void *(*compile)(const ir_kernel *k);
