@@ -585,6 +585,21 @@ static void backend_registry(void **state) {
     assert_int_equal(fake_compiles, 1);
     assert_ptr_equal(g->kernels[0]->backend, &fake_cuda);
     ir_graph_free(g);
+    /* kl_compile picks CPU backends by name: not another device's, not an unknown one */
+    kl_compile_options o = kl_compile_options_default();
+    o.backend = "fake_cuda";
+    assert_null(kl_compile(softmax_ops, NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "backend \"fake_cuda\" does not run CPU kernels");
+    setenv("KL_CPU_BACKEND", "nope", 1);
+    assert_null(kl_compile(softmax_ops, NULL, NULL));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "unknown or unavailable backend \"nope\"");
+    setenv("KL_CPU_BACKEND", "interp", 1);
+    kl_fn *f = kl_compile(softmax_ops, NULL, NULL);
+    unsetenv("KL_CPU_BACKEND");
+    kl_tensor *y = NULL;
+    assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), 0);
+    assert_int_equal(kl_allclose(y, kl_softmax(x, -1), 1e-6, 1e-6, true), 1);
+    kl_fn_release(f);
 }
 
 static void debug_dir_gets_the_kernels(void **state) {
