@@ -52,7 +52,16 @@ static int nallocs, cap_allocs;
 static size_t used, capacity;
 static int capacity_set;
 static struct CUctx_st { int dummy; } the_ctx;
-static _Thread_local const char *tl_detail; /* extra words for the last error */
+/* Extra words for this thread's last failure, shown by cuGetErrorString for
+ * that code only (a stale detail must not decorate another error). */
+static _Thread_local const char *tl_detail;
+static _Thread_local CUresult tl_detail_code;
+
+static CUresult fail(CUresult r, const char *why) {
+    tl_detail = why;
+    tl_detail_code = r;
+    return r;
+}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -95,16 +104,11 @@ static CUresult check_range(CUdeviceptr p, size_t n) {
     pthread_mutex_lock(&mu);
     int i = find_range(p, n);
     pthread_mutex_unlock(&mu);
-    if (i < 0) tl_detail = "the device range is not inside one live allocation";
-    return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    return i < 0 ? fail(CUDA_ERROR_INVALID_VALUE, "the device range is not inside one live allocation") : CUDA_SUCCESS;
 }
 
 static CUresult check_stream(CUstream s) {
-    if (s && s->magic != STREAM_MAGIC) {
-        tl_detail = "not a live stream";
-        return CUDA_ERROR_INVALID_HANDLE;
-    }
-    return CUDA_SUCCESS;
+    return s && s->magic != STREAM_MAGIC ? fail(CUDA_ERROR_INVALID_HANDLE, "not a live stream") : CUDA_SUCCESS;
 }
 
 /* ---- Device and context ---------------------------------------------------- */
@@ -129,7 +133,7 @@ static CUresult e_DeviceGetAttribute(int *v, int attr, CUdevice d) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 227 * 1024; break;
-    default: tl_detail = "attribute not emulated"; return CUDA_ERROR_INVALID_VALUE;
+    default: return fail(CUDA_ERROR_INVALID_VALUE, "attribute not emulated");
     }
     return CUDA_SUCCESS;
 }
@@ -194,8 +198,7 @@ static CUresult e_MemFree(CUdeviceptr p) {
     for (i = 0; i < nallocs && allocs[i].base != p; i++) {}
     if (i == nallocs) {
         pthread_mutex_unlock(&mu);
-        tl_detail = "not the start of a live allocation";
-        return CUDA_ERROR_INVALID_VALUE;
+        return fail(CUDA_ERROR_INVALID_VALUE, "not the start of a live allocation");
     }
     size_t n = allocs[i].size;
     allocs[i] = allocs[--nallocs];
@@ -417,21 +420,17 @@ static CUresult e_CtxSynchronize(void) { return CUDA_SUCCESS; }
 static const char *const no_modules =
     "the emulated device cannot load modules yet (running CUDA C on the CPU is the next slice; docs/GPU.md)";
 static CUresult e_ModuleLoadData(CUmodule *m, const void *image) {
-    tl_detail = no_modules;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    return fail(CUDA_ERROR_NOT_SUPPORTED, no_modules);
 }
 static CUresult e_ModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
-    tl_detail = no_modules;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    return fail(CUDA_ERROR_NOT_SUPPORTED, no_modules);
 }
 static CUresult e_ModuleUnload(CUmodule m) {
-    tl_detail = no_modules;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    return fail(CUDA_ERROR_NOT_SUPPORTED, no_modules);
 }
 static CUresult e_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
-    tl_detail = no_modules;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    return fail(CUDA_ERROR_NOT_SUPPORTED, no_modules);
 }
 
 /* ---- Errors ----------------------------------------------------------------- */
@@ -480,7 +479,7 @@ static CUresult e_GetErrorString(CUresult r, const char **str) {
         *str = NULL;
         return CUDA_ERROR_INVALID_VALUE;
     }
-    if (tl_detail) {
+    if (tl_detail && tl_detail_code == r) {
         snprintf(buf, sizeof buf, "%s (emulated device: %s)", base, tl_detail);
         tl_detail = NULL;
         *str = buf;
