@@ -117,15 +117,19 @@ int ku_device_enter(const char *op, int dev) {
     if (dev < 0 || dev >= g_ndev)
         return ke_err(KL_ERR_DEVICE, op, "CUDA device %d does not exist (%d device%s)", dev, g_ndev,
                       g_ndev == 1 ? "" : "s");
+    /* Fast path, every allocation takes it: this thread already made the
+     * device's context current (contexts are published once, never changed). */
+    CUcontext c = __atomic_load_n(&g_ctx[dev], __ATOMIC_ACQUIRE);
+    if (c && tl_ctx == c) return 0;
     pthread_mutex_lock(&g_ctx_mu);
-    CUcontext c = g_ctx[dev];
+    c = g_ctx[dev];
     if (!c) {
         CUdevice cd;
         if (KU_CALL(op, d, DeviceGet, &cd, dev) || KU_CALL(op, d, DevicePrimaryCtxRetain, &c, cd)) {
             pthread_mutex_unlock(&g_ctx_mu);
             return -1;
         }
-        g_ctx[dev] = c;
+        __atomic_store_n(&g_ctx[dev], c, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&g_ctx_mu);
     if (tl_ctx == c) return 0;

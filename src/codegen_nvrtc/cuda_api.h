@@ -159,9 +159,9 @@ size_t ku_block_size(CUdeviceptr p);
 typedef struct ku_cubin {
     void *image;       /* CUBIN bytes (malloc'd) */
     size_t size;
-    int registers;     /* of the most demanding kernel, from ptxas -v */
-    int spill_bytes;   /* spill stores + loads, summed over kernels */
-    int stack_bytes;   /* largest stack frame */
+    int registers;     /* of the most demanding kernel, from ptxas -v (-1: no report in the log) */
+    int spill_bytes;   /* spill stores + loads, summed over kernels (-1: no report) */
+    int stack_bytes;   /* largest stack frame (-1: no report) */
     double compile_ms; /* nvrtcCompileProgram's wall time */
     char *log;         /* the full NVRTC/ptxas log (malloc'd, may be "") */
 } ku_cubin;
@@ -170,8 +170,8 @@ int ku_nvrtc_available(const char *op);
 /* NVRTC's "major.minor" version, or -1 without NVRTC. */
 int ku_nvrtc_version(int *major, int *minor);
 /* Compiles CUDA C `src` (which may #include "vmath.h") to a CUBIN for
- * sm_<arch> (e.g. 90), -fmad=false, -default-device; 0 on success, -1 and an
- * error holding NVRTC's log otherwise. */
+ * sm_<arch> (e.g. 90), -fmad=false, -default-device, NVRTC's cache off; 0 on
+ * success, -1 and an error holding NVRTC's log otherwise. */
 int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch, ku_cubin *out);
 void ku_cubin_free(ku_cubin *c);
 

@@ -6,7 +6,7 @@
  * and __FMA__ is defined exactly when the CPU build has it, so vmath takes the
  * same path on both devices; -fmad=false keeps NVRTC from contracting what
  * the C source keeps separate. ptxas -v's report (registers, spills, stack)
- * is parsed from the log.
+ * is parsed from the log; NVRTC's own cache is turned off (see the options).
  */
 #include "cuda_api.h"
 
@@ -132,7 +132,11 @@ int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch
     const char *hnames[] = {"stdint.h", "string.h", "vmath.h", "kiln_vmath_impl.h"};
     char archopt[32];
     snprintf(archopt, sizeof archopt, "-arch=sm_%d", arch);
-    const char *opts[] = {archopt, "-fmad=false", "-default-device", "-Xptxas=-v",
+    /* -no-cache: NVRTC 12.9+ keeps its own cache in the driver's compute
+     * cache when libcuda is loaded; a hit skips ptxas, so there is no resource
+     * report (the spill check could not run) and compile times measure the
+     * cache. Kiln keeps its own kernel cache, with its own keys and checks. */
+    const char *opts[] = {archopt, "-fmad=false", "-default-device", "-Xptxas=-v", "-no-cache",
 #if defined(__FMA__)
                           "-D__FMA__=1"
 #endif
@@ -174,7 +178,11 @@ int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch
     out->size = n;
     out->log = log;
     out->compile_ms = now_ms() - t0;
-    parse_usage(log, out);
+    out->registers = out->spill_bytes = out->stack_bytes = -1;
+    if (strstr(log, "Used ")) {
+        out->registers = out->spill_bytes = out->stack_bytes = 0;
+        parse_usage(log, out);
+    }
     return 0;
 }
 
