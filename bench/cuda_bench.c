@@ -132,6 +132,31 @@ int main(void) {
         printf("NVRTC cold compile, unary vmath kernel -> CUBIN sm_%d: median %.1f ms (q1 %.1f, q3 %.1f; first call "
                "%.1f ms) over %d kernels\n",
                cc, cs.median, cs.q1, cs.q3, first, NF);
+        /* Where the time goes: NVRTC's fixed cost per program (a kernel with
+         * no math), what parsing vmath.h adds (included, unused), and the
+         * unary kernel again. A comment with a counter makes each source new. */
+        const char *parts[][2] = {
+            {"no math, no include", ""},
+            {"vmath.h included, unused", "#include \"vmath.h\"\n"},
+        };
+        for (int v = 0; v < 2; v++) {
+            double pt[7];
+            for (int r = 0; r < 7; r++) {
+                char src[1024];
+                snprintf(src, sizeof src,
+                         "// %d.%d\n%sextern \"C\" __global__ void k(const float *x, float *y, long long n) {\n"
+                         "  for (long long i = blockIdx.x * 128LL + threadIdx.x; i < n; i += (long long)gridDim.x * 128)\n"
+                         "    y[i] = x[i] * 2.0f + 1.0f;\n}\n",
+                         v, r, parts[v][1]);
+                ku_cubin c;
+                CHECK(ku_nvrtc_compile(OP, src, "part.cu", cc, &c));
+                pt[r] = c.compile_ms;
+                ku_cubin_free(&c);
+            }
+            kb_stats ps = kb_summarize(pt, 7);
+            printf("NVRTC cold compile, CUBIN sm_%d, %s: median %.1f ms (q1 %.1f, q3 %.1f)\n", cc, parts[v][0],
+                   ps.median, ps.q1, ps.q3);
+        }
     } else {
         printf("NVRTC: %s\n", kl_last_error());
         kl_clear_error();
