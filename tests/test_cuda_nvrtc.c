@@ -22,8 +22,9 @@ void kt_vmath_ref_off(int fn, const float *x, float *y, size_t n);
 void kt_vmath_ref_fast(int fn, const float *x, float *y, size_t n);
 
 #define KT_NAME_(id, name) #name,
-static const char *const fn_names[KT_VMATH_COUNT] = {KT_VMATH_LIST(KT_NAME_)};
+static const char *const fn_names[] = {KT_VMATH_LIST(KT_NAME_)};
 #undef KT_NAME_
+_Static_assert(sizeof fn_names / sizeof *fn_names == KT_VMATH_COUNT, "KT_VMATH_COUNT matches KT_VMATH_LIST");
 
 /* One kernel for every function: out[i] = f(x_i), x_i's bits from i. */
 #define KT_CASE_SRC_(id, name) "    case " #id ": y = ke_v" #name "f(x); break;\n"
