@@ -728,6 +728,8 @@ KL_API kl_tensor *kl_from_dlpack(struct DLManagedTensor *m);
 
 /* nn helpers: initialisers, parameter collections, optimizers, safetensors. */
 #include "kiln/nn.h"
+/* CUDA runtime: availability, devices, synchronize, allocator statistics. */
+#include "kiln/cuda.h"
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,185 @@
+/*
+ * cuda_api.h — Kiln's CUDA runtime (prefix ku_): the driver API as a table of
+ * function pointers filled by dlopen("libcuda.so.1") or by the emulated
+ * driver (KL_CUDA_EMULATE=1), the caching device allocator, per-thread
+ * streams, NVRTC and cuBLAS loaded at first use. No toolkit header is needed:
+ * the few types and enum values below are the driver's ABI, declared here.
+ * Every ku_ function that can fail records a Kiln error naming the op and
+ * the failing CUDA call (see docs/GPU.md).
+ */
+#ifndef KILN_CUDA_API_H
+#define KILN_CUDA_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- Driver ABI (values as in cuda.h of CUDA 12/13) ------------------ */
+typedef int CUresult;
+typedef int CUdevice;
+typedef uint64_t CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_IMAGE = 200,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_UNKNOWN = 999,
+};
+
+enum {
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK = 8,
+    CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10,
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+};
+
+enum { CU_STREAM_NON_BLOCKING = 1 };
+enum { CU_EVENT_DEFAULT = 0, CU_EVENT_DISABLE_TIMING = 2 };
+enum { CU_MEMHOSTALLOC_PORTABLE = 1 };
+
+/* X(name, symbol, return, params): the driver entry points Kiln calls. The
+ * symbol is the versioned one cuda.h's macros would pick (legacy default
+ * stream semantics, not _ptsz). */
+#define KU_DRIVER_FUNCS(X)                                                                          \
+    X(Init, "cuInit", (unsigned flags))                                                             \
+    X(DriverGetVersion, "cuDriverGetVersion", (int *version))                                       \
+    X(DeviceGetCount, "cuDeviceGetCount", (int *count))                                             \
+    X(DeviceGet, "cuDeviceGet", (CUdevice * dev, int ordinal))                                      \
+    X(DeviceGetAttribute, "cuDeviceGetAttribute", (int *value, int attrib, CUdevice dev))           \
+    X(DeviceGetName, "cuDeviceGetName", (char *name, int len, CUdevice dev))                        \
+    X(DeviceTotalMem, "cuDeviceTotalMem_v2", (size_t * bytes, CUdevice dev))                        \
+    X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext * ctx, CUdevice dev))          \
+    X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext ctx))                                            \
+    X(CtxSynchronize, "cuCtxSynchronize", (void))                                                   \
+    X(MemAlloc, "cuMemAlloc_v2", (CUdeviceptr * dptr, size_t bytes))                                \
+    X(MemFree, "cuMemFree_v2", (CUdeviceptr dptr))                                                  \
+    X(MemGetInfo, "cuMemGetInfo_v2", (size_t * free_bytes, size_t * total_bytes))                   \
+    X(MemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr dst, const void *src, size_t n))                  \
+    X(MemcpyDtoH, "cuMemcpyDtoH_v2", (void *dst, CUdeviceptr src, size_t n))                        \
+    X(MemcpyDtoD, "cuMemcpyDtoD_v2", (CUdeviceptr dst, CUdeviceptr src, size_t n))                  \
+    X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", (CUdeviceptr dst, const void *src, size_t n, CUstream s)) \
+    X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *dst, CUdeviceptr src, size_t n, CUstream s))  \
+    X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)) \
+    X(MemsetD8, "cuMemsetD8_v2", (CUdeviceptr dst, unsigned char v, size_t n))                      \
+    X(MemsetD8Async, "cuMemsetD8Async", (CUdeviceptr dst, unsigned char v, size_t n, CUstream s))   \
+    X(MemHostAlloc, "cuMemHostAlloc", (void **p, size_t bytes, unsigned flags))                     \
+    X(MemFreeHost, "cuMemFreeHost", (void *p))                                                      \
+    X(StreamCreate, "cuStreamCreate", (CUstream * s, unsigned flags))                               \
+    X(StreamDestroy, "cuStreamDestroy_v2", (CUstream s))                                            \
+    X(StreamSynchronize, "cuStreamSynchronize", (CUstream s))                                       \
+    X(StreamQuery, "cuStreamQuery", (CUstream s))                                                   \
+    X(StreamWaitEvent, "cuStreamWaitEvent", (CUstream s, CUevent e, unsigned flags))                \
+    X(EventCreate, "cuEventCreate", (CUevent * e, unsigned flags))                                  \
+    X(EventRecord, "cuEventRecord", (CUevent e, CUstream s))                                        \
+    X(EventQuery, "cuEventQuery", (CUevent e))                                                      \
+    X(EventSynchronize, "cuEventSynchronize", (CUevent e))                                          \
+    X(EventElapsedTime, "cuEventElapsedTime_v2", (float *ms, CUevent start, CUevent end))           \
+    X(EventDestroy, "cuEventDestroy_v2", (CUevent e))                                               \
+    X(ModuleLoadData, "cuModuleLoadData", (CUmodule * m, const void *image))                        \
+    X(ModuleGetFunction, "cuModuleGetFunction", (CUfunction * f, CUmodule m, const char *name))     \
+    X(ModuleUnload, "cuModuleUnload", (CUmodule m))                                                 \
+    X(LaunchKernel, "cuLaunchKernel",                                                               \
+      (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+       unsigned shmem, CUstream s, void **params, void **extra))                                    \
+    X(GetErrorName, "cuGetErrorName", (CUresult r, const char **name))                              \
+    X(GetErrorString, "cuGetErrorString", (CUresult r, const char **str))
+
+typedef struct ku_driver {
+#define KU_FIELD_(name, sym, params) CUresult (*name) params;
+    KU_DRIVER_FUNCS(KU_FIELD_)
+#undef KU_FIELD_
+    int emulated; /* 1: the host stand-in of cuda_emu.c */
+} ku_driver;
+
+/* ---- Driver table and devices (cuda_api.c) --------------------------- */
+#define KU_MAX_DEVICES 64 /* devices past this index are not used */
+/* The process's driver table, loaded and cuInit'ed at the first call; NULL
+ * with "CUDA not available: <reason>" recorded (as kl_<op>) when there is none. */
+const ku_driver *ku_driver_get(const char *op);
+/* Records "<call> failed: <CUDA_ERROR_NAME>: <string>" for r != CUDA_SUCCESS
+ * (KL_ERR_OOM for out of memory) and returns -1; returns 0 for success. */
+int ku_check(const char *op, const char *call, CUresult r);
+/* Calls d->fn(args) and checks it, naming the call: `if (KU_CALL(op, d, MemFree, p)) ...`. */
+#define KU_CALL(op, d, fn, ...) ku_check((op), "cu" #fn, (d)->fn(__VA_ARGS__))
+/* Number of devices (0 without CUDA, no error recorded then). */
+int ku_device_count(void);
+/* Makes device `dev`'s primary context current on this thread; -1 and an
+ * error for a bad index or without CUDA. */
+int ku_device_enter(const char *op, int dev);
+/* The emulated driver's table (cuda_emu.c). */
+const ku_driver *ku_emu_driver(void);
+
+/* ---- Emulated driver knobs (tests) ----------------------------------- */
+/* Device memory the emulated device may hand out (default: $KL_CUDA_EMULATE_MEM
+ * bytes, else 1 GiB); lowering it below what is allocated makes allocations fail. */
+void ku_emu_set_capacity(size_t bytes);
+/* Held stream: its events stay incomplete (cuEventQuery says NOT_READY) until
+ * the stream is released — lets tests show what happens while work is pending. */
+void ku_emu_hold_stream(CUstream s, int hold);
+/* Bytes the emulated device has allocated now (cuMemAlloc minus cuMemFree). */
+size_t ku_emu_used(void);
+
+/* ---- Streams (cuda_alloc.c) ------------------------------------------ */
+/* This thread's current stream on `dev` (NULL: the legacy default stream). */
+CUstream ku_current_stream(int dev);
+void ku_set_current_stream(int dev, CUstream s);
+
+/* ---- Caching device allocator (cuda_alloc.c) ------------------------- */
+/* Device memory of at least `bytes` (rounded up to 512) usable on `stream`;
+ * 0 and an error (op named) on failure; bytes == 0 gives 0 without error. */
+CUdeviceptr ku_malloc(const char *op, int dev, size_t bytes, CUstream stream);
+/* Returns a block of ku_malloc to the cache; 0 is ignored; -1 and an error
+ * for a pointer ku_malloc did not return. */
+int ku_free(const char *op, CUdeviceptr p);
+/* Marks block p as used on `stream` too: once freed, it is reused only after
+ * the work queued on `stream` by then has completed (PyTorch's record_stream). */
+int ku_record_stream(const char *op, CUdeviceptr p, CUstream stream);
+/* Size (after rounding) of the block p points to, 0 if p is not a live block. */
+size_t ku_block_size(CUdeviceptr p);
+
+/* ---- NVRTC (nvrtc.c) -------------------------------------------------- */
+typedef struct ku_cubin {
+    void *image;       /* CUBIN bytes (malloc'd) */
+    size_t size;
+    int registers;     /* of the most demanding kernel, from ptxas -v (-1: no report in the log) */
+    int spill_bytes;   /* spill stores + loads, summed over kernels (-1: no report) */
+    int stack_bytes;   /* largest stack frame (-1: no report) */
+    double compile_ms; /* nvrtcCompileProgram's wall time */
+    char *log;         /* the full NVRTC/ptxas log (malloc'd, may be "") */
+} ku_cubin;
+/* 1 if NVRTC can be loaded (loads it); 0 and an error saying why if not. */
+int ku_nvrtc_available(const char *op);
+/* NVRTC's "major.minor" version, or -1 without NVRTC. */
+int ku_nvrtc_version(int *major, int *minor);
+/* Compiles CUDA C `src` (which may #include "vmath.h") to a CUBIN for
+ * sm_<arch> (e.g. 90), -fmad=false, -default-device, NVRTC's cache off; 0 on
+ * success, -1 and an error holding NVRTC's log otherwise. */
+int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch, ku_cubin *out);
+void ku_cubin_free(ku_cubin *c);
+
+/* ---- cuBLAS (cublas.c) ------------------------------------------------ */
+typedef struct cublasContext *cublasHandle_t;
+/* 1 if libcublas can be loaded (loads it); 0 and an error if not. */
+int ku_cublas_available(const char *op);
+/* cuBLAS's version number (e.g. 130100), -1 without cuBLAS. */
+int ku_cublas_version(void);
+
+#endif

@@ -1,0 +1,194 @@
+/*
+ * nvrtc.c — CUDA C -> CUBIN through NVRTC, loaded with dlopen at the first
+ * compile (loading it costs ~100 ms, so a process that never compiles a
+ * kernel never pays). Programs see the eager math: "vmath.h" is served from
+ * memory with the three things NVRTC lacks (stdint.h, string.h, GCC builtins),
+ * and __FMA__ is defined exactly when the CPU build has it, so vmath takes the
+ * same path on both devices; -fmad=false keeps NVRTC from contracting what
+ * the C source keeps separate. ptxas -v's report (registers, spills, stack)
+ * is parsed from the log; NVRTC's own cache is turned off (see the options).
+ */
+#include "cuda_api.h"
+
+#include "core.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef int nvrtcResult;
+typedef struct _nvrtcProgram *nvrtcProgram;
+
+/* X(return type, name, params): the entry points used, by their unversioned
+ * names (NVRTC exports no _v2 variants). */
+#define KU_NVRTC_FUNCS(X)                                                                          \
+    X(nvrtcResult, nvrtcVersion, (int *major, int *minor))                                         \
+    X(const char *, nvrtcGetErrorString, (nvrtcResult r))                                          \
+    X(nvrtcResult, nvrtcCreateProgram, (nvrtcProgram * p, const char *src, const char *name, int nh, \
+                                        const char *const *headers, const char *const *names))     \
+    X(nvrtcResult, nvrtcCompileProgram, (nvrtcProgram p, int nopt, const char *const *opts))       \
+    X(nvrtcResult, nvrtcGetProgramLogSize, (nvrtcProgram p, size_t *n))                            \
+    X(nvrtcResult, nvrtcGetProgramLog, (nvrtcProgram p, char *log))                                \
+    X(nvrtcResult, nvrtcGetCUBINSize, (nvrtcProgram p, size_t *n))                                 \
+    X(nvrtcResult, nvrtcGetCUBIN, (nvrtcProgram p, char *cubin))                                   \
+    X(nvrtcResult, nvrtcDestroyProgram, (nvrtcProgram * p))
+
+static struct {
+#define KU_NV_FIELD_(ret, name, params) ret(*name) params;
+    KU_NVRTC_FUNCS(KU_NV_FIELD_)
+#undef KU_NV_FIELD_
+} nv;
+
+static int nv_ok;
+static char nv_reason[512];
+static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
+
+static void nv_load(void) {
+    /* Versioned names first: the unversioned one is a development symlink. */
+    const char *names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+    void *h = NULL;
+    char first[256] = "";
+    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) {
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h && !first[0]) snprintf(first, sizeof first, "%s", dlerror());
+    }
+    if (!h) {
+        snprintf(nv_reason, sizeof nv_reason, "NVRTC not available: %s", first);
+        return;
+    }
+#define KU_NV_LOAD_(ret, name, params)                                                      \
+    *(void **)&nv.name = dlsym(h, #name);                                                   \
+    if (!nv.name) {                                                                         \
+        snprintf(nv_reason, sizeof nv_reason, "NVRTC not available: no symbol %s", #name); \
+        return;                                                                             \
+    }
+    KU_NVRTC_FUNCS(KU_NV_LOAD_)
+#undef KU_NV_LOAD_
+    nv_ok = 1;
+}
+
+int ku_nvrtc_available(const char *op) {
+    pthread_once(&nv_once, nv_load);
+    if (!nv_ok) ke_err(KL_ERR_UNSUPPORTED, op, "%s", nv_reason);
+    return nv_ok;
+}
+
+int ku_nvrtc_version(int *major, int *minor) {
+    pthread_once(&nv_once, nv_load);
+    if (!nv_ok || nv.nvrtcVersion(major, minor) != 0) return -1;
+    return 0;
+}
+
+extern const char ku_vmath_h[];
+
+/* What NVRTC lacks for vmath.h (docs/GPU.md): fixed-width integers, string.h
+ * (device code has memcpy built in) and the GCC builtins vmath calls. */
+static const char hdr_stdint[] =
+    "#pragma once\n"
+    "typedef signed char int8_t; typedef unsigned char uint8_t;\n"
+    "typedef short int16_t; typedef unsigned short uint16_t;\n"
+    "typedef int int32_t; typedef unsigned int uint32_t;\n"
+    "typedef long long int64_t; typedef unsigned long long uint64_t;\n"
+    "typedef long long intptr_t; typedef unsigned long long uintptr_t;\n";
+static const char hdr_string[] = "#pragma once\n";
+static const char hdr_prelude[] =
+    "#pragma once\n"
+    "#define __builtin_nanf(s) __int_as_float(0x7fc00000)\n"
+    "#define __builtin_inff() __int_as_float(0x7f800000)\n"
+    "#define __builtin_fmaf(a, b, c) fmaf((a), (b), (c))\n"
+    "#include \"kiln_vmath_impl.h\"\n";
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* ptxas -v lines: "Used 72 registers", "0 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads". */
+static void parse_usage(const char *log, ku_cubin *c) {
+    for (const char *p = log; (p = strstr(p, "Used ")); p += 5) {
+        int r;
+        if (sscanf(p, "Used %d registers", &r) == 1 && r > c->registers) c->registers = r;
+    }
+    for (const char *p = log; (p = strstr(p, "bytes stack frame")); p++) {
+        const char *q = p;
+        while (q > log && q[-1] != '.' && q[-1] != '\n') q--;
+        int st = 0, ss = 0, sl = 0;
+        if (sscanf(q, " %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &st, &ss, &sl) == 3) {
+            if (st > c->stack_bytes) c->stack_bytes = st;
+            c->spill_bytes += ss + sl;
+        }
+    }
+}
+
+int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch, ku_cubin *out) {
+    memset(out, 0, sizeof *out);
+    if (!src || !name) return ke_err(KL_ERR_NULL_ARG, op, "NVRTC compile: NULL source or name");
+    if (arch < 50 || arch > 199) return ke_err(KL_ERR_ARG, op, "NVRTC compile of %s: bad architecture sm_%d", name, arch);
+    if (!ku_nvrtc_available(op)) return -1;
+    const char *headers[] = {hdr_stdint, hdr_string, hdr_prelude, ku_vmath_h};
+    const char *hnames[] = {"stdint.h", "string.h", "vmath.h", "kiln_vmath_impl.h"};
+    char archopt[32];
+    snprintf(archopt, sizeof archopt, "-arch=sm_%d", arch);
+    /* -no-cache: NVRTC 12.9+ keeps its own cache in the driver's compute
+     * cache when libcuda is loaded; a hit skips ptxas, so there is no resource
+     * report (the spill check could not run) and compile times measure the
+     * cache. Kiln keeps its own kernel cache, with its own keys and checks. */
+    const char *opts[] = {archopt, "-fmad=false", "-default-device", "-Xptxas=-v", "-no-cache",
+#if defined(__FMA__)
+                          "-D__FMA__=1"
+#endif
+    };
+    int nopt = (int)(sizeof opts / sizeof *opts);
+    double t0 = now_ms();
+    nvrtcProgram prog = NULL;
+    nvrtcResult r = nv.nvrtcCreateProgram(&prog, src, name, 4, headers, hnames);
+    if (r != 0) return ke_err(KL_ERR_INTERNAL, op, "nvrtcCreateProgram failed: %s", nv.nvrtcGetErrorString(r));
+    r = nv.nvrtcCompileProgram(prog, nopt, opts);
+    size_t logn = 0;
+    nv.nvrtcGetProgramLogSize(prog, &logn);
+    char *log = malloc(logn + 1);
+    if (!log) {
+        nv.nvrtcDestroyProgram(&prog);
+        return ke_err(KL_ERR_OOM, op, "out of host memory for NVRTC's log");
+    }
+    log[0] = 0;
+    if (logn) nv.nvrtcGetProgramLog(prog, log);
+    log[logn] = 0;
+    if (r != 0) {
+        ke_err(KL_ERR_INTERNAL, op, "NVRTC compile of %s for sm_%d failed: %s\n%s", name, arch,
+               nv.nvrtcGetErrorString(r), log);
+        free(log);
+        nv.nvrtcDestroyProgram(&prog);
+        return -1;
+    }
+    size_t n = 0;
+    r = nv.nvrtcGetCUBINSize(prog, &n);
+    char *img = r == 0 && n ? malloc(n) : NULL;
+    if (!img || nv.nvrtcGetCUBIN(prog, img) != 0) {
+        free(img);
+        free(log);
+        nv.nvrtcDestroyProgram(&prog);
+        return ke_err(KL_ERR_INTERNAL, op, "NVRTC compile of %s for sm_%d gave no CUBIN", name, arch);
+    }
+    nv.nvrtcDestroyProgram(&prog);
+    out->image = img;
+    out->size = n;
+    out->log = log;
+    out->compile_ms = now_ms() - t0;
+    out->registers = out->spill_bytes = out->stack_bytes = -1;
+    if (strstr(log, "Used ")) {
+        out->registers = out->spill_bytes = out->stack_bytes = 0;
+        parse_usage(log, out);
+    }
+    return 0;
+}
+
+void ku_cubin_free(ku_cubin *c) {
+    if (!c) return;
+    free(c->image);
+    free(c->log);
+    memset(c, 0, sizeof *c);
+}
