@@ -9,6 +9,7 @@
 #include "harness.h"
 
 #include "kernel.h"
+#include "kernels_nn.h"
 #include "trace.h"
 #ifdef KL_HAVE_LLVM
 #include "../src/codegen_llvm/objcache.h"
@@ -447,6 +448,108 @@ static void row_fold_edges(void **state) {
         }
 }
 
+/* The five lane-folded reductions over the last dim of in[0], negated (exact)
+ * so that compiling makes one row kernel of them. */
+static int fold_outs(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *x = in[0];
+    out[0] = kl_neg(kl_sum(x, KL_DIMS(-1), true));
+    out[1] = kl_neg(kl_amax(x, KL_DIMS(-1), true));
+    out[2] = kl_neg(kl_amin(x, KL_DIMS(-1), true));
+    out[3] = kl_neg(kl_mean(x, KL_DIMS(-1), true));
+    out[4] = kl_neg(kl_prod(x, KL_DIMS(-1), true));
+    return out[4] ? 0 : -1;
+}
+
+/* Element i of a and b (contiguous, same dtype) have the same bits, or are
+ * both NaN (a NaN's sign and payload depend on which operand an x86 add
+ * propagates, which compilers may commute). */
+static void assert_same_bits(const kl_tensor *a, const kl_tensor *b, const char *what, int64_t n) {
+    assert_int_equal(a->dtype, b->dtype);
+    assert_int_equal(kl_numel(a), kl_numel(b));
+    size_t es = a->dtype == KL_F64 ? 8 : 4;
+    const unsigned char *pa = kl_data_ptr(a), *pb = kl_data_ptr(b);
+    for (int64_t i = 0; i < kl_numel(a); i++) {
+        double va = es == 8 ? ((const double *)pa)[i] : ((const float *)pa)[i];
+        double vb = es == 8 ? ((const double *)pb)[i] : ((const float *)pb)[i];
+        if (isnan(va) && isnan(vb)) continue;
+        if (memcmp(pa + i * es, pb + i * es, es))
+            print_message("%s, row length %lld, row %lld: %.17g vs %.17g\n", what, (long long)n, (long long)i, va, vb);
+        assert_memory_equal(pa + i * es, pb + i * es, es);
+    }
+}
+
+/* row_fold.h's one fold, bit for bit in all three places: eager reductions
+ * (the engine, cutting long rows into chunks and cascading them), nn.c's row
+ * folds (softmax, layer_norm, cross-entropy) and compiled row kernels (LLVM,
+ * and the interpreter through the eager row()). Lengths around the lanes
+ * (f32: 64, f64: 32), the chunk (2048) and the cascade's fan-in (8 chunks);
+ * rows of noise (mixed signs), with a NaN, with +inf and -inf, with +inf
+ * only, cancelling huge values and signed zeros, all -0, -inf only, a NaN in
+ * the tail. */
+static void row_fold_bitwise(void **state) {
+    (void)state;
+    int64_t lens[] = {1, 7, 31, 32, 33, 63, 64, 65, 127, 2047, 2048, 2049, 3001, 4097, 16385, 18433};
+    const int R = 16; /* >= the engine's split threshold: rows are never cut into slices */
+    int64_t fb0 = cg_llvm_fallbacks();
+    for (int d = 0; d < 2; d++) {
+        kl_dtype dt = d ? KL_F64 : KL_F32;
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int64_t n = lens[li];
+            kl_tensor *x64 = kl_contiguous(kl_reshape(noise(R * n, 3, KL_F64), KL_SHAPE(R, n)));
+            double *v = kl_data_ptr(x64);
+            v[1 * n + n / 3] = NAN;
+            v[2 * n + n / 2] = INFINITY, v[2 * n + n - 1] = -INFINITY;
+            v[3 * n + (n - 1) / 4] = INFINITY;
+            for (int64_t i = 0; i < n; i++) {
+                v[4 * n + i] = i % 3 == 0 ? 1e30 : i % 3 == 1 ? -1e30 : (i & 4 ? -0.0 : 0.0);
+                v[5 * n + i] = -0.0;
+                v[6 * n + i] = -INFINITY;
+            }
+            v[7 * n + n - 1] = NAN;
+            kl_tensor *x = kl_contiguous(kl_to_dtype(x64, dt));
+            kl_tensor *eager[5], *comp[2][5];
+            kl_tensor *in[1] = {x};
+            assert_int_equal(fold_outs(NULL, in, 1, eager, 5), 0);
+            for (int b = 0; b < 2; b++) {
+                kl_compile_options o = kl_compile_options_default();
+                o.backend = b ? "interp" : "llvm";
+                kl_fn *f = kl_compile(fold_outs, NULL, &o);
+                assert_non_null(f);
+                /* the second call runs the compiled kernels */
+                for (int call = 0; call < 2; call++) assert_int_equal(kl_fn_call(f, in, 1, comp[b], 5), 0);
+                kl_fn_release(f);
+            }
+            static const char *names[5] = {"sum", "amax", "amin", "mean", "prod"};
+            char what[64];
+            for (int j = 0; j < 5; j++) {
+                snprintf(what, sizeof what, "%s %s llvm vs eager", kl_dtype_name(dt), names[j]);
+                assert_same_bits(kl_contiguous(comp[0][j]), kl_contiguous(eager[j]), what, n);
+                snprintf(what, sizeof what, "%s %s interp vs eager", kl_dtype_name(dt), names[j]);
+                assert_same_bits(kl_contiguous(comp[1][j]), kl_contiguous(eager[j]), what, n);
+            }
+            /* nn.c's folds of the same rows */
+            kl_tensor *rs = kl_empty(KL_SHAPE(R, 1), dt), *rm = kl_empty(KL_SHAPE(R, 1), dt);
+            for (int r = 0; r < R; r++) {
+                if (d) {
+                    const double *row = (const double *)kl_data_ptr(x) + r * n;
+                    ((double *)kl_data_ptr(rs))[r] = ke_row_sum_f64(row, n);
+                    ((double *)kl_data_ptr(rm))[r] = ke_row_max_f64(row, n);
+                } else {
+                    const float *row = (const float *)kl_data_ptr(x) + r * n;
+                    ((float *)kl_data_ptr(rs))[r] = (float)ke_row_sum_f32(row, n);
+                    ((float *)kl_data_ptr(rm))[r] = ke_row_max_f32(row, n);
+                }
+            }
+            snprintf(what, sizeof what, "%s sum nn.c vs eager", kl_dtype_name(dt));
+            assert_same_bits(rs, kl_contiguous(kl_sum(x, KL_DIMS(-1), true)), what, n);
+            snprintf(what, sizeof what, "%s amax nn.c vs eager", kl_dtype_name(dt));
+            assert_same_bits(rm, kl_contiguous(kl_amax(x, KL_DIMS(-1), true)), what, n);
+        }
+    }
+    assert_int_equal(cg_llvm_fallbacks(), fb0);
+}
+
 static void row_workloads(void **state) {
     (void)state;
     int64_t shapes[][2] = {{5, 7}, {64, 1000}, {3, 4096}};
@@ -661,6 +764,7 @@ int main(void) {
         KT_TEST(dtypes_and_bool),
         KT_TEST(row_workloads),
         KT_TEST(row_fold_edges),
+        KT_TEST(row_fold_bitwise),
         KT_TEST(mlp_adamw_multi_output),
         KT_TEST(loop_errors_are_raised),
         KT_TEST(compile_errors_and_fallback),

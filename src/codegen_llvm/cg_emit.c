@@ -13,7 +13,7 @@
  *
  * A REDUCE folds its row the way interp does. Sum, mean, prod, amax and amin
  * of f32/f64 compute their operand and fold it in one pass, in registers
- * (emit_fused_fold: the same lane fold as reduce_ops.c, bitwise); the operand
+ * (emit_fused_fold: row_fold.h's fold, bitwise the eager one); the operand
  * goes to a scratch row only when a later statement reads it. Other
  * reductions write the operand of the whole row to a scratch row, then the
  * reduction's own eager row fold and fin run on it. Row kernels recompute
@@ -38,7 +38,7 @@ typedef struct em {
     LLVMValueRef fn, base[CG_MAX_BUFS + 1], ret_slot;
     LLVMBasicBlockRef entry, exit;
     LLVMTypeRef i8, i16, i32, i64, f32, f64, ptr, vd;
-    LLVMTypeRef loop_ty, conv_ty, init_ty, row_ty, fin_ty;
+    LLVMTypeRef loop_ty, conv_ty, init_ty, row_ty, fin_ty, casc_ty;
     /* per statement */
     LLVMValueRef *val;   /* element value in the current loop body, or row value */
     uint8_t *have;       /* val[s] valid (element values: for the current body only) */
@@ -307,7 +307,7 @@ static void emit_store(em *e, int s, LLVMValueRef off) {
 
 /* One reduction's functions in the kernel module. */
 typedef struct rdfns {
-    LLVMValueRef init, row, fin;
+    LLVMValueRef init, row, fin, push, drain;
     int vdt;
 } rdfns;
 
@@ -328,12 +328,15 @@ static LLVMValueRef master_rd_pre(int op, int compute) {
     return kern && LLVMIsAGlobalVariable(kern) ? kern : NULL;
 }
 
-static int rd_master_fns(LLVMValueRef kern, LLVMValueRef f[3]) {
+enum { RD_NFNS = 5 }; /* init, row, fin, push, drain */
+static int rd_master_fns(LLVMValueRef kern, LLVMValueRef f[RD_NFNS]) {
     LLVMValueRef init = global_init(kern);
     f[0] = fn_at(init, offsetof(ke_rd_kernel, init));
     f[1] = fn_at(init, offsetof(ke_rd_kernel, row));
     f[2] = fn_at(init, offsetof(ke_rd_kernel, fin));
-    return f[0] && f[1] && f[2] ? 0 : -1;
+    f[3] = fn_at(init, offsetof(ke_rd_kernel, push));
+    f[4] = fn_at(init, offsetof(ke_rd_kernel, drain));
+    return f[0] && f[1] && f[2] && f[3] && f[4] ? 0 : -1;
 }
 
 static void rd_call(em *e, const rdfns *f, LLVMValueRef acc, LLVMValueRef out, LLVMValueRef pos, LLVMValueRef aux,
@@ -348,13 +351,13 @@ static void rd_call(em *e, const rdfns *f, LLVMValueRef acc, LLVMValueRef out, L
 
 /* ---- lane folds -------------------------------------------------------------------
  * sum, mean, prod, amax and amin of f32/f64 rows, written here with a vector
- * accumulator: clang turns reduce_ops.c's max/min lane step into a select of
+ * accumulator: clang turns the eager max/min lane step into a select of
  * pointers the vectorizer cannot widen (GCC vectorizes it), which left
- * softmax's amax scalar. The IR repeats reduce_ops.c's row fold exactly:
- * L = 256 / sizeof(T) lanes, blocks of L folded lane by lane, the lanes
- * merged as a halving tree, merged into the initial value, then the tail
- * element by element. Same operations in the same order: bitwise the eager
- * row fold (and the interpreter). */
+ * softmax's amax scalar. The IR is the row fold of row_fold.h, step for step
+ * as tmpl/row_fold.h writes it in C (KE_FOLD_* are its constants; the cascade
+ * of long rows is the template's own, called from the bitcode): bitwise the
+ * eager row fold (and the interpreter's); tests/test_codegen.c's
+ * row_fold_bitwise checks it on awkward lengths and NaN / inf rows. */
 enum { FOLD_NONE, FOLD_SUM, FOLD_MEAN, FOLD_PROD, FOLD_AMAX, FOLD_AMIN };
 
 static int fold_kind(const ir_kstmt *st) {
@@ -463,32 +466,28 @@ static LLVMValueRef reduce_operand(em *e, int s, LLVMValueRef i) {
     return convert(e, value(e, st->args[0]), e->k->stmts[st->args[0]].dtype, st->compute);
 }
 
-/* REDUCE s (sum, mean, prod, amax, amin of f32/f64) over the current row,
+/* One chunk of REDUCE s's row (row_fold.h), elements [base, base + len),
  * the operand computed and folded in the same pass:
  *
  *   for each block b of L elements:            (lanes: L accumulators)
- *     for l in [0, L): lanes[l] = STEP(lanes[l], operand(b * L + l))
+ *     for l in [0, L): lanes[l] = STEP(lanes[l], operand(base + b * L + l))
  *
  * The inner loop is an element loop like any other (annotated parallel:
  * iteration l touches only lanes[l] and its own element), so the vectorizer
  * widens the operand's math and the steps, unrolls the L iterations away and
- * LICM keeps the lanes in registers across blocks. Then the tree merge, the
- * initial value, and the tail (computed by a vectorizable loop into scratch,
- * folded element by element). Lane l sees the elements l, l + L, l + 2L...
- * in order: the same operations in the same order as reduce_ops.c's row fold,
- * so bitwise the interpreter's result. The operand goes to the scratch row
- * only when a later statement reads it (softmax's exp); a load operand (mean
- * of x) is folded straight from its buffer. */
-static LLVMValueRef emit_fused_fold(em *e, int s, int kind, LLVMValueRef scratch, int64_t n) {
-    const ir_kstmt *st = &e->k->stmts[s];
-    const ir_kstmt *a = &e->k->stmts[st->args[0]];
-    int dt = st->compute;
+ * LICM keeps the lanes in registers across blocks. Then the tree merge into
+ * acc, and the tail (computed by a vectorizable loop into scratch, folded
+ * element by element; only a chunk at a constant base, base_c, has one).
+ * Lane l sees the elements l, l + L, l + 2L... in order: tmpl/row_fold.h's
+ * lanes(), so bitwise the eager fold. The operand goes to the scratch row
+ * only when a later statement reads it (save: softmax's exp); a load operand
+ * (mean of x) is folded straight from its buffer. */
+static LLVMValueRef emit_lane_fold(em *e, int s, int kind, LLVMValueRef scratch, LLVMValueRef acc, LLVMValueRef base,
+                                   int64_t base_c, int64_t len, int save) {
+    int dt = e->k->stmts[s].compute;
     LLVMTypeRef t = ty(e, dt);
-    unsigned L = 256 / (unsigned)ke_dtypes[dt].size, W = L / FOLD_K;
-    int save = a->dtype == dt && !a->row && a->kind == IR_K_OP && e->lvl[st->args[0]] == 2 &&
-               used_after(e, s, st->args[0]);
-    LLVMValueRef acc = fold_init(e, kind, t);
-    int64_t blocks = n / (int64_t)L;
+    unsigned L = (unsigned)KE_FOLD_BYTES / (unsigned)ke_dtypes[dt].size, W = L / FOLD_K;
+    int64_t blocks = len / (int64_t)L;
     if (blocks > 0) {
         LLVMTypeRef vt = LLVMVectorType(t, W);
         LLVMValueRef init[64];
@@ -502,7 +501,7 @@ static LLVMValueRef emit_fused_fold(em *e, int s, int kind, LLVMValueRef scratch
         }
         loopctx B, I;
         loop_begin(e, &B, ci64(e, 0), ci64(e, blocks), 0);
-        LLVMValueRef first = LLVMBuildMul(e->b, B.iv, ci64(e, L), "");
+        LLVMValueRef first = LLVMBuildAdd(e->b, base, LLVMBuildMul(e->b, B.iv, ci64(e, L), ""), "");
         loop_begin(e, &I, ci64(e, 0), ci64(e, L), 1);
         LLVMValueRef j = LLVMBuildAdd(e->b, first, I.iv, "");
         LLVMValueRef x = reduce_operand(e, s, j);
@@ -521,14 +520,59 @@ static LLVMValueRef emit_fused_fold(em *e, int s, int kind, LLVMValueRef scratch
         }
         acc = fold_step(e, kind, acc, fold_tree(e, kind, v, W));
     }
-    if (blocks * (int64_t)L < n) { /* the tail: operand into scratch (vectorized), folded in order */
+    if (blocks * (int64_t)L < len) { /* the tail: operand into scratch (vectorized), folded in order */
+        int64_t from = base_c + blocks * (int64_t)L, to = base_c + len;
         loopctx T;
-        loop_begin(e, &T, ci64(e, blocks * (int64_t)L), ci64(e, n), 1);
+        loop_begin(e, &T, ci64(e, from), ci64(e, to), 1);
         LLVMValueRef x = reduce_operand(e, s, T.iv);
         track(e, LLVMBuildStore(e->b, x, LLVMBuildGEP2(e->b, t, scratch, &T.iv, 1, "")));
         loop_end(e, &T);
         forget_elements(e);
-        acc = fold_tail(e, kind, t, acc, scratch, blocks * (int64_t)L, n);
+        acc = fold_tail(e, kind, t, acc, scratch, from, to);
+    }
+    return acc;
+}
+
+/* REDUCE s (sum, mean, prod, amax, amin of f32/f64) over the current row of
+ * n elements, folded as row_fold.h says: a row of at most KE_FOLD_CHUNK
+ * elements is one chunk; a longer one folds chunk by chunk (a loop over the
+ * whole chunks, then the last, shorter one), each chunk's value joining the
+ * cascade through the reduction's own push / drain from the eager bitcode
+ * (tmpl/fold_cascade.h: the cascade is not written twice). */
+static LLVMValueRef emit_fused_fold(em *e, int s, int kind, const rdfns *f, LLVMValueRef scratch, int64_t n) {
+    const ir_kstmt *st = &e->k->stmts[s];
+    const ir_kstmt *a = &e->k->stmts[st->args[0]];
+    int dt = st->compute;
+    LLVMTypeRef t = ty(e, dt);
+    int save = a->dtype == dt && !a->row && a->kind == IR_K_OP && e->lvl[st->args[0]] == 2 &&
+               used_after(e, s, st->args[0]);
+    LLVMValueRef acc;
+    if (n <= KE_FOLD_CHUNK) {
+        acc = emit_lane_fold(e, s, kind, scratch, fold_init(e, kind, t), ci64(e, 0), 0, n, save);
+    } else {
+        LLVMValueRef casc = LLVMBuildAlloca(e->ab, LLVMArrayType(e->i8, sizeof(ke_fold_casc)), "casc");
+        LLVMSetAlignment(casc, 16);
+        LLVMBuildMemSet(e->b, casc, LLVMConstInt(e->i8, 0, 0), ci64(e, sizeof(ke_fold_casc)), 16);
+        LLVMValueRef part = LLVMBuildAlloca(e->ab, t, "chunk");
+        int64_t whole = n / KE_FOLD_CHUNK, rest = n % KE_FOLD_CHUNK;
+        loopctx C;
+        loop_begin(e, &C, ci64(e, 0), ci64(e, whole), 0);
+        LLVMValueRef base = LLVMBuildMul(e->b, C.iv, ci64(e, KE_FOLD_CHUNK), "");
+        LLVMBuildStore(e->b, emit_lane_fold(e, s, kind, scratch, fold_init(e, kind, t), base, -1, KE_FOLD_CHUNK, save),
+                       part);
+        LLVMValueRef pa[] = {casc, part};
+        call(e, e->casc_ty, f->push, pa, 2);
+        loop_end(e, &C);
+        if (rest) {
+            int64_t b0 = whole * KE_FOLD_CHUNK;
+            LLVMBuildStore(e->b, emit_lane_fold(e, s, kind, scratch, fold_init(e, kind, t), ci64(e, b0), b0, rest, save),
+                           part);
+            call(e, e->casc_ty, f->push, pa, 2);
+        }
+        LLVMBuildStore(e->b, fold_init(e, kind, t), part);
+        LLVMValueRef da[] = {part, casc};
+        call(e, e->casc_ty, f->drain, da, 2);
+        acc = LLVMBuildLoad2(e->b, t, part, "");
     }
     if (save) e->saved[st->args[0]] = scratch;
     if (kind == FOLD_MEAN) acc = LLVMBuildFDiv(e->b, acc, LLVMConstReal(t, (double)n), "");
@@ -546,7 +590,7 @@ static void emit_reduce(em *e, int s, const rdfns *main, const rdfns *pre) {
     LLVMValueRef scratch = LLVMBuildGEP2(e->b, e->i8, e->base[p->nb], &off, 1, "");
     int fk = fold_kind(st);
     if (fk != FOLD_NONE && !pre) {
-        e->val[s] = convert(e, emit_fused_fold(e, s, fk, scratch, n), st->compute, st->dtype);
+        e->val[s] = convert(e, emit_fused_fold(e, s, fk, main, scratch, n), st->compute, st->dtype);
         e->have[s] = 1;
         return;
     }
@@ -618,6 +662,8 @@ static void make_types(em *e) {
     e->row_ty = LLVMFunctionType(e->vd, rp, 6, 0);
     LLVMTypeRef fp[] = {e->ptr, e->ptr, e->ptr, e->i64, e->i64, e->ptr, e->ptr};
     e->fin_ty = LLVMFunctionType(e->vd, fp, 7, 0);
+    LLVMTypeRef pp[] = {e->ptr, e->ptr};
+    e->casc_ty = LLVMFunctionType(e->vd, pp, 2, 0);
 }
 
 static LLVMValueRef attrs_global(em *e, const ke_attrs *a) {
@@ -663,7 +709,7 @@ int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMM
     e->saved = calloc((size_t)ns + 1, sizeof *e->saved);
     e->loopf = calloc((size_t)ns + 1, sizeof *e->loopf);
     e->attrs = calloc((size_t)ns + 1, sizeof *e->attrs);
-    LLVMValueRef (*rdm)[2][3] = calloc((size_t)ns + 1, sizeof *rdm); /* master fns: main, pre */
+    LLVMValueRef (*rdm)[2][RD_NFNS] = calloc((size_t)ns + 1, sizeof *rdm); /* master fns: main, pre */
     int (*rdvdt)[2] = calloc((size_t)ns + 1, sizeof *rdvdt);
     roots *R = calloc(1, sizeof *R);
     if (!e->val || !e->have || !e->lvl || !e->saved || !e->loopf || !e->attrs || !rdm || !rdvdt || !R) {
@@ -714,6 +760,8 @@ int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMM
                 for (int i = 0; i < 3; i++) add_root(R, rdm[s][1][i]);
             }
             for (int i = 0; i < 3; i++) add_root(R, rdm[s][0][i]);
+            if (fold_kind(st) != FOLD_NONE && !ro->pre && p->shape[p->nd - 1] > KE_FOLD_CHUNK)
+                for (int i = 3; i < RD_NFNS; i++) add_root(R, rdm[s][0][i]); /* the lane fold's cascade */
             rc = need_conv(e, R, conv_table, k->stmts[st->args[0]].dtype, st->compute);
             if (!rc) rc = need_conv(e, R, conv_table, rdvdt[s][0], st->dtype);
             if (rc) rc = unsupported(k, s, "no conversion");
@@ -812,11 +860,11 @@ int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMM
             const ir_kstmt *st = &k->stmts[s];
             if (st->kind == IR_K_REDUCE) {
                 rdfns mainf = {fn_in_m(e, rdm[s][0][0]), fn_in_m(e, rdm[s][0][1]), fn_in_m(e, rdm[s][0][2]),
-                               rdvdt[s][0]};
+                               fn_in_m(e, rdm[s][0][3]), fn_in_m(e, rdm[s][0][4]), rdvdt[s][0]};
                 rdfns pref = {0};
                 if (rdm[s][1][0])
                     pref = (rdfns){fn_in_m(e, rdm[s][1][0]), fn_in_m(e, rdm[s][1][1]), fn_in_m(e, rdm[s][1][2]),
-                                   rdvdt[s][1]};
+                                   NULL, NULL, rdvdt[s][1]};
                 emit_reduce(e, s, &mainf, rdm[s][1][0] ? &pref : NULL);
             } else if (e->lvl[s] == 1) {
                 value(e, s);
