@@ -48,8 +48,7 @@ static int64_t grain_for(int64_t per_item) {
 
 /* ---- row primitives, one definition per compute type ----------------------------- */
 
-#define NN_CAT3_(a, b, c) a##b##c
-#define NN_CAT3(a, b, c) NN_CAT3_(a, b, c)
+/* row_max_*, row_sumexp_*, row_sum_*, ke_row_logsumexp_*, ke_row_sum_*, ke_row_max_* */
 #define NR_T float
 #define NR_SFX f32
 #define NR_EXP ke_vexpf
@@ -75,69 +74,17 @@ typedef struct softmax_ctx {
     int log_;
 } softmax_ctx;
 
-/* Rows (inner == 1) are contiguous; otherwise a task is a block of up to
- * KE_COL_BLOCK columns (256 bytes of f32) of one [n, inner] slab, handled
- * lane-wise in three passes; the first prefetches 16 rows ahead since its
- * strided reads defeat the hardware prefetcher, the others find the block
- * in L2. */
-#define KE_SOFTMAX(T, sfx, EXP, LOG)                                                                     \
-    static void softmax_row_##sfx(const T *restrict x, T *restrict y, int64_t n, int log_, const T *nx,  \
-                                  const T *ny) {                                                         \
-        T mx = row_max_##sfx(x, n);                                                                      \
-        if (!log_) {                                                                                     \
-            T inv = (T)1 / (T)row_sumexp_##sfx(x, y, n, mx, nx, ny);                                     \
-            for (int64_t i = 0; i < n; i++) y[i] *= inv;                                                 \
-        } else {                                                                                         \
-            T ls = (T)LOG((T)row_sumexp_##sfx(x, NULL, n, mx, nx, ny));                                  \
-            for (int64_t i = 0; i < n; i++) y[i] = x[i] - mx - ls;                                       \
-        }                                                                                                \
-    }                                                                                                    \
-    static void softmax_cols_##sfx(const T *x, T *y, int64_t n, int64_t inner, int64_t w, int log_) {    \
-        T m[KE_COL_BLOCK], s[KE_COL_BLOCK];                                                              \
-        for (int64_t j = 0; j < w; j++) m[j] = -INFINITY, s[j] = 0;                                      \
-        for (int64_t k = 0; k < n; k++) {                                                                \
-            const T *restrict r = x + k * inner;                                                         \
-            if (k + 16 < n) prefetch_block(r + 16 * inner, NULL, 0);                                     \
-            for (int64_t j = 0; j < w; j++) m[j] = r[j] > m[j] ? r[j] : m[j];                            \
-        }                                                                                                \
-        for (int64_t k = 0; k < n; k++) {                                                                \
-            const T *restrict r = x + k * inner;                                                         \
-            T *restrict o = y + k * inner;                                                               \
-            if (!log_)                                                                                   \
-                for (int64_t j = 0; j < w; j++) s[j] += o[j] = EXP(r[j] - m[j]);                         \
-            else                                                                                         \
-                for (int64_t j = 0; j < w; j++) s[j] += EXP(r[j] - m[j]);                                \
-        }                                                                                                \
-        for (int64_t j = 0; j < w; j++) s[j] = log_ ? (T)LOG(s[j]) : (T)1 / s[j];                        \
-        for (int64_t k = 0; k < n; k++) {                                                                \
-            const T *restrict r = x + k * inner;                                                         \
-            T *restrict o = y + k * inner;                                                               \
-            if (!log_)                                                                                   \
-                for (int64_t j = 0; j < w; j++) o[j] *= s[j];                                            \
-            else                                                                                         \
-                for (int64_t j = 0; j < w; j++) o[j] = r[j] - m[j] - s[j];                               \
-        }                                                                                                \
-    }                                                                                                    \
-    static void softmax_range_##sfx(void *ctx, int64_t t0, int64_t t1) {                                 \
-        const softmax_ctx *p = ctx;                                                                      \
-        const T *x = (const T *)p->x;                                                                    \
-        T *y = (T *)p->y;                                                                                \
-        const int64_t n = p->n;                                                                          \
-        for (int64_t t = t0; t < t1; t++) {                                                              \
-            if (p->inner == 1) {                                                                         \
-                int pf = t + 1 < t1 && n * (int64_t)sizeof(T) <= 65536;                                  \
-                softmax_row_##sfx(x + t * n, y + t * n, n, p->log_, pf ? x + (t + 1) * n : NULL,         \
-                                  pf ? y + (t + 1) * n : NULL);                                          \
-            } else {                                                                                     \
-                int64_t o = t / p->ncb, c0 = (t % p->ncb) * KE_COL_BLOCK;                                \
-                int64_t w = p->inner - c0 < KE_COL_BLOCK ? p->inner - c0 : KE_COL_BLOCK;                 \
-                int64_t base = o * n * p->inner + c0;                                                    \
-                softmax_cols_##sfx(x + base, y + base, n, p->inner, w, p->log_);                         \
-            }                                                                                            \
-        }                                                                                                \
-    }
-KE_SOFTMAX(float, f32, ke_vexpf, ke_vlogf)
-KE_SOFTMAX(double, f64, exp, log)
+/* softmax_row_*, softmax_cols_*, softmax_range_* */
+#define SM_T float
+#define SM_SFX f32
+#define SM_EXP ke_vexpf
+#define SM_LOG ke_vlogf
+#include "tmpl/softmax_rows.h"
+#define SM_T double
+#define SM_SFX f64
+#define SM_EXP exp
+#define SM_LOG log
+#include "tmpl/softmax_rows.h"
 
 /* (declared in kernels_nn.h) */
 int ke_with_compute_dtype(ke_call *c, ke_compute_fn fn) {

@@ -6,10 +6,11 @@
  *   NR_T    the compute type (float, double);  NR_SFX its suffix (f32, f64)
  *   NR_EXP, NR_LOG  its exp and log
  * nx / ny: the next row's input and output to prefetch (NULL: none). */
-#define NR_FN(name) NN_CAT3(name, _, NR_SFX)
+#include "tmpl.h"
+#define NR_FN(name) KE_TCAT3(name, _, NR_SFX)
 
 /* the max: AMAX's fold */
-#define RF_FN(s) NN_CAT3(rmax_##s, _, NR_SFX)
+#define RF_FN(s) KE_TCAT3(rmax_##s, _, NR_SFX)
 #define RF_A NR_T
 #define RF_V NR_T
 #define RF_INIT AMAX_INIT(NR_T)
@@ -22,7 +23,7 @@
 #include "row_fold.h"
 
 /* the sum of x: SUM's fold */
-#define RF_FN(s) NN_CAT3(rsum_##s, _, NR_SFX)
+#define RF_FN(s) KE_TCAT3(rsum_##s, _, NR_SFX)
 #define RF_A NR_T
 #define RF_V NR_T
 #define RF_INIT SUM_INIT(NR_T)
@@ -35,7 +36,7 @@
 #include "row_fold.h"
 
 /* the sum of (x - shift)^2: SUM's fold of that operand */
-#define RF_FN(s) NN_CAT3(rsq_##s, _, NR_SFX)
+#define RF_FN(s) KE_TCAT3(rsq_##s, _, NR_SFX)
 #define RF_A NR_T
 #define RF_V NR_T
 #define RF_INIT SUM_INIT(NR_T)
@@ -48,7 +49,7 @@
 #include "row_fold.h"
 
 /* the sum of exp(x - mx), the exponentials kept in y */
-#define RF_FN(s) NN_CAT3(rexpy_##s, _, NR_SFX)
+#define RF_FN(s) KE_TCAT3(rexpy_##s, _, NR_SFX)
 #define RF_A NR_T
 #define RF_V NR_T
 #define RF_INIT SUM_INIT(NR_T)
@@ -63,7 +64,7 @@
 #include "row_fold.h"
 
 /* the sum of exp(x - mx) alone */
-#define RF_FN(s) NN_CAT3(rexp_##s, _, NR_SFX)
+#define RF_FN(s) KE_TCAT3(rexp_##s, _, NR_SFX)
 #define RF_A NR_T
 #define RF_V NR_T
 #define RF_INIT SUM_INIT(NR_T)
@@ -77,20 +78,20 @@
 #include "row_fold.h"
 
 static NR_T NR_FN(row_max)(const NR_T *restrict x, int64_t n) {
-    return NN_CAT3(rmax_fold, _, NR_SFX)(AMAX_INIT(NR_T), n, x);
+    return KE_TCAT3(rmax_fold, _, NR_SFX)(AMAX_INIT(NR_T), n, x);
 }
 
 /* sum of exp(x - mx); the exponentials also go to y when y != NULL */
 static NR_T NR_FN(row_sumexp)(const NR_T *restrict x, NR_T *restrict y, int64_t n, NR_T mx, const NR_T *nx,
                               const NR_T *ny) {
-    if (y) return NN_CAT3(rexpy_fold, _, NR_SFX)(SUM_INIT(NR_T), n, x, y, mx, nx, ny);
-    return NN_CAT3(rexp_fold, _, NR_SFX)(SUM_INIT(NR_T), n, x, mx, nx);
+    if (y) return KE_TCAT3(rexpy_fold, _, NR_SFX)(SUM_INIT(NR_T), n, x, y, mx, nx, ny);
+    return KE_TCAT3(rexp_fold, _, NR_SFX)(SUM_INIT(NR_T), n, x, mx, nx);
 }
 
 /* sum of (x - shift)^2, or of x when sq is 0 */
 static NR_T NR_FN(row_sum)(const NR_T *restrict x, int64_t n, NR_T shift, int sq) {
-    if (sq) return NN_CAT3(rsq_fold, _, NR_SFX)(SUM_INIT(NR_T), n, x, shift);
-    return NN_CAT3(rsum_fold, _, NR_SFX)(SUM_INIT(NR_T), n, x);
+    if (sq) return KE_TCAT3(rsq_fold, _, NR_SFX)(SUM_INIT(NR_T), n, x, shift);
+    return KE_TCAT3(rsum_fold, _, NR_SFX)(SUM_INIT(NR_T), n, x);
 }
 
 NR_T NR_FN(ke_row_logsumexp)(const NR_T *x, int64_t n, const NR_T *next) {
