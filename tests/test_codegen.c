@@ -752,6 +752,104 @@ static void debug_dir_gets_llvm_ir_and_assembly(void **state) {
     for (int i = 0; i < 4; i++) assert_int_equal(found[i], 1);
 }
 
+/* A whole small file, NUL-terminated (NULL if unreadable). */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) free(b), b = NULL;
+    if (b) b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Does ll name a value `%<name>` (followed by a space, '.' or digit-free end)? */
+static int ll_has(const char *ll, const char *name) {
+    size_t n = strlen(name);
+    for (const char *q = ll; (q = strstr(q, name)); q += n)
+        if (q > ll && q[-1] == '%' && (q[n] == ' ' || q[n] == '.' || q[n] == ',' || q[n] == ')')) return 1;
+    return 0;
+}
+
+/* KL_DEBUG_DIR's .ll names LLVM values after the kernel IR beside it: every
+ * statement vN of the .kernel.txt is a value %vN (or %vN.<op> for a
+ * reduction), buffers are %in0.. / %out0.., their element addresses
+ * %in0.addr..., a reduction's lanes %vN.lanes, loops are blocks named row /
+ * elem / vN.block. Checked on softmax over rows of 200 (a lane fold with a
+ * tail) and the five folds of fold_outs over rows of 4097 (chunks). */
+static void debug_ll_reads_like_the_kernel_ir(void **state) {
+    (void)state;
+    const char *dir = kt_tmp_path("dbgnames");
+    setenv("KL_DEBUG_DIR", dir, 1);
+    kl_tensor *x1 = kl_reshape(noise(3 * 200, 2, KL_F32), KL_SHAPE(3, 200));
+    kl_tensor *x2 = kl_reshape(noise(2 * 4097, 2, KL_F32), KL_SHAPE(2, 4097));
+    kl_compile_options o = kl_compile_options_default();
+    o.backend = "llvm";
+    kl_fn *f1 = kl_compile(softmax_ops, NULL, &o), *f2 = kl_compile(fold_outs, NULL, &o);
+    kl_tensor *out[5];
+    for (int call = 0; call < 2; call++) {
+        assert_int_equal(kl_fn_call(f1, &x1, 1, out, 1), 0);
+        assert_int_equal(kl_fn_call(f2, &x2, 1, out, 5), 0);
+    }
+    kl_fn_release(f1);
+    kl_fn_release(f2);
+    unsetenv("KL_DEBUG_DIR");
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *ent;
+    char path[700];
+    int kernels = 0, reductions = 0, statements = 0;
+    while ((ent = readdir(d))) {
+        size_t len = strlen(ent->d_name);
+        if (len < 11 || strcmp(ent->d_name + len - 11, ".kernel.txt")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        char *txt = slurp(path);
+        snprintf(path, sizeof path, "%s/%.*s.ll", dir, (int)(len - 11), ent->d_name);
+        char *ll = slurp(path);
+        assert_non_null(txt);
+        assert_non_null(ll);
+        kernels++;
+        assert_true(ll_has(ll, "begin") && ll_has(ll, "end") && ll_has(ll, "bases"));
+        assert_true(ll_has(ll, "in0") && ll_has(ll, "out0") && ll_has(ll, "in0.addr") && ll_has(ll, "out0.addr"));
+        assert_true(strstr(ll, "\nrow:") || strstr(ll, "\nelem:"));
+        char name[64];
+        for (const char *line = txt; (line = strstr(line, "\n  v")); line++) {
+            int v;
+            char rd[32];
+            if (sscanf(line + 3, "v%d:", &v) != 1) continue;
+            statements++;
+            snprintf(name, sizeof name, "v%d", v);
+            if (!ll_has(ll, name)) print_message("%s: no %%%s in the .ll\n", ent->d_name, name);
+            assert_true(ll_has(ll, name));
+            const char *eq = strchr(line + 1, '=');
+            if (eq && sscanf(eq, "= reduce_%31[a-z](", rd) == 1) {
+                reductions++;
+                snprintf(name, sizeof name, "v%d.%s", v, rd);
+                if (!ll_has(ll, name)) print_message("%s: no %%%s in the .ll\n", ent->d_name, name);
+                assert_true(ll_has(ll, name));
+                snprintf(name, sizeof name, "v%d.lanes", v);
+                assert_true(ll_has(ll, name));
+            }
+        }
+        free(txt);
+        free(ll);
+    }
+    rewinddir(d);
+    while ((ent = readdir(d))) {
+        if (ent->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+    assert_true(kernels >= 2);
+    assert_true(reductions >= 7); /* softmax's amax and sum, fold_outs' five */
+    assert_true(statements >= 12);
+}
+
 #endif /* KL_HAVE_LLVM */
 
 int main(void) {
@@ -770,6 +868,7 @@ int main(void) {
         KT_TEST(compile_errors_and_fallback),
         KT_TEST(objects_come_back_from_the_cache),
         KT_TEST(debug_dir_gets_llvm_ir_and_assembly),
+        KT_TEST(debug_ll_reads_like_the_kernel_ir),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     kt_tmp_cleanup();
