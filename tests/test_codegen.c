@@ -9,6 +9,8 @@
 #include "harness.h"
 
 #include "cg_llvm.h"
+#include "kernel.h"
+#include "kernels_nn.h"
 #include "trace.h"
 #ifdef KL_HAVE_LLVM
 #include "../src/codegen_llvm/objcache.h"
@@ -447,6 +449,108 @@ static void row_fold_edges(void **state) {
         }
 }
 
+/* The five lane-folded reductions over the last dim of in[0], negated (exact)
+ * so that compiling makes one row kernel of them. */
+static int fold_outs(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *x = in[0];
+    out[0] = kl_neg(kl_sum(x, KL_DIMS(-1), true));
+    out[1] = kl_neg(kl_amax(x, KL_DIMS(-1), true));
+    out[2] = kl_neg(kl_amin(x, KL_DIMS(-1), true));
+    out[3] = kl_neg(kl_mean(x, KL_DIMS(-1), true));
+    out[4] = kl_neg(kl_prod(x, KL_DIMS(-1), true));
+    return out[4] ? 0 : -1;
+}
+
+/* Element i of a and b (contiguous, same dtype) have the same bits, or are
+ * both NaN (a NaN's sign and payload depend on which operand an x86 add
+ * propagates, which compilers may commute). */
+static void assert_same_bits(const kl_tensor *a, const kl_tensor *b, const char *what, int64_t n) {
+    assert_int_equal(a->dtype, b->dtype);
+    assert_int_equal(kl_numel(a), kl_numel(b));
+    size_t es = a->dtype == KL_F64 ? 8 : 4;
+    const unsigned char *pa = kl_data_ptr(a), *pb = kl_data_ptr(b);
+    for (int64_t i = 0; i < kl_numel(a); i++) {
+        double va = es == 8 ? ((const double *)pa)[i] : ((const float *)pa)[i];
+        double vb = es == 8 ? ((const double *)pb)[i] : ((const float *)pb)[i];
+        if (isnan(va) && isnan(vb)) continue;
+        if (memcmp(pa + i * es, pb + i * es, es))
+            print_message("%s, row length %lld, row %lld: %.17g vs %.17g\n", what, (long long)n, (long long)i, va, vb);
+        assert_memory_equal(pa + i * es, pb + i * es, es);
+    }
+}
+
+/* row_fold.h's one fold, bit for bit in all three places: eager reductions
+ * (the engine, cutting long rows into chunks and cascading them), nn.c's row
+ * folds (softmax, layer_norm, cross-entropy) and compiled row kernels (LLVM,
+ * and the interpreter through the eager row()). Lengths around the lanes
+ * (f32: 64, f64: 32), the chunk (2048) and the cascade's fan-in (8 chunks);
+ * rows of noise (mixed signs), with a NaN, with +inf and -inf, with +inf
+ * only, cancelling huge values and signed zeros, all -0, -inf only, a NaN in
+ * the tail. */
+static void row_fold_bitwise(void **state) {
+    (void)state;
+    int64_t lens[] = {1, 7, 31, 32, 33, 63, 64, 65, 127, 2047, 2048, 2049, 3001, 4097, 16385, 18433};
+    const int R = 16; /* >= the engine's split threshold: rows are never cut into slices */
+    int64_t fb0 = cg_llvm_fallbacks();
+    for (int d = 0; d < 2; d++) {
+        kl_dtype dt = d ? KL_F64 : KL_F32;
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int64_t n = lens[li];
+            kl_tensor *x64 = kl_contiguous(kl_reshape(noise(R * n, 3, KL_F64), KL_SHAPE(R, n)));
+            double *v = kl_data_ptr(x64);
+            v[1 * n + n / 3] = NAN;
+            v[2 * n + n / 2] = INFINITY, v[2 * n + n - 1] = -INFINITY;
+            v[3 * n + (n - 1) / 4] = INFINITY;
+            for (int64_t i = 0; i < n; i++) {
+                v[4 * n + i] = i % 3 == 0 ? 1e30 : i % 3 == 1 ? -1e30 : (i & 4 ? -0.0 : 0.0);
+                v[5 * n + i] = -0.0;
+                v[6 * n + i] = -INFINITY;
+            }
+            v[7 * n + n - 1] = NAN;
+            kl_tensor *x = kl_contiguous(kl_to_dtype(x64, dt));
+            kl_tensor *eager[5], *comp[2][5];
+            kl_tensor *in[1] = {x};
+            assert_int_equal(fold_outs(NULL, in, 1, eager, 5), 0);
+            for (int b = 0; b < 2; b++) {
+                kl_compile_options o = kl_compile_options_default();
+                o.backend = b ? "interp" : "llvm";
+                kl_fn *f = kl_compile(fold_outs, NULL, &o);
+                assert_non_null(f);
+                /* the second call runs the compiled kernels */
+                for (int call = 0; call < 2; call++) assert_int_equal(kl_fn_call(f, in, 1, comp[b], 5), 0);
+                kl_fn_release(f);
+            }
+            static const char *names[5] = {"sum", "amax", "amin", "mean", "prod"};
+            char what[64];
+            for (int j = 0; j < 5; j++) {
+                snprintf(what, sizeof what, "%s %s llvm vs eager", kl_dtype_name(dt), names[j]);
+                assert_same_bits(kl_contiguous(comp[0][j]), kl_contiguous(eager[j]), what, n);
+                snprintf(what, sizeof what, "%s %s interp vs eager", kl_dtype_name(dt), names[j]);
+                assert_same_bits(kl_contiguous(comp[1][j]), kl_contiguous(eager[j]), what, n);
+            }
+            /* nn.c's folds of the same rows */
+            kl_tensor *rs = kl_empty(KL_SHAPE(R, 1), dt), *rm = kl_empty(KL_SHAPE(R, 1), dt);
+            for (int r = 0; r < R; r++) {
+                if (d) {
+                    const double *row = (const double *)kl_data_ptr(x) + r * n;
+                    ((double *)kl_data_ptr(rs))[r] = ke_row_sum_f64(row, n);
+                    ((double *)kl_data_ptr(rm))[r] = ke_row_max_f64(row, n);
+                } else {
+                    const float *row = (const float *)kl_data_ptr(x) + r * n;
+                    ((float *)kl_data_ptr(rs))[r] = (float)ke_row_sum_f32(row, n);
+                    ((float *)kl_data_ptr(rm))[r] = ke_row_max_f32(row, n);
+                }
+            }
+            snprintf(what, sizeof what, "%s sum nn.c vs eager", kl_dtype_name(dt));
+            assert_same_bits(rs, kl_contiguous(kl_sum(x, KL_DIMS(-1), true)), what, n);
+            snprintf(what, sizeof what, "%s amax nn.c vs eager", kl_dtype_name(dt));
+            assert_same_bits(rm, kl_contiguous(kl_amax(x, KL_DIMS(-1), true)), what, n);
+        }
+    }
+    assert_int_equal(cg_llvm_fallbacks(), fb0);
+}
+
 static void row_workloads(void **state) {
     (void)state;
     int64_t shapes[][2] = {{5, 7}, {64, 1000}, {3, 4096}};
@@ -649,6 +753,104 @@ static void debug_dir_gets_llvm_ir_and_assembly(void **state) {
     for (int i = 0; i < 4; i++) assert_int_equal(found[i], 1);
 }
 
+/* A whole small file, NUL-terminated (NULL if unreadable). */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) free(b), b = NULL;
+    if (b) b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Does ll name a value `%<name>` (followed by a space, '.' or digit-free end)? */
+static int ll_has(const char *ll, const char *name) {
+    size_t n = strlen(name);
+    for (const char *q = ll; (q = strstr(q, name)); q += n)
+        if (q > ll && q[-1] == '%' && (q[n] == ' ' || q[n] == '.' || q[n] == ',' || q[n] == ')')) return 1;
+    return 0;
+}
+
+/* KL_DEBUG_DIR's .ll names LLVM values after the kernel IR beside it: every
+ * statement vN of the .kernel.txt is a value %vN (or %vN.<op> for a
+ * reduction), buffers are %in0.. / %out0.., their element addresses
+ * %in0.addr..., a reduction's lanes %vN.lanes, loops are blocks named row /
+ * elem / vN.block. Checked on softmax over rows of 200 (a lane fold with a
+ * tail) and the five folds of fold_outs over rows of 4097 (chunks). */
+static void debug_ll_reads_like_the_kernel_ir(void **state) {
+    (void)state;
+    const char *dir = kt_tmp_path("dbgnames");
+    setenv("KL_DEBUG_DIR", dir, 1);
+    kl_tensor *x1 = kl_reshape(noise(3 * 200, 2, KL_F32), KL_SHAPE(3, 200));
+    kl_tensor *x2 = kl_reshape(noise(2 * 4097, 2, KL_F32), KL_SHAPE(2, 4097));
+    kl_compile_options o = kl_compile_options_default();
+    o.backend = "llvm";
+    kl_fn *f1 = kl_compile(softmax_ops, NULL, &o), *f2 = kl_compile(fold_outs, NULL, &o);
+    kl_tensor *out[5];
+    for (int call = 0; call < 2; call++) {
+        assert_int_equal(kl_fn_call(f1, &x1, 1, out, 1), 0);
+        assert_int_equal(kl_fn_call(f2, &x2, 1, out, 5), 0);
+    }
+    kl_fn_release(f1);
+    kl_fn_release(f2);
+    unsetenv("KL_DEBUG_DIR");
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *ent;
+    char path[700];
+    int kernels = 0, reductions = 0, statements = 0;
+    while ((ent = readdir(d))) {
+        size_t len = strlen(ent->d_name);
+        if (len < 11 || strcmp(ent->d_name + len - 11, ".kernel.txt")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        char *txt = slurp(path);
+        snprintf(path, sizeof path, "%s/%.*s.ll", dir, (int)(len - 11), ent->d_name);
+        char *ll = slurp(path);
+        assert_non_null(txt);
+        assert_non_null(ll);
+        kernels++;
+        assert_true(ll_has(ll, "begin") && ll_has(ll, "end") && ll_has(ll, "bases"));
+        assert_true(ll_has(ll, "in0") && ll_has(ll, "out0") && ll_has(ll, "in0.addr") && ll_has(ll, "out0.addr"));
+        assert_true(strstr(ll, "\nrow:") || strstr(ll, "\nelem:"));
+        char name[64];
+        for (const char *line = txt; (line = strstr(line, "\n  v")); line++) {
+            int v;
+            char rd[32];
+            if (sscanf(line + 3, "v%d:", &v) != 1) continue;
+            statements++;
+            snprintf(name, sizeof name, "v%d", v);
+            if (!ll_has(ll, name)) print_message("%s: no %%%s in the .ll\n", ent->d_name, name);
+            assert_true(ll_has(ll, name));
+            const char *eq = strchr(line + 1, '=');
+            if (eq && sscanf(eq, "= reduce_%31[a-z](", rd) == 1) {
+                reductions++;
+                snprintf(name, sizeof name, "v%d.%s", v, rd);
+                if (!ll_has(ll, name)) print_message("%s: no %%%s in the .ll\n", ent->d_name, name);
+                assert_true(ll_has(ll, name));
+                snprintf(name, sizeof name, "v%d.lanes", v);
+                assert_true(ll_has(ll, name));
+            }
+        }
+        free(txt);
+        free(ll);
+    }
+    rewinddir(d);
+    while ((ent = readdir(d))) {
+        if (ent->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+    assert_true(kernels >= 2);
+    assert_true(reductions >= 7); /* softmax's amax and sum, fold_outs' five */
+    assert_true(statements >= 12);
+}
+
 #endif /* KL_HAVE_LLVM */
 
 int main(void) {
@@ -661,11 +863,13 @@ int main(void) {
         KT_TEST(dtypes_and_bool),
         KT_TEST(row_workloads),
         KT_TEST(row_fold_edges),
+        KT_TEST(row_fold_bitwise),
         KT_TEST(mlp_adamw_multi_output),
         KT_TEST(loop_errors_are_raised),
         KT_TEST(compile_errors_and_fallback),
         KT_TEST(objects_come_back_from_the_cache),
         KT_TEST(debug_dir_gets_llvm_ir_and_assembly),
+        KT_TEST(debug_ll_reads_like_the_kernel_ir),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     kt_tmp_cleanup();

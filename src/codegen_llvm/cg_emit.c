@@ -13,7 +13,7 @@
  *
  * A REDUCE folds its row the way interp does. Sum, mean, prod, amax and amin
  * of f32/f64 compute their operand and fold it in one pass, in registers
- * (emit_fused_fold: the same lane fold as reduce_ops.c, bitwise); the operand
+ * (emit_fused_fold: row_fold.h's fold, bitwise the eager one); the operand
  * goes to a scratch row only when a later statement reads it. Other
  * reductions write the operand of the whole row to a scratch row, then the
  * reduction's own eager row fold and fin run on it. Row kernels recompute
@@ -25,9 +25,14 @@
 #include "ew.h"
 #include "kernels_reduce.h"
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+enum { RD_NFNS = 5 }; /* a reduction's functions: init, row, fin, push, drain */
+struct roots;
 
 typedef struct em {
     LLVMContextRef c;
@@ -38,7 +43,7 @@ typedef struct em {
     LLVMValueRef fn, base[CG_MAX_BUFS + 1], ret_slot;
     LLVMBasicBlockRef entry, exit;
     LLVMTypeRef i8, i16, i32, i64, f32, f64, ptr, vd;
-    LLVMTypeRef loop_ty, conv_ty, init_ty, row_ty, fin_ty;
+    LLVMTypeRef loop_ty, conv_ty, init_ty, row_ty, fin_ty, casc_ty;
     /* per statement */
     LLVMValueRef *val;   /* element value in the current loop body, or row value */
     uint8_t *have;       /* val[s] valid (element values: for the current body only) */
@@ -54,12 +59,45 @@ typedef struct em {
     /* memory accesses of the element loop being built (cg_mark_parallel) */
     int in_loop, nacc, acc_overflow;
     LLVMValueRef acc[512];
+    /* found by collect(), in the master module until prepare() maps them */
+    LLVMValueRef (*rdm)[2][RD_NFNS]; /* per REDUCE: the reduction's functions, main and first pass */
+    int (*rdvdt)[2];                 /* per REDUCE: dtypes of their values */
+    struct roots *roots;             /* every function the kernel calls */
 } em;
 
 static void track(em *e, LLVMValueRef inst) {
     if (!e->in_loop) return;
     if (e->nacc < (int)(sizeof e->acc / sizeof e->acc[0])) e->acc[e->nacc++] = inst;
     else e->acc_overflow = 1;
+}
+
+/* Names instruction v as fmt says, unless it has a name already (constants
+ * have none): values after their kernel IR statements (v12, v4.sum, in0.addr),
+ * so KL_DEBUG_DIR's .ll files read like the kernel IR printed beside them. */
+static LLVMValueRef vnamed(int force, LLVMValueRef v, const char *fmt, va_list ap) {
+    if (!v || !LLVMIsAInstruction(v)) return v;
+    size_t len;
+    LLVMGetValueName2(v, &len);
+    if (len && !force) return v;
+    char buf[64];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    LLVMSetValueName2(v, buf, strlen(buf));
+    return v;
+}
+static LLVMValueRef named(LLVMValueRef v, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vnamed(0, v, fmt, ap);
+    va_end(ap);
+    return v;
+}
+/* The same, renaming a value named before (a fold's last step is its result). */
+static LLVMValueRef renamed(LLVMValueRef v, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vnamed(1, v, fmt, ap);
+    va_end(ap);
+    return v;
 }
 
 /* ---- constants of the eager bitcode ----------------------------------------------- */
@@ -147,21 +185,25 @@ typedef struct loopctx {
     int parallel; /* an element loop: annotated parallel */
 } loopctx;
 
-static void loop_begin(em *e, loopctx *L, LLVMValueRef lo, LLVMValueRef hi, int parallel) {
+/* nm names the loop's blocks (nm, nm.end) and induction variable (nm.i). */
+static void loop_begin(em *e, loopctx *L, LLVMValueRef lo, LLVMValueRef hi, int parallel, const char *nm) {
+    char buf[64];
     L->parallel = parallel;
     if (parallel) e->in_loop = 1, e->nacc = 0, e->acc_overflow = 0;
     L->pre = LLVMGetInsertBlock(e->b);
-    L->body = LLVMAppendBasicBlockInContext(e->c, e->fn, "loop");
-    L->exit = LLVMAppendBasicBlockInContext(e->c, e->fn, "after");
+    L->body = LLVMAppendBasicBlockInContext(e->c, e->fn, nm);
+    snprintf(buf, sizeof buf, "%s.end", nm);
+    L->exit = LLVMAppendBasicBlockInContext(e->c, e->fn, buf);
     L->hi = hi;
     LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, lo, hi, ""), L->body, L->exit);
     LLVMPositionBuilderAtEnd(e->b, L->body);
-    L->iv = LLVMBuildPhi(e->b, e->i64, "i");
+    snprintf(buf, sizeof buf, "%s.i", nm);
+    L->iv = LLVMBuildPhi(e->b, e->i64, buf);
     LLVMAddIncoming(L->iv, &lo, &L->pre, 1);
 }
 
 static void loop_end(em *e, loopctx *L) {
-    LLVMValueRef next = LLVMBuildAdd(e->b, L->iv, ci64(e, 1), "");
+    LLVMValueRef next = LLVMBuildAdd(e->b, L->iv, ci64(e, 1), "next");
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
     LLVMAddIncoming(L->iv, &next, &latch, 1);
     LLVMValueRef br = LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, next, L->hi, ""), L->body, L->exit);
@@ -172,13 +214,23 @@ static void loop_end(em *e, loopctx *L) {
     LLVMPositionBuilderAtEnd(e->b, L->exit);
 }
 
+/* Buffer b's name in the kernel IR printer's words: in0.., out0.., scratch. */
+static const char *bufname(em *e, int b, char *buf, size_t n) {
+    if (b >= e->p->nb) snprintf(buf, n, "scratch");
+    else if (b < e->k->ninputs) snprintf(buf, n, "in%d", b);
+    else snprintf(buf, n, "out%d", b - e->k->ninputs);
+    return buf;
+}
+
 /* Element offsets of every buffer at position j of the current row. */
 static void set_offsets(em *e, LLVMValueRef j) {
     const cg_plan *p = e->p;
     e->cur_j = j;
+    char nm[16];
     for (int b = 0; b < p->nb; b++) {
         LLVMValueRef o = LLVMBuildMul(e->b, j, ci64(e, p->stride[b][p->nd - 1]), "");
-        e->off[b] = e->row_off[b] ? LLVMBuildAdd(e->b, e->row_off[b], o, "") : o;
+        e->off[b] = named(e->row_off[b] ? LLVMBuildAdd(e->b, e->row_off[b], o, "") : o, "%s.off",
+                          bufname(e, b, nm, sizeof nm));
     }
 }
 
@@ -195,6 +247,8 @@ static void set_row_offsets(em *e, LLVMValueRef r) {
                     LLVMBuildAdd(e->b, e->row_off[b], LLVMBuildMul(e->b, idx, ci64(e, p->stride[b][d]), ""), "");
         if (d > 0) rem = LLVMBuildSDiv(e->b, rem, ci64(e, p->shape[d]), "");
     }
+    char nm[16];
+    for (int b = 0; b < p->nb; b++) named(e->row_off[b], "%s.row", bufname(e, b, nm, sizeof nm));
 }
 
 static void forget_level(em *e, int level) {
@@ -239,17 +293,17 @@ static LLVMValueRef value(em *e, int s);
 static LLVMValueRef emit_op(em *e, int s) {
     const ir_kstmt *st = &e->k->stmts[s];
     const ke_ew_impl *impl = ke_ops[st->op].impl;
-    LLVMValueRef inarr = LLVMBuildAlloca(e->ab, LLVMArrayType(e->ptr, 4), "");
+    LLVMValueRef inarr = named(LLVMBuildAlloca(e->ab, LLVMArrayType(e->ptr, 4), ""), "v%d.args", s);
     for (int i = 0; i < st->nargs; i++) {
         const ir_kstmt *a = &e->k->stmts[st->args[i]];
         int want = (impl->bool_in >> i) & 1 ? KL_BOOL : st->compute;
         LLVMValueRef v = convert(e, value(e, st->args[i]), a->dtype, want);
-        LLVMValueRef sl = slot(e, 8);
+        LLVMValueRef sl = named(slot(e, 8), "v%d.arg%d", s, i);
         LLVMBuildStore(e->b, v, sl);
         LLVMValueRef idx[] = {ci64(e, 0), ci64(e, i)};
         LLVMBuildStore(e->b, sl, LLVMBuildGEP2(e->b, LLVMArrayType(e->ptr, 4), inarr, idx, 2, ""));
     }
-    LLVMValueRef res = slot(e, 8), err = LLVMBuildAlloca(e->ab, e->i32, "");
+    LLVMValueRef res = named(slot(e, 8), "v%d.res", s), err = named(LLVMBuildAlloca(e->ab, e->i32, ""), "v%d.err", s);
     LLVMBuildStore(e->b, ci32(e, 0), err);
     LLVMValueRef args[] = {ci64(e, 1), res, inarr, ci32(e, st->bcast), e->attrs[s], err};
     call(e, e->loop_ty, e->loopf[s], args, 6);
@@ -271,7 +325,9 @@ static LLVMValueRef emit_op(em *e, int s) {
 static LLVMValueRef emit_load(em *e, int s, LLVMValueRef off) {
     const ir_kstmt *st = &e->k->stmts[s];
     LLVMTypeRef t = ty(e, st->dtype);
-    LLVMValueRef p = LLVMBuildGEP2(e->b, t, e->base[st->buf], &off, 1, "");
+    char nm[16];
+    LLVMValueRef p = named(LLVMBuildGEP2(e->b, t, e->base[st->buf], &off, 1, ""), "%s.addr",
+                           bufname(e, st->buf, nm, sizeof nm));
     LLVMValueRef v = LLVMBuildLoad2(e->b, t, p, "");
     LLVMSetAlignment(v, (unsigned)ke_dtypes[st->dtype].size);
     track(e, v);
@@ -290,7 +346,7 @@ static LLVMValueRef value(em *e, int s) {
     } else if (st->kind == IR_K_LOAD)
         v = emit_load(e, s, e->lvl[s] == 0 ? ci64(e, 0) : e->lvl[s] == 1 ? e->row_off[st->buf] : e->off[st->buf]);
     else if (st->kind == IR_K_OP) v = emit_op(e, s);
-    e->val[s] = v;
+    e->val[s] = named(v, "v%d", s);
     e->have[s] = 1;
     return v;
 }
@@ -299,7 +355,9 @@ static void emit_store(em *e, int s, LLVMValueRef off) {
     const ir_kstmt *st = &e->k->stmts[s];
     LLVMValueRef v = value(e, st->args[0]);
     LLVMTypeRef t = ty(e, st->dtype);
-    LLVMValueRef p = LLVMBuildGEP2(e->b, t, e->base[st->buf], &off, 1, "");
+    char nm[16];
+    LLVMValueRef p = named(LLVMBuildGEP2(e->b, t, e->base[st->buf], &off, 1, ""), "%s.addr",
+                           bufname(e, st->buf, nm, sizeof nm));
     LLVMValueRef in = LLVMBuildStore(e->b, v, p);
     LLVMSetAlignment(in, (unsigned)ke_dtypes[st->dtype].size);
     track(e, in);
@@ -307,7 +365,7 @@ static void emit_store(em *e, int s, LLVMValueRef off) {
 
 /* One reduction's functions in the kernel module. */
 typedef struct rdfns {
-    LLVMValueRef init, row, fin;
+    LLVMValueRef init, row, fin, push, drain;
     int vdt;
 } rdfns;
 
@@ -328,12 +386,14 @@ static LLVMValueRef master_rd_pre(int op, int compute) {
     return kern && LLVMIsAGlobalVariable(kern) ? kern : NULL;
 }
 
-static int rd_master_fns(LLVMValueRef kern, LLVMValueRef f[3]) {
+static int rd_master_fns(LLVMValueRef kern, LLVMValueRef f[RD_NFNS]) {
     LLVMValueRef init = global_init(kern);
     f[0] = fn_at(init, offsetof(ke_rd_kernel, init));
     f[1] = fn_at(init, offsetof(ke_rd_kernel, row));
     f[2] = fn_at(init, offsetof(ke_rd_kernel, fin));
-    return f[0] && f[1] && f[2] ? 0 : -1;
+    f[3] = fn_at(init, offsetof(ke_rd_kernel, push));
+    f[4] = fn_at(init, offsetof(ke_rd_kernel, drain));
+    return f[0] && f[1] && f[2] && f[3] && f[4] ? 0 : -1;
 }
 
 static void rd_call(em *e, const rdfns *f, LLVMValueRef acc, LLVMValueRef out, LLVMValueRef pos, LLVMValueRef aux,
@@ -348,13 +408,13 @@ static void rd_call(em *e, const rdfns *f, LLVMValueRef acc, LLVMValueRef out, L
 
 /* ---- lane folds -------------------------------------------------------------------
  * sum, mean, prod, amax and amin of f32/f64 rows, written here with a vector
- * accumulator: clang turns reduce_ops.c's max/min lane step into a select of
+ * accumulator: clang turns the eager max/min lane step into a select of
  * pointers the vectorizer cannot widen (GCC vectorizes it), which left
- * softmax's amax scalar. The IR repeats reduce_ops.c's row fold exactly:
- * L = 256 / sizeof(T) lanes, blocks of L folded lane by lane, the lanes
- * merged as a halving tree, merged into the initial value, then the tail
- * element by element. Same operations in the same order: bitwise the eager
- * row fold (and the interpreter). */
+ * softmax's amax scalar. The IR is the row fold of row_fold.h, step for step
+ * as tmpl/row_fold.h writes it in C (KE_FOLD_* are its constants; the cascade
+ * of long rows is the template's own, called from the bitcode): bitwise the
+ * eager row fold (and the interpreter's); tests/test_codegen.c's
+ * row_fold_bitwise checks it on awkward lengths and NaN / inf rows. */
 enum { FOLD_NONE, FOLD_SUM, FOLD_MEAN, FOLD_PROD, FOLD_AMAX, FOLD_AMIN };
 
 static int fold_kind(const ir_kstmt *st) {
@@ -416,8 +476,10 @@ static LLVMValueRef fold_tree(em *e, int kind, LLVMValueRef *v, unsigned W) {
 }
 
 /* a = STEP(a, src[i]) for i in [from, n), in order (the tail of a row). */
-static LLVMValueRef fold_tail(em *e, int kind, LLVMTypeRef t, LLVMValueRef a, LLVMValueRef src, int64_t from,
+static LLVMValueRef fold_tail(em *e, int s, int kind, LLVMTypeRef t, LLVMValueRef a, LLVMValueRef src, int64_t from,
                               int64_t n) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "v%d.tail", s);
     if (n - from <= 8) { /* short tails unrolled */
         for (int64_t i = from; i < n; i++) {
             LLVMValueRef idx = ci64(e, i);
@@ -429,15 +491,15 @@ static LLVMValueRef fold_tail(em *e, int kind, LLVMTypeRef t, LLVMValueRef a, LL
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b);
     LLVMValueRef a0 = a;
     loopctx T;
-    loop_begin(e, &T, ci64(e, from), ci64(e, n), 0);
-    LLVMValueRef acc = LLVMBuildPhi(e->b, t, "tail");
+    loop_begin(e, &T, ci64(e, from), ci64(e, n), 0, nm);
+    LLVMValueRef acc = LLVMBuildPhi(e->b, t, nm);
     LLVMAddIncoming(acc, &a0, &pre, 1);
     LLVMValueRef x = LLVMBuildLoad2(e->b, t, LLVMBuildGEP2(e->b, t, src, &T.iv, 1, ""), "");
     LLVMValueRef next = fold_step(e, kind, acc, x);
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
     LLVMAddIncoming(acc, &next, &latch, 1);
     loop_end(e, &T);
-    a = LLVMBuildPhi(e->b, t, "");
+    a = LLVMBuildPhi(e->b, t, nm);
     LLVMAddIncoming(a, &next, &latch, 1);
     LLVMAddIncoming(a, &a0, &T.pre, 1);
     return a;
@@ -463,47 +525,46 @@ static LLVMValueRef reduce_operand(em *e, int s, LLVMValueRef i) {
     return convert(e, value(e, st->args[0]), e->k->stmts[st->args[0]].dtype, st->compute);
 }
 
-/* REDUCE s (sum, mean, prod, amax, amin of f32/f64) over the current row,
+/* One chunk of REDUCE s's row (row_fold.h), elements [base, base + len),
  * the operand computed and folded in the same pass:
  *
  *   for each block b of L elements:            (lanes: L accumulators)
- *     for l in [0, L): lanes[l] = STEP(lanes[l], operand(b * L + l))
+ *     for l in [0, L): lanes[l] = STEP(lanes[l], operand(base + b * L + l))
  *
  * The inner loop is an element loop like any other (annotated parallel:
  * iteration l touches only lanes[l] and its own element), so the vectorizer
  * widens the operand's math and the steps, unrolls the L iterations away and
- * LICM keeps the lanes in registers across blocks. Then the tree merge, the
- * initial value, and the tail (computed by a vectorizable loop into scratch,
- * folded element by element). Lane l sees the elements l, l + L, l + 2L...
- * in order: the same operations in the same order as reduce_ops.c's row fold,
- * so bitwise the interpreter's result. The operand goes to the scratch row
- * only when a later statement reads it (softmax's exp); a load operand (mean
- * of x) is folded straight from its buffer. */
-static LLVMValueRef emit_fused_fold(em *e, int s, int kind, LLVMValueRef scratch, int64_t n) {
-    const ir_kstmt *st = &e->k->stmts[s];
-    const ir_kstmt *a = &e->k->stmts[st->args[0]];
-    int dt = st->compute;
+ * LICM keeps the lanes in registers across blocks. Then the tree merge into
+ * acc, and the tail (computed by a vectorizable loop into scratch, folded
+ * element by element; only a chunk at a constant base, base_c, has one).
+ * Lane l sees the elements l, l + L, l + 2L... in order: tmpl/row_fold.h's
+ * lanes(), so bitwise the eager fold. The operand goes to the scratch row
+ * only when a later statement reads it (save: softmax's exp); a load operand
+ * (mean of x) is folded straight from its buffer. */
+static LLVMValueRef emit_lane_fold(em *e, int s, int kind, LLVMValueRef scratch, LLVMValueRef acc, LLVMValueRef base,
+                                   int64_t base_c, int64_t len, int save) {
+    int dt = e->k->stmts[s].compute;
     LLVMTypeRef t = ty(e, dt);
-    unsigned L = 256 / (unsigned)ke_dtypes[dt].size, W = L / FOLD_K;
-    int save = a->dtype == dt && !a->row && a->kind == IR_K_OP && e->lvl[st->args[0]] == 2 &&
-               used_after(e, s, st->args[0]);
-    LLVMValueRef acc = fold_init(e, kind, t);
-    int64_t blocks = n / (int64_t)L;
+    unsigned L = (unsigned)KE_FOLD_BYTES / (unsigned)ke_dtypes[dt].size, W = L / FOLD_K;
+    int64_t blocks = len / (int64_t)L;
     if (blocks > 0) {
         LLVMTypeRef vt = LLVMVectorType(t, W);
         LLVMValueRef init[64];
         for (unsigned i = 0; i < W; i++) init[i] = fold_init(e, kind, t);
         LLVMValueRef v0 = LLVMConstVector(init, W), v[FOLD_K];
-        LLVMValueRef lanes = LLVMBuildAlloca(e->ab, LLVMArrayType(t, L), "lanes");
+        char nm[32];
+        LLVMValueRef lanes = named(LLVMBuildAlloca(e->ab, LLVMArrayType(t, L), ""), "v%d.lanes", s);
         LLVMSetAlignment(lanes, 64);
         for (int q = 0; q < FOLD_K; q++) {
             LLVMValueRef off = ci64(e, (int64_t)q * W);
             LLVMSetAlignment(LLVMBuildStore(e->b, v0, LLVMBuildGEP2(e->b, t, lanes, &off, 1, "")), 32);
         }
         loopctx B, I;
-        loop_begin(e, &B, ci64(e, 0), ci64(e, blocks), 0);
-        LLVMValueRef first = LLVMBuildMul(e->b, B.iv, ci64(e, L), "");
-        loop_begin(e, &I, ci64(e, 0), ci64(e, L), 1);
+        snprintf(nm, sizeof nm, "v%d.block", s);
+        loop_begin(e, &B, ci64(e, 0), ci64(e, blocks), 0, nm);
+        LLVMValueRef first = LLVMBuildAdd(e->b, base, LLVMBuildMul(e->b, B.iv, ci64(e, L), ""), "");
+        snprintf(nm, sizeof nm, "v%d.lane", s);
+        loop_begin(e, &I, ci64(e, 0), ci64(e, L), 1, nm);
         LLVMValueRef j = LLVMBuildAdd(e->b, first, I.iv, "");
         LLVMValueRef x = reduce_operand(e, s, j);
         if (save) track(e, LLVMBuildStore(e->b, x, LLVMBuildGEP2(e->b, t, scratch, &j, 1, "")));
@@ -519,20 +580,69 @@ static LLVMValueRef emit_fused_fold(em *e, int s, int kind, LLVMValueRef scratch
             v[q] = LLVMBuildLoad2(e->b, vt, LLVMBuildGEP2(e->b, t, lanes, &off, 1, ""), "");
             LLVMSetAlignment(v[q], 32);
         }
-        acc = fold_step(e, kind, acc, fold_tree(e, kind, v, W));
+        acc = named(fold_step(e, kind, acc, named(fold_tree(e, kind, v, W), "v%d.tree", s)), "v%d.lanesum", s);
     }
-    if (blocks * (int64_t)L < n) { /* the tail: operand into scratch (vectorized), folded in order */
+    if (blocks * (int64_t)L < len) { /* the tail: operand into scratch (vectorized), folded in order */
+        int64_t from = base_c + blocks * (int64_t)L, to = base_c + len;
+        char nm[32];
+        snprintf(nm, sizeof nm, "v%d.operand", s);
         loopctx T;
-        loop_begin(e, &T, ci64(e, blocks * (int64_t)L), ci64(e, n), 1);
+        loop_begin(e, &T, ci64(e, from), ci64(e, to), 1, nm);
         LLVMValueRef x = reduce_operand(e, s, T.iv);
         track(e, LLVMBuildStore(e->b, x, LLVMBuildGEP2(e->b, t, scratch, &T.iv, 1, "")));
         loop_end(e, &T);
         forget_elements(e);
-        acc = fold_tail(e, kind, t, acc, scratch, blocks * (int64_t)L, n);
+        acc = fold_tail(e, s, kind, t, acc, scratch, from, to);
+    }
+    return acc;
+}
+
+/* REDUCE s (sum, mean, prod, amax, amin of f32/f64) over the current row of
+ * n elements, folded as row_fold.h says: a row of at most KE_FOLD_CHUNK
+ * elements is one chunk; a longer one folds chunk by chunk (a loop over the
+ * whole chunks, then the last, shorter one), each chunk's value joining the
+ * cascade through the reduction's own push / drain from the eager bitcode
+ * (tmpl/fold_cascade.h: the cascade is not written twice). */
+static LLVMValueRef emit_fused_fold(em *e, int s, int kind, const rdfns *f, LLVMValueRef scratch, int64_t n) {
+    const ir_kstmt *st = &e->k->stmts[s];
+    const ir_kstmt *a = &e->k->stmts[st->args[0]];
+    int dt = st->compute;
+    LLVMTypeRef t = ty(e, dt);
+    int save = a->dtype == dt && !a->row && a->kind == IR_K_OP && e->lvl[st->args[0]] == 2 &&
+               used_after(e, s, st->args[0]);
+    LLVMValueRef acc;
+    if (n <= KE_FOLD_CHUNK) {
+        acc = emit_lane_fold(e, s, kind, scratch, fold_init(e, kind, t), ci64(e, 0), 0, n, save);
+    } else {
+        char nm[32];
+        LLVMValueRef casc = named(LLVMBuildAlloca(e->ab, LLVMArrayType(e->i8, sizeof(ke_fold_casc)), ""), "v%d.casc", s);
+        LLVMSetAlignment(casc, 16);
+        LLVMBuildMemSet(e->b, casc, LLVMConstInt(e->i8, 0, 0), ci64(e, sizeof(ke_fold_casc)), 16);
+        LLVMValueRef part = named(LLVMBuildAlloca(e->ab, t, ""), "v%d.part", s);
+        int64_t whole = n / KE_FOLD_CHUNK, rest = n % KE_FOLD_CHUNK;
+        loopctx C;
+        snprintf(nm, sizeof nm, "v%d.chunk", s);
+        loop_begin(e, &C, ci64(e, 0), ci64(e, whole), 0, nm);
+        LLVMValueRef base = LLVMBuildMul(e->b, C.iv, ci64(e, KE_FOLD_CHUNK), "");
+        LLVMBuildStore(e->b, emit_lane_fold(e, s, kind, scratch, fold_init(e, kind, t), base, -1, KE_FOLD_CHUNK, save),
+                       part);
+        LLVMValueRef pa[] = {casc, part};
+        call(e, e->casc_ty, f->push, pa, 2);
+        loop_end(e, &C);
+        if (rest) {
+            int64_t b0 = whole * KE_FOLD_CHUNK;
+            LLVMBuildStore(e->b, emit_lane_fold(e, s, kind, scratch, fold_init(e, kind, t), ci64(e, b0), b0, rest, save),
+                           part);
+            call(e, e->casc_ty, f->push, pa, 2);
+        }
+        LLVMBuildStore(e->b, fold_init(e, kind, t), part);
+        LLVMValueRef da[] = {part, casc};
+        call(e, e->casc_ty, f->drain, da, 2);
+        acc = named(LLVMBuildLoad2(e->b, t, part, ""), "v%d.casc.value", s);
     }
     if (save) e->saved[st->args[0]] = scratch;
     if (kind == FOLD_MEAN) acc = LLVMBuildFDiv(e->b, acc, LLVMConstReal(t, (double)n), "");
-    return acc;
+    return renamed(acc, "v%d.%s", s, ke_ops[st->op].name);
 }
 
 /* REDUCE s over the current row: a lane fold (above), or its operand into
@@ -543,15 +653,17 @@ static void emit_reduce(em *e, int s, const rdfns *main, const rdfns *pre) {
     const cg_plan *p = e->p;
     int64_t n = p->shape[p->nd - 1];
     LLVMValueRef off = ci64(e, (int64_t)e->nreduce++ * (p->shape[p->nd - 1] > 0 ? p->shape[p->nd - 1] : 1) * 8);
-    LLVMValueRef scratch = LLVMBuildGEP2(e->b, e->i8, e->base[p->nb], &off, 1, "");
+    LLVMValueRef scratch = named(LLVMBuildGEP2(e->b, e->i8, e->base[p->nb], &off, 1, ""), "v%d.scratch", s);
     int fk = fold_kind(st);
     if (fk != FOLD_NONE && !pre) {
-        e->val[s] = convert(e, emit_fused_fold(e, s, fk, scratch, n), st->compute, st->dtype);
+        e->val[s] = named(convert(e, emit_fused_fold(e, s, fk, main, scratch, n), st->compute, st->dtype), "v%d", s);
         e->have[s] = 1;
         return;
     }
+    char nm[32];
+    snprintf(nm, sizeof nm, "v%d.operand", s);
     loopctx L;
-    loop_begin(e, &L, ci64(e, 0), ci64(e, n), 1);
+    loop_begin(e, &L, ci64(e, 0), ci64(e, n), 1, nm);
     forget_elements(e);
     set_offsets(e, L.iv);
     const ir_kstmt *a = &e->k->stmts[st->args[0]];
@@ -564,8 +676,9 @@ static void emit_reduce(em *e, int s, const rdfns *main, const rdfns *pre) {
     if (a->dtype == st->compute && !a->row && a->kind == IR_K_OP && e->lvl[st->args[0]] == 2)
         e->saved[st->args[0]] = scratch;
     forget_elements(e);
-    LLVMValueRef acc = slot(e, KE_RD_ACC_MAX), out = slot(e, 16), aux = slot(e, 16);
-    LLVMValueRef pos = LLVMBuildAlloca(e->ab, e->i64, "");
+    LLVMValueRef acc = named(slot(e, KE_RD_ACC_MAX), "v%d.acc", s), out = named(slot(e, 16), "v%d.out", s),
+                 aux = named(slot(e, 16), "v%d.aux", s);
+    LLVMValueRef pos = named(LLVMBuildAlloca(e->ab, e->i64, ""), "v%d.pos", s);
     LLVMValueRef auxp = LLVMConstNull(e->ptr);
     if (pre) {
         rd_call(e, pre, acc, aux, pos, LLVMConstNull(e->ptr), scratch, n, e->attrs[s]);
@@ -574,9 +687,9 @@ static void emit_reduce(em *e, int s, const rdfns *main, const rdfns *pre) {
             LLVMValueRef x = LLVMBuildLoad2(e->b, t, aux, "");
             LLVMValueRef fabs_args[] = {x};
             LLVMTypeRef ft = LLVMFunctionType(t, &t, 1, 0);
-            const char *nm = pre->vdt == KL_F32 ? "llvm.fabs.f32" : "llvm.fabs.f64";
-            LLVMValueRef fabs = LLVMGetNamedFunction(e->m, nm);
-            if (!fabs) fabs = LLVMAddFunction(e->m, nm, ft);
+            const char *fname = pre->vdt == KL_F32 ? "llvm.fabs.f32" : "llvm.fabs.f64";
+            LLVMValueRef fabs = LLVMGetNamedFunction(e->m, fname);
+            if (!fabs) fabs = LLVMAddFunction(e->m, fname, ft);
             LLVMValueRef ax = call(e, ft, fabs, fabs_args, 1);
             LLVMValueRef inf = LLVMBuildFCmp(e->b, LLVMRealOEQ, ax, LLVMConstReal(t, 1.0 / 0.0), "");
             LLVMBuildStore(e->b, LLVMBuildSelect(e->b, inf, LLVMConstReal(t, 0.0), x, ""), aux);
@@ -584,8 +697,8 @@ static void emit_reduce(em *e, int s, const rdfns *main, const rdfns *pre) {
         auxp = aux;
     }
     rd_call(e, main, acc, out, pos, auxp, scratch, n, e->attrs[s]);
-    LLVMValueRef r = LLVMBuildLoad2(e->b, ty(e, main->vdt), out, "");
-    e->val[s] = convert(e, r, main->vdt, st->dtype);
+    LLVMValueRef r = named(LLVMBuildLoad2(e->b, ty(e, main->vdt), out, ""), "v%d.%s", s, ke_ops[st->op].name);
+    e->val[s] = named(convert(e, r, main->vdt, st->dtype), "v%d", s);
     e->have[s] = 1;
 }
 
@@ -618,6 +731,8 @@ static void make_types(em *e) {
     e->row_ty = LLVMFunctionType(e->vd, rp, 6, 0);
     LLVMTypeRef fp[] = {e->ptr, e->ptr, e->ptr, e->i64, e->i64, e->ptr, e->ptr};
     e->fin_ty = LLVMFunctionType(e->vd, fp, 7, 0);
+    LLVMTypeRef pp[] = {e->ptr, e->ptr};
+    e->casc_ty = LLVMFunctionType(e->vd, pp, 2, 0);
 }
 
 static LLVMValueRef attrs_global(em *e, const ke_attrs *a) {
@@ -652,41 +767,25 @@ static int need_conv(em *e, roots *r, LLVMValueRef table, int from, int to) {
     return 0;
 }
 
-int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMModuleRef *out) {
-    em E = {.c = cg_ctx(), .k = k, .p = p};
-    em *e = &E;
-    make_types(e);
-    int ns = k->nstmts, rc = 0;
-    e->val = calloc((size_t)ns + 1, sizeof *e->val);
-    e->have = calloc((size_t)ns + 1, 1);
-    e->lvl = calloc((size_t)ns + 1, 1);
-    e->saved = calloc((size_t)ns + 1, sizeof *e->saved);
-    e->loopf = calloc((size_t)ns + 1, sizeof *e->loopf);
-    e->attrs = calloc((size_t)ns + 1, sizeof *e->attrs);
-    LLVMValueRef (*rdm)[2][3] = calloc((size_t)ns + 1, sizeof *rdm); /* master fns: main, pre */
-    int (*rdvdt)[2] = calloc((size_t)ns + 1, sizeof *rdvdt);
-    roots *R = calloc(1, sizeof *R);
-    if (!e->val || !e->have || !e->lvl || !e->saved || !e->loopf || !e->attrs || !rdm || !rdvdt || !R) {
-        rc = ke_err(KL_ERR_OOM, "compile", "out of memory");
-        goto done;
-    }
+/* Step 1: every function the kernel calls, found in the master module (the
+ * eager bitcode) through the impl tables' initializers: OP loops, reduction
+ * functions, conversions. Fails (unsupported) for what the backend cannot take. */
+static int collect(em *e) {
+    const ir_kernel *k = e->k;
+    const cg_plan *p = e->p;
+    roots *R = e->roots;
+    int rc = 0;
     LLVMValueRef conv_table = global_init(LLVMGetNamedGlobal(cg_master(), "conv_table"));
-    if (!conv_table) {
-        rc = ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: no conversion table in the eager bitcode");
-        goto done;
-    }
-    /* find every function in the master module */
-    for (int s = 0; s < ns && !rc; s++) {
+    if (!conv_table) return ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: no conversion table in the eager bitcode");
+    for (int s = 0; s < k->nstmts && !rc; s++) {
         const ir_kstmt *st = &k->stmts[s];
         if (st->kind == IR_K_OP) {
             const ke_ew_impl *impl = ke_ops[st->op].impl;
             const char *sym = cg_impl_symbol(st->op);
             LLVMValueRef g = sym ? LLVMGetNamedGlobal(cg_master(), sym) : NULL;
             LLVMValueRef f = fn_at(global_init(g), offsetof(ke_ew_impl, loop) + (uint64_t)st->compute * sizeof(void *));
-            if (ke_ops[st->op].kind != KE_KIND_EW || !impl || !impl->loop[st->compute] || !f || st->nargs > 4) {
-                rc = unsupported(k, s, "no elementwise loop in the eager bitcode");
-                break;
-            }
+            if (ke_ops[st->op].kind != KE_KIND_EW || !impl || !impl->loop[st->compute] || !f || st->nargs > 4)
+                return unsupported(k, s, "no elementwise loop in the eager bitcode");
             add_root(R, f);
             e->loopf[s] = f;
             for (int i = 0; i < st->nargs && !rc; i++) {
@@ -699,23 +798,21 @@ int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMM
             const ke_rd_op *ro;
             LLVMValueRef kern = master_rd_kernel(st->op, st->compute, &ro);
             if (ke_ops[st->op].kind != KE_KIND_REDUCE || !ro || ro->vout != 0 || ro->iout >= 0 || !k->row ||
-                !ro->k[st->compute] || !kern || rd_master_fns(kern, rdm[s][0])) {
-                rc = unsupported(k, s, "not a row reduction of the eager bitcode");
-                break;
-            }
-            rdvdt[s][0] = ro->k[st->compute]->vdt;
+                !ro->k[st->compute] || !kern || rd_master_fns(kern, e->rdm[s][0]))
+                return unsupported(k, s, "not a row reduction of the eager bitcode");
+            e->rdvdt[s][0] = ro->k[st->compute]->vdt;
             if (ro->pre) {
                 LLVMValueRef pk = master_rd_pre(st->op, st->compute);
-                if (!ro->pre->k[st->compute] || !pk || rd_master_fns(pk, rdm[s][1])) {
-                    rc = unsupported(k, s, "no first pass in the eager bitcode");
-                    break;
-                }
-                rdvdt[s][1] = ro->pre->k[st->compute]->vdt;
-                for (int i = 0; i < 3; i++) add_root(R, rdm[s][1][i]);
+                if (!ro->pre->k[st->compute] || !pk || rd_master_fns(pk, e->rdm[s][1]))
+                    return unsupported(k, s, "no first pass in the eager bitcode");
+                e->rdvdt[s][1] = ro->pre->k[st->compute]->vdt;
+                for (int i = 0; i < 3; i++) add_root(R, e->rdm[s][1][i]);
             }
-            for (int i = 0; i < 3; i++) add_root(R, rdm[s][0][i]);
+            for (int i = 0; i < 3; i++) add_root(R, e->rdm[s][0][i]);
+            if (fold_kind(st) != FOLD_NONE && !ro->pre && p->shape[p->nd - 1] > KE_FOLD_CHUNK)
+                for (int i = 3; i < RD_NFNS; i++) add_root(R, e->rdm[s][0][i]); /* the lane fold's cascade */
             rc = need_conv(e, R, conv_table, k->stmts[st->args[0]].dtype, st->compute);
-            if (!rc) rc = need_conv(e, R, conv_table, rdvdt[s][0], st->dtype);
+            if (!rc) rc = need_conv(e, R, conv_table, e->rdvdt[s][0], st->dtype);
             if (rc) rc = unsupported(k, s, "no conversion");
         } else if (st->kind == IR_K_STORE) {
             const ir_kstmt *a = &k->stmts[st->args[0]];
@@ -724,13 +821,21 @@ int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMM
             else if (once && !a->row) rc = unsupported(k, s, "stores an element value into a row output");
         }
     }
-    if (rc) goto done;
+    return rc;
+}
+
+/* Step 2: the kernel's module: the closure of the collected functions cloned
+ * out of the bitcode, made private and always-inline, unused declarations
+ * dropped; the collected references mapped into it; one constant attrs
+ * global per OP / REDUCE. */
+static int prepare(em *e) {
+    const ir_kernel *k = e->k;
     char *err = NULL;
-    e->m = cg_bc_extract(cg_master(), R->v, R->n, &err);
+    e->m = cg_bc_extract(cg_master(), e->roots->v, e->roots->n, &err);
     if (!e->m) {
-        rc = ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: reading the eager bitcode: %s", err ? err : "");
+        int rc = ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: reading the eager bitcode: %s", err ? err : "");
         free(err);
-        goto done;
+        return rc;
     }
     /* everything copied is private to the kernel and inlined into it (cg_jit.c's
      * passes inline by this attribute, not by cost); the target comes from the
@@ -757,15 +862,74 @@ int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMM
         next = LLVMGetNextGlobal(g);
         if (LLVMIsDeclaration(g) && !LLVMGetFirstUse(g)) LLVMDeleteGlobal(g);
     }
-    for (int s = 0; s < ns; s++) {
+    for (int s = 0; s < k->nstmts; s++) {
         if (e->loopf[s]) e->loopf[s] = fn_in_m(e, e->loopf[s]);
         if (k->stmts[s].kind == IR_K_OP || k->stmts[s].kind == IR_K_REDUCE) e->attrs[s] = attrs_global(e, &k->stmts[s].a);
     }
     for (int a = 0; a < KL_NUM_DTYPES; a++)
         for (int b = 0; b < KL_NUM_DTYPES; b++)
             if (e->conv[a][b]) e->conv[a][b] = fn_in_m(e, e->conv[a][b]);
+    return 0;
+}
 
-    /* int64_t name(int64_t begin, int64_t end, char *const *bases) */
+/* The reduction functions of REDUCE s (which: 0 main, 1 first pass) in the kernel's module. */
+static rdfns rd_fns(em *e, int s, int which) {
+    LLVMValueRef *f = e->rdm[s][which];
+    rdfns r = {fn_in_m(e, f[0]), fn_in_m(e, f[1]), fn_in_m(e, f[2]), NULL, NULL, e->rdvdt[s][which]};
+    if (!which) r.push = fn_in_m(e, f[3]), r.drain = fn_in_m(e, f[4]);
+    return r;
+}
+
+/* Row kernels, per row: one loop per REDUCE, row-level values, one loop for
+ * the element stores, then the row outputs. */
+static void emit_rows(em *e, LLVMValueRef begin, LLVMValueRef end) {
+    const ir_kernel *k = e->k;
+    const cg_plan *p = e->p;
+    loopctx R0;
+    loop_begin(e, &R0, begin, end, 0, "row");
+    set_row_offsets(e, R0.iv);
+    forget_level(e, 1);
+    int64_t n = p->shape[p->nd - 1];
+    int any_elem_store = 0;
+    for (int s = 0; s < k->nstmts; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        if (st->kind == IR_K_REDUCE) {
+            rdfns mainf = rd_fns(e, s, 0), pref = {0};
+            if (e->rdm[s][1][0]) pref = rd_fns(e, s, 1);
+            emit_reduce(e, s, &mainf, e->rdm[s][1][0] ? &pref : NULL);
+        } else if (e->lvl[s] == 1) {
+            value(e, s);
+        } else if (st->kind == IR_K_STORE && !(k->row && k->bufs[st->buf].index[k->ndim - 1] == 0)) {
+            any_elem_store = 1;
+        }
+    }
+    if (any_elem_store) {
+        loopctx L;
+        loop_begin(e, &L, ci64(e, 0), ci64(e, n), 1, "elem");
+        forget_elements(e);
+        set_offsets(e, L.iv);
+        for (int s = 0; s < k->nstmts; s++) {
+            const ir_kstmt *st = &k->stmts[s];
+            if (st->kind == IR_K_STORE && !(k->row && k->bufs[st->buf].index[k->ndim - 1] == 0))
+                emit_store(e, s, e->off[st->buf]);
+        }
+        loop_end(e, &L);
+        forget_elements(e);
+    }
+    for (int s = 0; s < k->nstmts; s++) { /* row outputs: one element per row, also for an empty row */
+        const ir_kstmt *st = &k->stmts[s];
+        if (st->kind == IR_K_STORE && k->row && k->bufs[st->buf].index[k->ndim - 1] == 0)
+            emit_store(e, s, e->row_off[st->buf]);
+    }
+    loop_end(e, &R0);
+}
+
+/* Step 3: the function int64_t name(int64_t begin, int64_t end, char *const
+ * *bases): buffer bases, the values computed once per call, then one flat
+ * element loop or the row loop. */
+static void emit_body(em *e, const char *name) {
+    const ir_kernel *k = e->k;
+    const cg_plan *p = e->p;
     LLVMTypeRef params[] = {e->i64, e->i64, e->ptr};
     e->fn = LLVMAddFunction(e->m, name, LLVMFunctionType(e->i64, params, 3, 0));
     LLVMSetLinkage(e->fn, LLVMExternalLinkage);
@@ -780,69 +944,34 @@ int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMM
     e->ret_slot = LLVMBuildAlloca(e->ab, e->i64, "ret");
     LLVMPositionBuilderAtEnd(e->b, body);
     LLVMValueRef begin = LLVMGetParam(e->fn, 0), end = LLVMGetParam(e->fn, 1), bases = LLVMGetParam(e->fn, 2);
+    LLVMSetValueName2(begin, "begin", 5);
+    LLVMSetValueName2(end, "end", 3);
+    LLVMSetValueName2(bases, "bases", 5);
+    char nm[16];
     for (int b = 0; b <= p->nb; b++) {
         LLVMValueRef idx = ci64(e, b);
-        e->base[b] = LLVMBuildLoad2(e->b, e->ptr, LLVMBuildGEP2(e->b, e->ptr, bases, &idx, 1, ""), "");
+        e->base[b] = named(LLVMBuildLoad2(e->b, e->ptr, LLVMBuildGEP2(e->b, e->ptr, bases, &idx, 1, ""), ""), "%s",
+                           bufname(e, b, nm, sizeof nm));
     }
     LLVMBuildStore(e->b, ci64(e, 0), e->ret_slot);
     classify(e);
-    for (int s = 0; s < ns; s++) /* once per call (the range is never empty) */
+    for (int s = 0; s < k->nstmts; s++) /* once per call (the range is never empty) */
         if (e->lvl[s] == 0) value(e, s);
     /* stores in statement order come last, after every load of the element:
      * an output aliasing an input in place reads before it writes */
     if (p->flat) {
         loopctx L;
-        loop_begin(e, &L, begin, end, 1);
+        loop_begin(e, &L, begin, end, 1, "elem");
         for (int b = 0; b < p->nb; b++) e->row_off[b] = NULL;
         set_offsets(e, L.iv);
         forget_elements(e);
-        for (int s = 0; s < ns; s++) {
+        for (int s = 0; s < k->nstmts; s++) {
             if (k->stmts[s].kind == IR_K_STORE) emit_store(e, s, e->off[k->stmts[s].buf]);
             else value(e, s);
         }
         loop_end(e, &L);
     } else {
-        loopctx R0;
-        loop_begin(e, &R0, begin, end, 0);
-        set_row_offsets(e, R0.iv);
-        forget_level(e, 1);
-        int64_t n = p->shape[p->nd - 1];
-        int any_elem_store = 0;
-        for (int s = 0; s < ns; s++) {
-            const ir_kstmt *st = &k->stmts[s];
-            if (st->kind == IR_K_REDUCE) {
-                rdfns mainf = {fn_in_m(e, rdm[s][0][0]), fn_in_m(e, rdm[s][0][1]), fn_in_m(e, rdm[s][0][2]),
-                               rdvdt[s][0]};
-                rdfns pref = {0};
-                if (rdm[s][1][0])
-                    pref = (rdfns){fn_in_m(e, rdm[s][1][0]), fn_in_m(e, rdm[s][1][1]), fn_in_m(e, rdm[s][1][2]),
-                                   rdvdt[s][1]};
-                emit_reduce(e, s, &mainf, rdm[s][1][0] ? &pref : NULL);
-            } else if (e->lvl[s] == 1) {
-                value(e, s);
-            } else if (st->kind == IR_K_STORE && !(k->row && k->bufs[st->buf].index[k->ndim - 1] == 0)) {
-                any_elem_store = 1;
-            }
-        }
-        if (any_elem_store) {
-            loopctx L;
-            loop_begin(e, &L, ci64(e, 0), ci64(e, n), 1);
-            forget_elements(e);
-            set_offsets(e, L.iv);
-            for (int s = 0; s < ns; s++) {
-                const ir_kstmt *st = &k->stmts[s];
-                if (st->kind == IR_K_STORE && !(k->row && k->bufs[st->buf].index[k->ndim - 1] == 0))
-                    emit_store(e, s, e->off[st->buf]);
-            }
-            loop_end(e, &L);
-            forget_elements(e);
-        }
-        for (int s = 0; s < ns; s++) { /* row outputs: one element per row, also for an empty row */
-            const ir_kstmt *st = &k->stmts[s];
-            if (st->kind == IR_K_STORE && k->row && k->bufs[st->buf].index[k->ndim - 1] == 0)
-                emit_store(e, s, e->row_off[st->buf]);
-        }
-        loop_end(e, &R0);
+        emit_rows(e, begin, end);
     }
     LLVMBuildBr(e->b, e->exit);
     LLVMBuildBr(e->ab, body);
@@ -850,9 +979,30 @@ int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMM
     LLVMBuildRet(e->b, LLVMBuildLoad2(e->b, e->i64, e->ret_slot, ""));
     LLVMDisposeBuilder(e->b);
     LLVMDisposeBuilder(e->ab);
-    *out = e->m;
-    e->m = NULL;
-done:
+}
+
+int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMModuleRef *out) {
+    em E = {.c = cg_ctx(), .k = k, .p = p};
+    em *e = &E;
+    make_types(e);
+    size_t ns = (size_t)k->nstmts + 1;
+    e->val = calloc(ns, sizeof *e->val);
+    e->have = calloc(ns, 1);
+    e->lvl = calloc(ns, 1);
+    e->saved = calloc(ns, sizeof *e->saved);
+    e->loopf = calloc(ns, sizeof *e->loopf);
+    e->attrs = calloc(ns, sizeof *e->attrs);
+    e->rdm = calloc(ns, sizeof *e->rdm);
+    e->rdvdt = calloc(ns, sizeof *e->rdvdt);
+    e->roots = calloc(1, sizeof *e->roots);
+    int rc;
+    if (!e->val || !e->have || !e->lvl || !e->saved || !e->loopf || !e->attrs || !e->rdm || !e->rdvdt || !e->roots)
+        rc = ke_err(KL_ERR_OOM, "compile", "out of memory");
+    else if (!(rc = collect(e)) && !(rc = prepare(e))) {
+        emit_body(e, name);
+        *out = e->m;
+        e->m = NULL;
+    }
     if (e->m) LLVMDisposeModule(e->m);
     free(e->val);
     free(e->have);
@@ -860,8 +1010,8 @@ done:
     free(e->saved);
     free(e->loopf);
     free(e->attrs);
-    free(rdm);
-    free(rdvdt);
-    free(R);
+    free(e->rdm);
+    free(e->rdvdt);
+    free(e->roots);
     return rc ? -1 : 0;
 }

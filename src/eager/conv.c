@@ -310,65 +310,45 @@ typedef struct pool_ctx {
     int count_include_pad;
 } pool_ctx;
 
-/* One plane per task. Max: NaN wins, padding never counts. Avg: PyTorch's
- * divisor (the window clipped to the padded input when count_include_pad,
- * else to the input); integer averages truncate toward zero as in C++. */
-#define KE_POOL(T, A, sfx, LOWEST, ISNAN, ADD)                                                               \
-    static void maxpool_##sfx(void *ctx, int64_t p0, int64_t p1) {                                           \
-        const pool_ctx *p = ctx;                                                                             \
-        for (int64_t pl = p0; pl < p1; pl++) {                                                               \
-            const T *x = (const T *)p->x + pl * p->H * p->W;                                                 \
-            T *y = (T *)p->y + pl * p->OH * p->OW;                                                           \
-            for (int64_t oh = 0; oh < p->OH; oh++)                                                           \
-                for (int64_t ow = 0; ow < p->OW; ow++) {                                                     \
-                    T m = LOWEST;                                                                            \
-                    for (int64_t i = 0; i < p->kh; i++) {                                                    \
-                        int64_t ih = oh * p->sh - p->ph + i * p->dh;                                         \
-                        if (ih < 0 || ih >= p->H) continue;                                                  \
-                        for (int64_t j = 0; j < p->kw; j++) {                                                \
-                            int64_t iw = ow * p->sw - p->pw + j * p->dw;                                     \
-                            if (iw < 0 || iw >= p->W) continue;                                              \
-                            T v = x[ih * p->W + iw];                                                         \
-                            if (v > m || ISNAN(v)) m = v;                                                    \
-                        }                                                                                    \
-                    }                                                                                        \
-                    y[oh * p->OW + ow] = m;                                                                  \
-                }                                                                                            \
-        }                                                                                                    \
-    }                                                                                                        \
-    static void avgpool_##sfx(void *ctx, int64_t p0, int64_t p1) {                                           \
-        const pool_ctx *p = ctx;                                                                             \
-        for (int64_t pl = p0; pl < p1; pl++) {                                                               \
-            const T *x = (const T *)p->x + pl * p->H * p->W;                                                 \
-            T *y = (T *)p->y + pl * p->OH * p->OW;                                                           \
-            for (int64_t oh = 0; oh < p->OH; oh++)                                                           \
-                for (int64_t ow = 0; ow < p->OW; ow++) {                                                     \
-                    int64_t hs = oh * p->sh - p->ph, ws = ow * p->sw - p->pw;                                \
-                    int64_t he = hs + p->kh < p->H + p->ph ? hs + p->kh : p->H + p->ph;                      \
-                    int64_t we = ws + p->kw < p->W + p->pw ? ws + p->kw : p->W + p->pw;                      \
-                    int64_t pool = (he - hs) * (we - ws);                                                    \
-                    hs = hs < 0 ? 0 : hs, ws = ws < 0 ? 0 : ws;                                              \
-                    he = he > p->H ? p->H : he, we = we > p->W ? p->W : we;                                  \
-                    if (hs >= he || ws >= we) {                                                              \
-                        y[oh * p->OW + ow] = 0;                                                              \
-                        continue;                                                                            \
-                    }                                                                                        \
-                    A sum = 0;                                                                               \
-                    for (int64_t ih = hs; ih < he; ih++)                                                     \
-                        for (int64_t iw = ws; iw < we; iw++) sum = ADD(sum, x[ih * p->W + iw]);              \
-                    A div = (A)(p->count_include_pad ? pool : (he - hs) * (we - ws));                        \
-                    y[oh * p->OW + ow] = (T)(sum / div);                                                     \
-                }                                                                                            \
-        }                                                                                                    \
-    }
+/* maxpool_*, avgpool_*: one plane per task (tmpl/pool.h) */
 #define KE_FADD(s, v) ((s) + (v))
 #define KE_IADD(s, v) ((int64_t)((uint64_t)(s) + (uint64_t)(int64_t)(v)))
 #define KE_NONAN(v) 0
-KE_POOL(float, float, f32, -INFINITY, isnan, KE_FADD)
-KE_POOL(double, double, f64, -INFINITY, isnan, KE_FADD)
-KE_POOL(int32_t, int64_t, i32, INT32_MIN, KE_NONAN, KE_IADD)
-KE_POOL(int64_t, int64_t, i64, INT64_MIN, KE_NONAN, KE_IADD)
-KE_POOL(uint8_t, int64_t, u8, 0, KE_NONAN, KE_IADD)
+#define PL_T float
+#define PL_A float
+#define PL_SFX f32
+#define PL_LOWEST -INFINITY
+#define PL_ISNAN isnan
+#define PL_ADD KE_FADD
+#include "tmpl/pool.h"
+#define PL_T double
+#define PL_A double
+#define PL_SFX f64
+#define PL_LOWEST -INFINITY
+#define PL_ISNAN isnan
+#define PL_ADD KE_FADD
+#include "tmpl/pool.h"
+#define PL_T int32_t
+#define PL_A int64_t
+#define PL_SFX i32
+#define PL_LOWEST INT32_MIN
+#define PL_ISNAN KE_NONAN
+#define PL_ADD KE_IADD
+#include "tmpl/pool.h"
+#define PL_T int64_t
+#define PL_A int64_t
+#define PL_SFX i64
+#define PL_LOWEST INT64_MIN
+#define PL_ISNAN KE_NONAN
+#define PL_ADD KE_IADD
+#include "tmpl/pool.h"
+#define PL_T uint8_t
+#define PL_A int64_t
+#define PL_SFX u8
+#define PL_LOWEST 0
+#define PL_ISNAN KE_NONAN
+#define PL_ADD KE_IADD
+#include "tmpl/pool.h"
 
 static const ke_range_fn max_pools[KL_NUM_DTYPES] = {[KL_F32] = maxpool_f32, [KL_F64] = maxpool_f64,
                                                      [KL_I32] = maxpool_i32, [KL_I64] = maxpool_i64,

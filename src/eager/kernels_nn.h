@@ -31,12 +31,15 @@ int ke_cpu_linear(ke_call *c);
 int ke_decomp_linear(ke_call *c);
 
 /* Row helpers from nn.c, shared with loss.c: log(sum(exp(x))) computed
- * stably, and the plain sum (in double), of n contiguous values. `next`
+ * stably, the plain sum and the max of n contiguous values, each by the row
+ * fold (row_fold.h: the sum and max bitwise kl_sum's and kl_amax's). `next`
  * (n values, or NULL) is prefetched meanwhile: the row a caller does next. */
 float ke_row_logsumexp_f32(const float *x, int64_t n, const float *next);
 double ke_row_logsumexp_f64(const double *x, int64_t n, const double *next);
 double ke_row_sum_f32(const float *x, int64_t n);
 double ke_row_sum_f64(const double *x, int64_t n);
+float ke_row_max_f32(const float *x, int64_t n);
+double ke_row_max_f64(const double *x, int64_t n);
 
 /* ---- nn rows --------------------------------------------------------------- */
 int ke_infer_softmax(ke_call *c, ke_outspec *out);

@@ -4,14 +4,15 @@
 #ifndef KE_KERNELS_REDUCE_H
 #define KE_KERNELS_REDUCE_H
 #include "ew.h"
+#include "row_fold.h"
 
-#define KE_RD_ACC_MAX 16 /* largest accumulator: a value and an int64 position */
+#define KE_RD_ACC_MAX KE_FOLD_ACC_MAX /* largest accumulator: a value and an int64 position */
 
 /* One reduction's formulas expanded for one loop dtype. The engine hands
  * them contiguous arrays of that dtype only. */
 typedef struct ke_rd_kernel {
     void (*init)(void *acc, int64_t n);
-    /* folds x[0..n), at reduced positions i0.., into acc[0] */
+    /* folds x[0..n), at reduced positions i0.., into acc[0] (row_fold.h's order) */
     void (*row)(void *acc, const void *x, int64_t n, int64_t i0, const void *aux, const ke_attrs *a);
     /* folds rows r < m of x (row r at x + r*xs elements, reduced position
      * i0 + r) into acc[0..n), element j into acc[j]; positions grow from
@@ -23,6 +24,12 @@ typedef struct ke_rd_kernel {
     /* n results from n accumulators: values (dtype vdt) and positions */
     void (*fin)(void *val, int64_t *idx, const void *acc, int64_t n, int64_t count, const void *aux,
                 const ke_attrs *a);
+    /* the row fold's cascade (row_fold.h): the accumulator *v of the next
+     * chunk of a row joins c; acc[0] = merge(acc[0], the cascade's value).
+     * row() uses them for rows longer than KE_FOLD_CHUNK, the engine for runs
+     * it folds a chunk at a time, compiled kernels for theirs */
+    void (*push)(ke_fold_casc *c, const void *v);
+    void (*drain)(void *acc, const ke_fold_casc *c);
     uint8_t asize; /* bytes per accumulator */
     uint8_t vdt;   /* dtype of the values fin writes */
 } ke_rd_kernel;

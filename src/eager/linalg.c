@@ -72,49 +72,19 @@ void ke_blas_prepare(void) {
     ke_pool_quiesce();
 }
 
-/* One BLAS call per matrix triple; -1 if the strides do not fit. beta == 0
- * must not read C, which BLAS's gemm honours but gemv may not (it scales y),
- * so y is cleared first there. */
-#define KE_BLAS_GEMM(T, sfx, DOT, GEMV, GEMM)                                                                \
-    static int blas_##sfx(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, int64_t acs,     \
-                          const T *B, int64_t brs, int64_t bcs, T beta, T *C, int64_t ldc) {                 \
-        int ta = 0, tb = 0;                                                                                   \
-        int64_t lda = 1, ldb = 1;                                                                             \
-        if (!a_fits(M, N, K, ars, acs) || !b_fits(M, N, K, brs, bcs) || ldc > INT_MAX || ldc < (N > 1 ? N : 1)) \
-            return -1;                                                                                        \
-        if (M == 1 && N == 1) {                                                                               \
-            T d = DOT((int)K, A, (int)blas_inc(K, acs), B, (int)blas_inc(K, brs));                            \
-            C[0] = beta == 0 ? alpha * d : alpha * d + beta * C[0];                                           \
-        } else if (N == 1) {                                                                                  \
-            if (beta == 0)                                                                                    \
-                for (int64_t i = 0; i < M; i++) C[i * ldc] = 0;                                               \
-            blas_layout(M, K, ars, acs, &ta, &lda);                                                           \
-            if (!ta)                                                                                          \
-                GEMV(CblasRowMajor, CblasNoTrans, (int)M, (int)K, alpha, A, (int)lda, B,                      \
-                     (int)blas_inc(K, brs), beta, C, (int)ldc);                                               \
-            else                                                                                              \
-                GEMV(CblasRowMajor, CblasTrans, (int)K, (int)M, alpha, A, (int)lda, B, (int)blas_inc(K, brs), \
-                     beta, C, (int)ldc);                                                                      \
-        } else if (M == 1) {                                                                                  \
-            if (beta == 0)                                                                                    \
-                for (int64_t j = 0; j < N; j++) C[j] = 0;                                                     \
-            blas_layout(K, N, brs, bcs, &tb, &ldb);                                                           \
-            if (!tb)                                                                                          \
-                GEMV(CblasRowMajor, CblasTrans, (int)K, (int)N, alpha, B, (int)ldb, A, (int)blas_inc(K, acs), \
-                     beta, C, 1);                                                                             \
-            else                                                                                              \
-                GEMV(CblasRowMajor, CblasNoTrans, (int)N, (int)K, alpha, B, (int)ldb, A,                      \
-                     (int)blas_inc(K, acs), beta, C, 1);                                                      \
-        } else {                                                                                              \
-            blas_layout(M, K, ars, acs, &ta, &lda);                                                           \
-            blas_layout(K, N, brs, bcs, &tb, &ldb);                                                           \
-            GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, \
-                 (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);                                 \
-        }                                                                                                     \
-        return 0;                                                                                             \
-    }
-KE_BLAS_GEMM(float, f32, cblas_sdot, cblas_sgemv, cblas_sgemm)
-KE_BLAS_GEMM(double, f64, cblas_ddot, cblas_dgemv, cblas_dgemm)
+/* blas_f32, blas_f64: one BLAS call per matrix triple (tmpl/blas_gemm.h) */
+#define LB_T float
+#define LB_SFX f32
+#define LB_DOT cblas_sdot
+#define LB_GEMV cblas_sgemv
+#define LB_GEMM cblas_sgemm
+#include "tmpl/blas_gemm.h"
+#define LB_T double
+#define LB_SFX f64
+#define LB_DOT cblas_ddot
+#define LB_GEMV cblas_dgemv
+#define LB_GEMM cblas_dgemm
+#include "tmpl/blas_gemm.h"
 
 /* ---- the loop kernel (integers; floats whose strides BLAS cannot take) -------
  * C = beta*C, then C += (alpha*A[i,k]) * B[k, j-block] over k-blocks, so a
@@ -135,44 +105,33 @@ static int64_t scalar_to_i64(double v) {
     return (int64_t)v;
 }
 
-#define KE_GEMM_LOOP(T, U, sfx, CAST)                                                                  \
-    static void loop_##sfx(void *ctx, int64_t i0, int64_t i1) {                                          \
-        const gemm_loop_args *g = ctx;                                                                    \
-        enum { NB = 256, KB = 64 };                                                                       \
-        const T *A = g->A, *B = g->B;                                                                     \
-        T *C = g->C;                                                                                      \
-        const U alpha = (U)CAST(g->alpha), beta = (U)CAST(g->beta);                                       \
-        for (int64_t i = i0; i < i1; i++) {                                                               \
-            T *c = C + i * g->ldc;                                                                        \
-            if (g->beta == 0)                                                                             \
-                for (int64_t j = 0; j < g->N; j++) c[j] = 0;                                              \
-            else if (g->beta != 1)                                                                        \
-                for (int64_t j = 0; j < g->N; j++) c[j] = (T)((U)c[j] * beta);                            \
-        }                                                                                                 \
-        for (int64_t j0 = 0; j0 < g->N; j0 += NB) {                                                       \
-            int64_t nj = g->N - j0 < NB ? g->N - j0 : NB;                                                 \
-            for (int64_t k0 = 0; k0 < g->K; k0 += KB) {                                                   \
-                int64_t k1 = g->K - k0 < KB ? g->K : k0 + KB;                                             \
-                for (int64_t i = i0; i < i1; i++) {                                                       \
-                    T *restrict c = C + i * g->ldc + j0;                                                  \
-                    for (int64_t k = k0; k < k1; k++) {                                                   \
-                        const U a = (U)A[i * g->ars + k * g->acs] * alpha;                                \
-                        const T *restrict b = B + k * g->brs + j0 * g->bcs;                               \
-                        if (g->bcs == 1)                                                                  \
-                            for (int64_t j = 0; j < nj; j++) c[j] = (T)((U)c[j] + a * (U)b[j]);           \
-                        else                                                                              \
-                            for (int64_t j = 0; j < nj; j++) c[j] = (T)((U)c[j] + a * (U)b[j * g->bcs]);  \
-                    }                                                                                     \
-                }                                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-    }
+/* loop_*: the plain GEMM loop (tmpl/gemm_loop.h) */
 #define KE_CAST_F(v) (v)
-KE_GEMM_LOOP(float, float, f32, KE_CAST_F)
-KE_GEMM_LOOP(double, double, f64, KE_CAST_F)
-KE_GEMM_LOOP(int32_t, uint32_t, i32, scalar_to_i64)
-KE_GEMM_LOOP(int64_t, uint64_t, i64, scalar_to_i64)
-KE_GEMM_LOOP(uint8_t, uint32_t, u8, scalar_to_i64)
+#define LG_T float
+#define LG_U float
+#define LG_SFX f32
+#define LG_CAST KE_CAST_F
+#include "tmpl/gemm_loop.h"
+#define LG_T double
+#define LG_U double
+#define LG_SFX f64
+#define LG_CAST KE_CAST_F
+#include "tmpl/gemm_loop.h"
+#define LG_T int32_t
+#define LG_U uint32_t
+#define LG_SFX i32
+#define LG_CAST scalar_to_i64
+#include "tmpl/gemm_loop.h"
+#define LG_T int64_t
+#define LG_U uint64_t
+#define LG_SFX i64
+#define LG_CAST scalar_to_i64
+#include "tmpl/gemm_loop.h"
+#define LG_T uint8_t
+#define LG_U uint32_t
+#define LG_SFX u8
+#define LG_CAST scalar_to_i64
+#include "tmpl/gemm_loop.h"
 
 static const ke_range_fn gemm_loops[KL_NUM_DTYPES] = {
     [KL_F32] = loop_f32, [KL_F64] = loop_f64, [KL_I32] = loop_i32, [KL_I64] = loop_i64, [KL_U8] = loop_u8,

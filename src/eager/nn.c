@@ -7,23 +7,23 @@
  * make one pass per row while the row sits in cache (max, then the sum of
  * exponentials, then the write; mean and variance, then the normalization),
  * so memory sees one read and one write. Rows are split over the thread
- * pool. Sums over a row accumulate in 64 (f32) or 32 (f64) lanes of the
- * compute type, so the loops vectorize without -ffast-math, folded into a
- * double every 1024 elements: f32 rounding only ever applies to 16 terms
- * per lane.
+ * pool. A row's max and sums are the row fold of row_fold.h (tmpl/nn_rows.h):
+ * lanes of the compute type, so the loops vectorize without -ffast-math, in
+ * chunks joined by a cascade, so f32 rounding only ever applies to 32 terms
+ * per lane; the same fold, bitwise, as kl_amax / kl_sum and compiled kernels.
  * f16/bf16 compute through f32 temporaries; f64 uses libm.
  */
 #include "kernels_nn.h"
 #include "philox.h"
+#include "rd_formulas.h"
+#include "row_fold.h"
 #include "threadpool.h"
 #include "vmath.h"
 
 #include <math.h>
 
-/* Accumulator lanes of a row fold: 256 bytes' worth. Fewer lanes get fully
- * unrolled into scalar chains that GCC does not vectorize; an inner loop of
- * this length vectorizes as a loop (the lanes stay in L1). */
-#define KE_LANES(T) ((int)(256 / sizeof(T)))
+/* A block of the writing passes: the row fold's lanes (256 bytes). */
+#define KE_LANES(T) KE_FOLD_LANES(T)
 #define KE_ROW_GRAIN 32768     /* elements per parallel chunk, at least */
 #define KE_COL_BLOCK 64        /* columns a non-last-dim softmax handles at once */
 
@@ -48,87 +48,17 @@ static int64_t grain_for(int64_t per_item) {
 
 /* ---- row primitives, one definition per compute type ----------------------------- */
 
-/* nx/ny: the next row's input and output to prefetch (NULL: none). */
-#define KE_ROW_PRIMS(T, sfx, EXP, LOG)                                                                   \
-    static T row_max_##sfx(const T *restrict x, int64_t n) {                                             \
-        enum { L = KE_LANES(T) };                                                                        \
-        T m[L];                                                                                          \
-        for (int j = 0; j < L; j++) m[j] = -INFINITY;                                                    \
-        int64_t i = 0;                                                                                   \
-        for (; i + L <= n; i += L)                                                                       \
-            for (int j = 0; j < L; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];                        \
-        T r = -INFINITY;                                                                                 \
-        for (int j = 0; j < L; j++) r = m[j] > r ? m[j] : r;                                             \
-        for (; i < n; i++) r = x[i] > r ? x[i] : r;                                                      \
-        return r;                                                                                        \
-    }                                                                                                    \
-    /* sum of exp(x - mx); the exponentials also go to y when y != NULL */                              \
-    static double row_sumexp_##sfx(const T *restrict x, T *restrict y, int64_t n, T mx, const T *nx,     \
-                                   const T *ny) {                                                        \
-        enum { L = KE_LANES(T) };                                                                        \
-        double total = 0;                                                                                \
-        for (int64_t c0 = 0; c0 < n; c0 += 1024) {                                                       \
-            int64_t c1 = n - c0 < 1024 ? n : c0 + 1024, i = c0;                                          \
-            T s[L] = {0};                                                                                \
-            if (y) {                                                                                     \
-                for (; i + L <= c1; i += L) {                                                            \
-                    prefetch_block(nx, ny, i * (int64_t)sizeof(T));                                      \
-                    for (int j = 0; j < L; j++) {                                                        \
-                        T e = EXP(x[i + j] - mx);                                                        \
-                        y[i + j] = e;                                                                    \
-                        s[j] += e;                                                                       \
-                    }                                                                                    \
-                }                                                                                        \
-            } else {                                                                                     \
-                for (; i + L <= c1; i += L) {                                                            \
-                    prefetch_block(nx, ny, i * (int64_t)sizeof(T));                                      \
-                    for (int j = 0; j < L; j++) s[j] += EXP(x[i + j] - mx);                              \
-                }                                                                                        \
-            }                                                                                            \
-            if (i < c1) { /* the tail, padded with -inf to a full block: stays vectorized */             \
-                T tx[L], ty[L];                                                                          \
-                const int64_t m = c1 - i;                                                                \
-                for (int j = 0; j < L; j++) tx[j] = j < m ? x[i + j] : -INFINITY;                        \
-                for (int j = 0; j < L; j++) s[j] += ty[j] = EXP(tx[j] - mx);                             \
-                if (y)                                                                                   \
-                    for (int64_t j = 0; j < m; j++) y[i + j] = ty[j];                                    \
-            }                                                                                            \
-            T r = 0;                                                                                     \
-            for (int j = 0; j < L; j++) r += s[j];                                                       \
-            total += r;                                                                                  \
-        }                                                                                                \
-        return total;                                                                                    \
-    }                                                                                                    \
-    /* sum of (x - shift)^2, or of x when sq is 0 */                                                    \
-    static double row_sum_##sfx(const T *restrict x, int64_t n, T shift, int sq) {                       \
-        enum { L = KE_LANES(T) };                                                                        \
-        double total = 0;                                                                                \
-        for (int64_t c0 = 0; c0 < n; c0 += 1024) {                                                       \
-            int64_t c1 = n - c0 < 1024 ? n : c0 + 1024, i = c0;                                          \
-            T s[L] = {0};                                                                                \
-            if (sq) {                                                                                    \
-                for (; i + L <= c1; i += L)                                                              \
-                    for (int j = 0; j < L; j++) s[j] += (x[i + j] - shift) * (x[i + j] - shift);         \
-                for (; i < c1; i++) s[0] += (x[i] - shift) * (x[i] - shift);                             \
-            } else {                                                                                     \
-                for (; i + L <= c1; i += L)                                                              \
-                    for (int j = 0; j < L; j++) s[j] += x[i + j];                                        \
-                for (; i < c1; i++) s[0] += x[i];                                                        \
-            }                                                                                            \
-            T r = 0;                                                                                     \
-            for (int j = 0; j < L; j++) r += s[j];                                                       \
-            total += r;                                                                                  \
-        }                                                                                                \
-        return total;                                                                                    \
-    }                                                                                                    \
-    T ke_row_logsumexp_##sfx(const T *x, int64_t n, const T *next) {                                     \
-        T mx = row_max_##sfx(x, n);                                                                      \
-        return mx + (T)LOG((T)row_sumexp_##sfx(x, NULL, n, mx, next, NULL));                             \
-    }                                                                                                    \
-    double ke_row_sum_##sfx(const T *x, int64_t n) { return row_sum_##sfx(x, n, 0, 0); }
-
-KE_ROW_PRIMS(float, f32, ke_vexpf, ke_vlogf)
-KE_ROW_PRIMS(double, f64, exp, log)
+/* row_max_*, row_sumexp_*, row_sum_*, ke_row_logsumexp_*, ke_row_sum_*, ke_row_max_* */
+#define NR_T float
+#define NR_SFX f32
+#define NR_EXP ke_vexpf
+#define NR_LOG ke_vlogf
+#include "tmpl/nn_rows.h"
+#define NR_T double
+#define NR_SFX f64
+#define NR_EXP exp
+#define NR_LOG log
+#include "tmpl/nn_rows.h"
 
 /* ---- softmax / log_softmax ------------------------------------------------------------ */
 
@@ -144,69 +74,17 @@ typedef struct softmax_ctx {
     int log_;
 } softmax_ctx;
 
-/* Rows (inner == 1) are contiguous; otherwise a task is a block of up to
- * KE_COL_BLOCK columns (256 bytes of f32) of one [n, inner] slab, handled
- * lane-wise in three passes; the first prefetches 16 rows ahead since its
- * strided reads defeat the hardware prefetcher, the others find the block
- * in L2. */
-#define KE_SOFTMAX(T, sfx, EXP, LOG)                                                                     \
-    static void softmax_row_##sfx(const T *restrict x, T *restrict y, int64_t n, int log_, const T *nx,  \
-                                  const T *ny) {                                                         \
-        T mx = row_max_##sfx(x, n);                                                                      \
-        if (!log_) {                                                                                     \
-            T inv = (T)1 / (T)row_sumexp_##sfx(x, y, n, mx, nx, ny);                                     \
-            for (int64_t i = 0; i < n; i++) y[i] *= inv;                                                 \
-        } else {                                                                                         \
-            T ls = (T)LOG((T)row_sumexp_##sfx(x, NULL, n, mx, nx, ny));                                  \
-            for (int64_t i = 0; i < n; i++) y[i] = x[i] - mx - ls;                                       \
-        }                                                                                                \
-    }                                                                                                    \
-    static void softmax_cols_##sfx(const T *x, T *y, int64_t n, int64_t inner, int64_t w, int log_) {    \
-        T m[KE_COL_BLOCK], s[KE_COL_BLOCK];                                                              \
-        for (int64_t j = 0; j < w; j++) m[j] = -INFINITY, s[j] = 0;                                      \
-        for (int64_t k = 0; k < n; k++) {                                                                \
-            const T *restrict r = x + k * inner;                                                         \
-            if (k + 16 < n) prefetch_block(r + 16 * inner, NULL, 0);                                     \
-            for (int64_t j = 0; j < w; j++) m[j] = r[j] > m[j] ? r[j] : m[j];                            \
-        }                                                                                                \
-        for (int64_t k = 0; k < n; k++) {                                                                \
-            const T *restrict r = x + k * inner;                                                         \
-            T *restrict o = y + k * inner;                                                               \
-            if (!log_)                                                                                   \
-                for (int64_t j = 0; j < w; j++) s[j] += o[j] = EXP(r[j] - m[j]);                         \
-            else                                                                                         \
-                for (int64_t j = 0; j < w; j++) s[j] += EXP(r[j] - m[j]);                                \
-        }                                                                                                \
-        for (int64_t j = 0; j < w; j++) s[j] = log_ ? (T)LOG(s[j]) : (T)1 / s[j];                        \
-        for (int64_t k = 0; k < n; k++) {                                                                \
-            const T *restrict r = x + k * inner;                                                         \
-            T *restrict o = y + k * inner;                                                               \
-            if (!log_)                                                                                   \
-                for (int64_t j = 0; j < w; j++) o[j] *= s[j];                                            \
-            else                                                                                         \
-                for (int64_t j = 0; j < w; j++) o[j] = r[j] - m[j] - s[j];                               \
-        }                                                                                                \
-    }                                                                                                    \
-    static void softmax_range_##sfx(void *ctx, int64_t t0, int64_t t1) {                                 \
-        const softmax_ctx *p = ctx;                                                                      \
-        const T *x = (const T *)p->x;                                                                    \
-        T *y = (T *)p->y;                                                                                \
-        const int64_t n = p->n;                                                                          \
-        for (int64_t t = t0; t < t1; t++) {                                                              \
-            if (p->inner == 1) {                                                                         \
-                int pf = t + 1 < t1 && n * (int64_t)sizeof(T) <= 65536;                                  \
-                softmax_row_##sfx(x + t * n, y + t * n, n, p->log_, pf ? x + (t + 1) * n : NULL,         \
-                                  pf ? y + (t + 1) * n : NULL);                                          \
-            } else {                                                                                     \
-                int64_t o = t / p->ncb, c0 = (t % p->ncb) * KE_COL_BLOCK;                                \
-                int64_t w = p->inner - c0 < KE_COL_BLOCK ? p->inner - c0 : KE_COL_BLOCK;                 \
-                int64_t base = o * n * p->inner + c0;                                                    \
-                softmax_cols_##sfx(x + base, y + base, n, p->inner, w, p->log_);                         \
-            }                                                                                            \
-        }                                                                                                \
-    }
-KE_SOFTMAX(float, f32, ke_vexpf, ke_vlogf)
-KE_SOFTMAX(double, f64, exp, log)
+/* softmax_row_*, softmax_cols_*, softmax_range_* */
+#define SM_T float
+#define SM_SFX f32
+#define SM_EXP ke_vexpf
+#define SM_LOG ke_vlogf
+#include "tmpl/softmax_rows.h"
+#define SM_T double
+#define SM_SFX f64
+#define SM_EXP exp
+#define SM_LOG log
+#include "tmpl/softmax_rows.h"
 
 /* (declared in kernels_nn.h) */
 int ke_with_compute_dtype(ke_call *c, ke_compute_fn fn) {

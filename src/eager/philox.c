@@ -44,7 +44,7 @@
 #define KE_PHILOX_ROUNDS 10
 
 /* Blocks per batch in the vectorized body.  A batch is always computed and
- * transformed in full (constant trip count, see KE_FILL_DRIVER); a short
+ * transformed in full (constant trip count, see tmpl/philox_fill.h); a short
  * last batch wastes at most KE_CHUNK-1 block evaluations (~100 ns), noise
  * next to an op's dispatch cost.  Stack: 4 lane arrays of 32 uint32 plus at
  * most a 512-byte output buffer. */
@@ -122,65 +122,8 @@ KE_INLINE void ke_blocks(const ke_keysched *ks, uint64_t base,
     }
 }
 
-/*
- * Shared driver.  P = elements per block; XFORM(l, out) turns the 4 lanes of
- * one block into P outputs.  Both the scalar edge path (partial first/last
- * block) and the batched body call the same XFORM on the same lanes, which is
- * what makes the result independent of how [begin, end) was split.
- *   head: begin not on a block boundary -> compute that block, copy lanes
- *   body: whole blocks, KE_CHUNK at a time, written straight into dst; a
- *         short last batch is transformed in full into a stack buffer and
- *         copied.  Every transform loop thus has the constant trip count
- *         KE_CHUNK: with a variable one, GCC's runtime profitability check
- *         (AVX2, f64) or its -O2 cost model keeps the scalar loop.
- *   tail: trailing partial block
- */
-#define KE_FILL_DRIVER(T, P, XFORM)                                              \
-    do {                                                                         \
-        if (begin >= end)                                                        \
-            return;                                                              \
-        ke_keysched ks;                                                          \
-        ke_key_schedule((uint32_t)seed, (uint32_t)(seed >> 32), &ks);            \
-        int64_t i = begin;                                                       \
-        if (i % (P) != 0) {                                                      \
-            uint32_t l_[4];                                                      \
-            T v_[P];                                                             \
-            ke_block(&ks, offset + (uint64_t)(i / (P)), l_);                     \
-            XFORM(l_, v_);                                                       \
-            for (; i < end && i % (P) != 0; i++)                                 \
-                dst[i] = v_[i % (P)];                                            \
-        }                                                                        \
-        while (end - i >= (P)) {                                                 \
-            uint32_t L0[KE_CHUNK], L1[KE_CHUNK], L2[KE_CHUNK], L3[KE_CHUNK];     \
-            int64_t nblk = (end - i) / (P);                                      \
-            if (nblk > KE_CHUNK)                                                 \
-                nblk = KE_CHUNK;                                                 \
-            ke_blocks(&ks, offset + (uint64_t)(i / (P)), L0, L1, L2, L3);        \
-            if (nblk == KE_CHUNK) {                                              \
-                T *d_ = dst + i;                                                 \
-                for (int j = 0; j < KE_CHUNK; j++) {                             \
-                    uint32_t l_[4] = {L0[j], L1[j], L2[j], L3[j]};               \
-                    XFORM(l_, d_ + (P) * j);                                     \
-                }                                                                \
-            } else {                                                             \
-                T b_[KE_CHUNK * (P)];                                            \
-                for (int j = 0; j < KE_CHUNK; j++) {                             \
-                    uint32_t l_[4] = {L0[j], L1[j], L2[j], L3[j]};               \
-                    XFORM(l_, b_ + (P) * j);                                     \
-                }                                                                \
-                memcpy(dst + i, b_, (size_t)(nblk * (P)) * sizeof(T));           \
-            }                                                                    \
-            i += nblk * (P);                                                     \
-        }                                                                        \
-        if (i < end) {                                                           \
-            uint32_t l_[4];                                                      \
-            T v_[P];                                                             \
-            ke_block(&ks, offset + (uint64_t)(i / (P)), l_);                     \
-            XFORM(l_, v_);                                                       \
-            for (; i < end; i++)                                                 \
-                dst[i] = v_[i % (P)];                                            \
-        }                                                                        \
-    } while (0)
+/* The fills' shared driver is the template tmpl/philox_fill.h, included as
+ * each fill function's body. */
 
 /* 64 random bits from lanes (a, b): a is the high word (documented layout). */
 KE_INLINE uint64_t ke_join(uint32_t a, uint32_t b)
@@ -256,7 +199,10 @@ void ke_philox_uniform_f32(uint64_t seed, uint64_t offset, float *dst,
     const float cap = hi > lo ? nextafterf(hi, lo) : lo;
     const double dlo = lo, span = (double)hi - (double)lo;
 #define XF(l, out) ke_xf_uniform_f32((l), (out), dlo, span, cap)
-    KE_FILL_DRIVER(float, 4, XF);
+#define FD_T float
+#define FD_P 4
+#define FD_XFORM XF
+#include "tmpl/philox_fill.h"
 #undef XF
 }
 
@@ -278,7 +224,10 @@ void ke_philox_uniform_f64(uint64_t seed, uint64_t offset, double *dst,
     const double cap = hi > lo ? nextafter(hi, lo) : lo;
     const double span = hi - lo;
 #define XF(l, out) ke_xf_uniform_f64((l), (out), lo, span, cap)
-    KE_FILL_DRIVER(double, 2, XF);
+#define FD_T double
+#define FD_P 2
+#define FD_XFORM XF
+#include "tmpl/philox_fill.h"
 #undef XF
 }
 
@@ -470,7 +419,10 @@ void ke_philox_normal_f32(uint64_t seed, uint64_t offset, float *dst,
                           int64_t begin, int64_t end, float mean, float std)
 {
 #define XF(l, out) ke_xf_normal_f32((l), (out), mean, std)
-    KE_FILL_DRIVER(float, 4, XF);
+#define FD_T float
+#define FD_P 4
+#define FD_XFORM XF
+#include "tmpl/philox_fill.h"
 #undef XF
 }
 
@@ -490,7 +442,10 @@ void ke_philox_normal_f64(uint64_t seed, uint64_t offset, double *dst,
                           int64_t begin, int64_t end, double mean, double std)
 {
 #define XF(l, out) ke_xf_normal_f64((l), (out), mean, std)
-    KE_FILL_DRIVER(double, 2, XF);
+#define FD_T double
+#define FD_P 2
+#define FD_XFORM XF
+#include "tmpl/philox_fill.h"
 #undef XF
 }
 
@@ -532,7 +487,10 @@ void ke_philox_randint_i64(uint64_t seed, uint64_t offset, int64_t *dst,
     const uint64_t range = high > low ? (uint64_t)high - (uint64_t)low : 0;
     const uint64_t ulow = (uint64_t)low;
 #define XF(l, out) ke_xf_randint((l), (out), ulow, range)
-    KE_FILL_DRIVER(int64_t, 2, XF);
+#define FD_T int64_t
+#define FD_P 2
+#define FD_XFORM XF
+#include "tmpl/philox_fill.h"
 #undef XF
 }
 

@@ -16,8 +16,10 @@
  * buffers, so any layout goes through the same two loops.
  *
  * Precision: no accumulator folds more than 32 elements serially: a row()
- * call folds RK_CHUNK elements in 64 lanes, a column partial RK_RB rows;
- * partial results then join a cascade of fan-in RK_FAN. The rounding error
+ * call folds RK_CHUNK elements in 64 lanes (row_fold.h), a column partial
+ * RK_RB rows; partial results then join a cascade of fan-in RK_FAN (rows:
+ * the row fold's own, so a contiguous row folds bitwise as row() on it whole
+ * and as compiled kernels fold it). The rounding error
  * bound of an f32 sum grows like about 32 + 8*log8(n) additions instead of
  * n (typical errors like the square root of that): a serial f32 sum of 2^24
  * values of 0.1 stalls at 2^21 (-87%); this one is off by 3e-7 relative.
@@ -34,11 +36,11 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define RK_CHUNK 2048    /* elements per row() call: 32 per lane */
+#define RK_CHUNK KE_FOLD_CHUNK /* elements per row() call: row_fold.h's chunk */
 #define RK_SEG 1024      /* outputs per segment: column mode reads 4 KB of each f32 row */
 #define RK_RB 32         /* rows a column-mode partial folds before joining the cascade */
-#define RK_FAN 8         /* cascade fan-in */
-#define RK_LEVELS 12     /* cascade depth: above 8^12 partials the top level folds serially */
+#define RK_FAN KE_FOLD_FAN /* cascade fan-in (column mode; rows: row_fold.h) */
+#define RK_LEVELS KE_FOLD_LEVELS /* cascade depth: above 8^12 partials the top level folds serially */
 #define RK_CASC_BYTES 32768 /* stack for a column cascade: fewer levels for wide accumulators */
 #define RK_SHORT 16      /* an inner dim this short is a poor innermost loop */
 #define RK_GRAIN 32768   /* input elements below which one thread works */
@@ -167,21 +169,24 @@ static void rk_row_reduce(const rk_plan *p, int64_t base, int64_t r0, int64_t r1
         k->row(acc, rk_load(p, off, ist, r1 - r0, buf), r1 - r0, r0, aux, p->attrs);
         return;
     }
-    _Alignas(16) char lv[RK_LEVELS * KE_RD_ACC_MAX], tmp[KE_RD_ACC_MAX];
-    rk_casc cs;
-    rk_casc_init(&cs, k, 1, lv, sizeof lv);
+    /* chunk values join the row fold's own cascade (the kernel's, from
+     * tmpl/fold_cascade.h): a contiguous row folds bitwise as row() on the
+     * whole row, and as compiled kernels fold it */
+    _Alignas(16) char tmp[KE_RD_ACC_MAX];
+    ke_fold_casc cs;
+    memset(cs.cnt, 0, sizeof cs.cnt);
     for (int64_t r = r0; r < r1;) {
         int64_t n = isz - idx[ni];
         if (n > r1 - r) n = r1 - r;
         if (n > RK_CHUNK) n = RK_CHUNK;
         k->init(tmp, 1);
         k->row(tmp, rk_load(p, off, ist, n, buf), n, r, aux, p->attrs);
-        rk_casc_push(&cs, tmp);
+        k->push(&cs, tmp);
         r += n;
         idx[ni] += n - 1;
         off = rk_next(p->nr, p->rsz, p->rst, idx, off + (n - 1) * ist);
     }
-    rk_casc_finish(&cs, acc);
+    k->drain(acc, &cs);
 }
 
 /* Column mode: folds reduced positions [r0, r1) of n outputs, whose first

@@ -6,331 +6,86 @@
  * public wrappers.
  *
  * Each op's formulas are written once as macros and expanded per loop dtype
- * by RK_VALUE_OP (one accumulator value) or RK_INDEX_OP (best value and its
- * position) into a ke_rd_kernel. Float sums accumulate in their own type
+ * by the templates tmpl/rd_value_op.h (one accumulator value, folded by
+ * tmpl/row_fold.h, the row fold everything shares: row_fold.h) or
+ * tmpl/rd_index_op.h (best value and its position) into a ke_rd_kernel. Float sums accumulate in their own type
  * (f16/bf16 are read as f32), var/std in double as PyTorch's CPU kernels,
  * integer sums and products in uint64_t (wrapping, returned as int64).
  */
 #include "kernels_reduce.h"
+#include "rd_formulas.h"
 #include "vmath.h"
 
 #include <math.h>
+#include <string.h>
 
-/* ---- formulas ----------------------------------------------------------------
- * Per op: INIT(A), STEP(A, a, x) folds element x into accumulator a,
- * MERGE(A, a, b), FIN(A, a), and AUX (1 if it reads a first-pass value).
- * STEP and FIN may use `aux` (this output's first-pass value) and `p`
- * (attribute f0); FIN also `cnt`, the number of elements reduced. Integer
- * sums and products accumulate in uint64_t, so they wrap without UB. */
+/* ---- kernels -------------------------------------------------------------------
+ * Each reduction's formulas expanded per loop dtype by the templates
+ * tmpl/rd_value_op.h (one accumulator value; its row fold is tmpl/row_fold.h)
+ * and tmpl/rd_index_op.h (best value and position); tmpl/rd_types.h lists the
+ * loop dtypes of each kind. */
+#define RK_CAT_(a, b) a##b
+#define RK_CAT(a, b) RK_CAT_(a, b)
+#define RK_CAT3_(a, b, c) a##b##c
+#define RK_CAT3(a, b, c) RK_CAT3_(a, b, c)
 
-static inline int rk_nan_f(float v) { return v != v; }
-static inline int rk_nan_d(double v) { return v != v; }
-static inline int rk_nan_i(int64_t v) { return (void)v, 0; }
-#define RK_ISNAN(v) _Generic((v), float: rk_nan_f, double: rk_nan_d, default: rk_nan_i)(v)
-#define RK_ABS(v) _Generic((v), float: fabsf, default: fabs)(v)
-#define RK_SQRT(v) _Generic((v), float: sqrtf, default: sqrt)(v)
-#define RK_EXP(v) _Generic((v), float: ke_vexpf, default: exp)(v) /* vmath.h: vectorizes */
-#define RK_LOG(v) _Generic((v), float: logf, default: log)(v)
-#define RK_POW(v, e) _Generic((v), float: powf, default: pow)(v, e)
-#define RK_LOWEST(A) \
-    ((A)_Generic((A)0, float: -INFINITY, double: -INFINITY, int32_t: INT32_MIN, int64_t: INT64_MIN, default: 0))
-#define RK_HIGHEST(A) \
-    ((A)_Generic((A)0, float: INFINITY, double: INFINITY, int32_t: INT32_MAX, int64_t: INT64_MAX, default: 255))
-
-/* var/std divide by N - correction, never by a negative number (PyTorch) */
-static inline double rk_var_div(int64_t n, double correction) {
-    double d = (double)n - correction;
-    return d > 0 ? d : 0;
-}
-
-#define SUM_INIT(A) ((A)0)
-#define SUM_STEP(A, a, x) ((a) + (A)(x))
-#define SUM_MERGE(A, a, b) ((a) + (b))
-#define SUM_FIN(A, a) (a)
-#define SUM_AUX 0
-
-#define MEAN_INIT SUM_INIT
-#define MEAN_STEP SUM_STEP
-#define MEAN_MERGE SUM_MERGE
-#define MEAN_FIN(A, a) ((a) / (A)cnt)
-#define MEAN_AUX 0
-
-#define PROD_INIT(A) ((A)1)
-#define PROD_STEP(A, a, x) ((a) * (A)(x))
-#define PROD_MERGE(A, a, b) ((a) * (b))
-#define PROD_FIN SUM_FIN
-#define PROD_AUX 0
-
-/* max/min keep a NaN once they have seen one: no comparison replaces it */
-#define AMAX_INIT(A) RK_LOWEST(A)
-#define AMAX_STEP(A, a, x) (((A)(x) > (a) || RK_ISNAN((A)(x))) ? (A)(x) : (a))
-#define AMAX_MERGE AMAX_STEP
-#define AMAX_FIN SUM_FIN
-#define AMAX_AUX 0
-
-#define AMIN_INIT(A) RK_HIGHEST(A)
-#define AMIN_STEP(A, a, x) (((A)(x) < (a) || RK_ISNAN((A)(x))) ? (A)(x) : (a))
-#define AMIN_MERGE AMIN_STEP
-#define AMIN_FIN SUM_FIN
-#define AMIN_AUX 0
-
-#define ALL_INIT(A) ((A)1)
-#define ALL_STEP(A, a, x) ((A)((a) & ((x) != 0)))
-#define ALL_MERGE(A, a, b) ((A)((a) & (b)))
-#define ALL_FIN SUM_FIN
-#define ALL_AUX 0
-
-#define ANY_INIT(A) ((A)0)
-#define ANY_STEP(A, a, x) ((A)((a) | ((x) != 0)))
-#define ANY_MERGE(A, a, b) ((A)((a) | (b)))
-#define ANY_FIN SUM_FIN
-#define ANY_AUX 0
-
-/* second pass of var/std: squared deviations from the first pass's mean */
-#define VAR_INIT SUM_INIT
-#define VAR_STEP(A, a, x) ((a) + ((A)(x) - aux) * ((A)(x) - aux))
-#define VAR_MERGE SUM_MERGE
-#define VAR_FIN(A, a) ((a) / rk_var_div(cnt, p))
-#define VAR_AUX 1
-
-#define STD_INIT SUM_INIT
-#define STD_STEP VAR_STEP
-#define STD_MERGE SUM_MERGE
-#define STD_FIN(A, a) RK_SQRT(VAR_FIN(A, a))
-#define STD_AUX 1
-
-/* second pass of logsumexp: sum of exp(x - max) */
-#define LSE_INIT SUM_INIT
-#define LSE_STEP(A, a, x) ((a) + RK_EXP((A)(x) - aux))
-#define LSE_MERGE SUM_MERGE
-#define LSE_FIN(A, a) (RK_LOG(a) + aux)
-#define LSE_AUX 1
-
-/* vector norms by p: 2, 1, inf, -inf, 0 (count of non-zeros), any other */
-#define NRM2_INIT SUM_INIT
-#define NRM2_STEP(A, a, x) ((a) + (A)(x) * (A)(x))
-#define NRM2_MERGE SUM_MERGE
-#define NRM2_FIN(A, a) RK_SQRT(a)
-#define NRM2_AUX 0
-
-#define NRM1_INIT SUM_INIT
-#define NRM1_STEP(A, a, x) ((a) + RK_ABS((A)(x)))
-#define NRM1_MERGE SUM_MERGE
-#define NRM1_FIN SUM_FIN
-#define NRM1_AUX 0
-
-#define NRMI_INIT SUM_INIT
-#define NRMI_STEP(A, a, x) AMAX_STEP(A, a, RK_ABS((A)(x)))
-#define NRMI_MERGE AMAX_STEP
-#define NRMI_FIN SUM_FIN
-#define NRMI_AUX 0
-
-#define NRMNI_INIT AMIN_INIT
-#define NRMNI_STEP(A, a, x) AMIN_STEP(A, a, RK_ABS((A)(x)))
-#define NRMNI_MERGE AMIN_STEP
-#define NRMNI_FIN SUM_FIN
-#define NRMNI_AUX 0
-
-#define NRM0_INIT SUM_INIT
-#define NRM0_STEP(A, a, x) ((a) + (A)((x) != 0))
-#define NRM0_MERGE SUM_MERGE
-#define NRM0_FIN SUM_FIN
-#define NRM0_AUX 0
-
-#define NRMP_INIT SUM_INIT
-#define NRMP_STEP(A, a, x) ((a) + RK_POW(RK_ABS((A)(x)), (A)p))
-#define NRMP_MERGE SUM_MERGE
-#define NRMP_FIN(A, a) RK_POW(a, (A)(1.0 / p))
-#define NRMP_AUX 0
-
-/* max/min with positions: a NaN beats any number, the first position wins ties */
-#define ARGMAX_BETTER(a, b) ((a) > (b) || (RK_ISNAN(a) && !RK_ISNAN(b)))
-#define ARGMIN_BETTER(a, b) ((a) < (b) || (RK_ISNAN(a) && !RK_ISNAN(b)))
-#define RK_SAME(a, b) ((a) == (b) || (RK_ISNAN(a) && RK_ISNAN(b)))
-
-/* ---- kernel generators ------------------------------------------------------- */
-
-/* Lanes of a row fold: 256 bytes of accumulators, enough independent chains
- * to hide the add latency with AVX-512. */
-#define RK_LANES(A) ((int)(256 / sizeof(A)))
-
-#define RK_VALUE_OP(OP, sfx, T, A, R, VDT)                                                            \
-    static void OP##_init_##sfx(void *acc_, int64_t n) {                                              \
-        A *acc = acc_;                                                                                \
-        for (int64_t j = 0; j < n; j++) acc[j] = OP##_INIT(A);                                        \
-    }                                                                                                 \
-    static void OP##_row_##sfx(void *acc_, const void *x_, int64_t n, int64_t i0, const void *aux_,   \
-                               const ke_attrs *at) {                                                  \
-        enum { L = RK_LANES(A) };                                                                     \
-        const T *restrict x = x_;                                                                     \
-        const A aux = OP##_AUX ? *(const A *)aux_ : (A)0;                                             \
-        const double p = at->f[0];                                                                    \
-        A l[L], a;                                                                                    \
-        int64_t i = 0;                                                                                \
-        (void)i0, (void)aux, (void)p;                                                                 \
-        a = *(A *)acc_;                                                                               \
-        if (n >= L) { /* short runs skip the lanes */                                                 \
-            for (int j = 0; j < L; j++) l[j] = OP##_INIT(A);                                          \
-            for (; i + L <= n; i += L)                                                                \
-                for (int j = 0; j < L; j++) l[j] = OP##_STEP(A, l[j], x[i + j]);                      \
-            for (int w = L / 2; w > 0; w /= 2)                                                        \
-                for (int j = 0; j < w; j++) l[j] = OP##_MERGE(A, l[j], l[j + w]);                     \
-            a = OP##_MERGE(A, a, l[0]);                                                               \
-        }                                                                                             \
-        for (; i < n; i++) a = OP##_STEP(A, a, x[i]);                                                 \
-        *(A *)acc_ = a;                                                                               \
-    }                                                                                                 \
-    static void OP##_cols_##sfx(void *acc_, const void *x_, int64_t n, int64_t m, int64_t xs,         \
-                                int64_t i0, const void *aux_, const ke_attrs *at) {                   \
-        A *restrict acc = acc_;                                                                       \
-        const A *restrict auxv = aux_;                                                                \
-        const double p = at->f[0];                                                                    \
-        (void)i0, (void)p, (void)auxv;                                                                \
-        for (int64_t r = 0; r < m; r++) {                                                             \
-            const T *restrict x = (const T *)x_ + r * xs;                                             \
-            for (int64_t j = 0; j < n; j++) {                                                         \
-                const A aux = OP##_AUX ? auxv[j] : (A)0;                                              \
-                (void)aux;                                                                            \
-                acc[j] = OP##_STEP(A, acc[j], x[j]);                                                  \
-            }                                                                                         \
-        }                                                                                             \
-    }                                                                                                 \
-    static void OP##_merge_##sfx(void *a_, const void *b_, int64_t n) {                               \
-        A *restrict a = a_;                                                                           \
-        const A *restrict b = b_;                                                                     \
-        for (int64_t j = 0; j < n; j++) a[j] = OP##_MERGE(A, a[j], b[j]);                             \
-    }                                                                                                 \
-    static void OP##_fin_##sfx(void *v_, int64_t *idx, const void *acc_, int64_t n, int64_t cnt,      \
-                               const void *aux_, const ke_attrs *at) {                                \
-        R *restrict v = v_;                                                                           \
-        const A *restrict acc = acc_;                                                                 \
-        const A *restrict auxv = aux_;                                                                \
-        const double p = at->f[0];                                                                    \
-        (void)idx, (void)cnt, (void)p, (void)auxv;                                                    \
-        for (int64_t j = 0; j < n; j++) {                                                             \
-            const A aux = OP##_AUX ? auxv[j] : (A)0;                                                  \
-            (void)aux;                                                                                \
-            v[j] = (R)(OP##_FIN(A, acc[j]));                                                          \
-        }                                                                                             \
-    }                                                                                                 \
-    static const ke_rd_kernel OP##_k_##sfx = {OP##_init_##sfx,  OP##_row_##sfx, OP##_cols_##sfx,         \
-                                           OP##_merge_##sfx, OP##_fin_##sfx, sizeof(A), VDT};
-
-/* Accumulator: the best value and its position (i < 0: nothing seen yet).
- * row finds the best value with a lane fold, then its first position. */
-#define RK_INDEX_OP(OP, sfx, T, VDT)                                                                  \
-    typedef struct OP##_acc_##sfx {                                                                   \
-        T v;                                                                                          \
-        int64_t i;                                                                                    \
-    } OP##_acc_##sfx;                                                                                 \
-    static inline void OP##_take_##sfx(OP##_acc_##sfx *a, T v, int64_t i) {                           \
-        if (a->i < 0 || OP##_BETTER(v, a->v) || (RK_SAME(v, a->v) && i < a->i)) {                     \
-            a->v = v;                                                                                 \
-            a->i = i;                                                                                 \
-        }                                                                                             \
-    }                                                                                                 \
-    static void OP##_init_##sfx(void *acc_, int64_t n) {                                              \
-        OP##_acc_##sfx *acc = acc_;                                                                   \
-        for (int64_t j = 0; j < n; j++) acc[j] = (OP##_acc_##sfx){0, -1};                             \
-    }                                                                                                 \
-    static void OP##_row_##sfx(void *acc_, const void *x_, int64_t n, int64_t i0, const void *aux_,   \
-                               const ke_attrs *at) {                                                  \
-        enum { L = RK_LANES(T) > 64 ? 64 : RK_LANES(T) };                                             \
-        const T *restrict x = x_;                                                                     \
-        T best;                                                                                       \
-        int64_t i = 1;                                                                                \
-        (void)aux_, (void)at;                                                                         \
-        if (n <= 0) return;                                                                           \
-        best = x[0];                                                                                  \
-        if (n >= L) {                                                                                 \
-            T l[L];                                                                                   \
-            for (int j = 0; j < L; j++) l[j] = x[j];                                                  \
-            for (i = L; i + L <= n; i += L)                                                           \
-                for (int j = 0; j < L; j++) l[j] = OP##_BETTER(x[i + j], l[j]) ? x[i + j] : l[j];     \
-            for (int w = L / 2; w > 0; w /= 2)                                                        \
-                for (int j = 0; j < w; j++) l[j] = OP##_BETTER(l[j + w], l[j]) ? l[j + w] : l[j];     \
-            best = l[0];                                                                              \
-        }                                                                                             \
-        for (; i < n; i++) best = OP##_BETTER(x[i], best) ? x[i] : best;                              \
-        for (i = 0; i + L <= n; i += L) { /* skip blocks without it, vectorized */                    \
-            int hit = 0;                                                                              \
-            for (int j = 0; j < L; j++) hit |= RK_SAME(x[i + j], best);                               \
-            if (hit) break;                                                                           \
-        }                                                                                             \
-        for (; i < n - 1 && !RK_SAME(x[i], best); i++) {                                              \
-        }                                                                                             \
-        OP##_take_##sfx(acc_, best, i0 + i);                                                          \
-    }                                                                                                 \
-    static void OP##_cols_##sfx(void *acc_, const void *x_, int64_t n, int64_t m, int64_t xs,         \
-                                int64_t i0, const void *aux_, const ke_attrs *at) {                   \
-        OP##_acc_##sfx *restrict acc = acc_;                                                          \
-        (void)aux_, (void)at;                                                                         \
-        for (int64_t r = 0; r < m; r++) {                                                             \
-            const T *restrict x = (const T *)x_ + r * xs;                                             \
-            for (int64_t j = 0; j < n; j++)                                                           \
-                if (acc[j].i < 0 || OP##_BETTER(x[j], acc[j].v)) acc[j] = (OP##_acc_##sfx){x[j], i0 + r}; \
-        }                                                                                             \
-    }                                                                                                 \
-    static void OP##_merge_##sfx(void *a_, const void *b_, int64_t n) {                               \
-        OP##_acc_##sfx *a = a_;                                                                       \
-        const OP##_acc_##sfx *b = b_;                                                                 \
-        for (int64_t j = 0; j < n; j++)                                                               \
-            if (b[j].i >= 0) OP##_take_##sfx(&a[j], b[j].v, b[j].i);                                  \
-    }                                                                                                 \
-    static void OP##_fin_##sfx(void *v_, int64_t *idx, const void *acc_, int64_t n, int64_t cnt,      \
-                               const void *aux_, const ke_attrs *at) {                                \
-        T *v = v_;                                                                                    \
-        const OP##_acc_##sfx *acc = acc_;                                                             \
-        (void)cnt, (void)aux_, (void)at;                                                              \
-        for (int64_t j = 0; j < n; j++) {                                                             \
-            v[j] = acc[j].v;                                                                          \
-            idx[j] = acc[j].i;                                                                        \
-        }                                                                                             \
-    }                                                                                                 \
-    _Static_assert(sizeof(OP##_acc_##sfx) <= KE_RD_ACC_MAX, "accumulator size");                         \
-    static const ke_rd_kernel OP##_k_##sfx = {OP##_init_##sfx,  OP##_row_##sfx, OP##_cols_##sfx,         \
-                                           OP##_merge_##sfx, OP##_fin_##sfx, sizeof(OP##_acc_##sfx),  \
-                                           VDT};
-
-/* Loop dtypes of each kind of op: X(OP, suffix, input T, accumulator A, result R, dtype of R). */
-#define RK_TYPES_SUM(X, OP)                                                                 \
-    X(OP, f32, float, float, float, KL_F32) X(OP, f64, double, double, double, KL_F64)      \
-    X(OP, i32, int32_t, uint64_t, int64_t, KL_I64) X(OP, i64, int64_t, uint64_t, int64_t, KL_I64) \
-    X(OP, u8, uint8_t, uint64_t, int64_t, KL_I64)
-#define RK_TYPES_SAME(X, OP)                                                                \
-    X(OP, f32, float, float, float, KL_F32) X(OP, f64, double, double, double, KL_F64)      \
-    X(OP, i32, int32_t, int32_t, int32_t, KL_I32) X(OP, i64, int64_t, int64_t, int64_t, KL_I64) \
-    X(OP, u8, uint8_t, uint8_t, uint8_t, KL_U8)
-#define RK_TYPES_BOOL(X, OP)                                                                \
-    X(OP, f32, float, uint8_t, uint8_t, KL_BOOL) X(OP, f64, double, uint8_t, uint8_t, KL_BOOL) \
-    X(OP, i32, int32_t, uint8_t, uint8_t, KL_BOOL) X(OP, i64, int64_t, uint8_t, uint8_t, KL_BOOL) \
-    X(OP, u8, uint8_t, uint8_t, uint8_t, KL_BOOL)
-#define RK_TYPES_FLOAT(X, OP) X(OP, f32, float, float, float, KL_F32) X(OP, f64, double, double, double, KL_F64)
-/* var/std accumulate in double, as PyTorch's CPU kernels do */
-#define RK_TYPES_DOUBLE(X, OP) X(OP, f32, float, double, double, KL_F64) X(OP, f64, double, double, double, KL_F64)
-#define RK_TYPES_INDEX(X, OP)                                                               \
-    X(OP, f32, float, KL_F32) X(OP, f64, double, KL_F64) X(OP, i32, int32_t, KL_I32)        \
-    X(OP, i64, int64_t, KL_I64) X(OP, u8, uint8_t, KL_U8)
-
-RK_TYPES_SUM(RK_VALUE_OP, SUM)
-RK_TYPES_SUM(RK_VALUE_OP, PROD)
-RK_TYPES_FLOAT(RK_VALUE_OP, MEAN)
-RK_VALUE_OP(MEAN, f32d, float, double, double, KL_F64) /* var's first pass */
-RK_TYPES_SAME(RK_VALUE_OP, AMAX)
-RK_TYPES_SAME(RK_VALUE_OP, AMIN)
-RK_TYPES_BOOL(RK_VALUE_OP, ALL)
-RK_TYPES_BOOL(RK_VALUE_OP, ANY)
-RK_TYPES_DOUBLE(RK_VALUE_OP, VAR)
-RK_TYPES_DOUBLE(RK_VALUE_OP, STD)
-RK_TYPES_FLOAT(RK_VALUE_OP, LSE)
-RK_TYPES_FLOAT(RK_VALUE_OP, NRM2)
-RK_TYPES_FLOAT(RK_VALUE_OP, NRM1)
-RK_TYPES_FLOAT(RK_VALUE_OP, NRMI)
-RK_TYPES_FLOAT(RK_VALUE_OP, NRMNI)
-RK_TYPES_FLOAT(RK_VALUE_OP, NRM0)
-RK_TYPES_FLOAT(RK_VALUE_OP, NRMP)
-RK_TYPES_INDEX(RK_INDEX_OP, ARGMAX)
-RK_TYPES_INDEX(RK_INDEX_OP, ARGMIN)
+#define RK_OP SUM
+#define RK_KIND RK_KIND_SUM
+#include "tmpl/rd_types.h"
+#define RK_OP PROD
+#define RK_KIND RK_KIND_SUM
+#include "tmpl/rd_types.h"
+#define RK_OP MEAN
+#define RK_KIND RK_KIND_FLOAT
+#include "tmpl/rd_types.h"
+#define RK_OP MEAN /* var's first pass */
+#define RK_KIND RK_KIND_MEAN_F32D
+#include "tmpl/rd_types.h"
+#define RK_OP AMAX
+#define RK_KIND RK_KIND_SAME
+#include "tmpl/rd_types.h"
+#define RK_OP AMIN
+#define RK_KIND RK_KIND_SAME
+#include "tmpl/rd_types.h"
+#define RK_OP ALL
+#define RK_KIND RK_KIND_BOOL
+#include "tmpl/rd_types.h"
+#define RK_OP ANY
+#define RK_KIND RK_KIND_BOOL
+#include "tmpl/rd_types.h"
+#define RK_OP VAR
+#define RK_KIND RK_KIND_DOUBLE
+#include "tmpl/rd_types.h"
+#define RK_OP STD
+#define RK_KIND RK_KIND_DOUBLE
+#include "tmpl/rd_types.h"
+#define RK_OP LSE
+#define RK_KIND RK_KIND_FLOAT
+#include "tmpl/rd_types.h"
+#define RK_OP NRM2
+#define RK_KIND RK_KIND_FLOAT
+#include "tmpl/rd_types.h"
+#define RK_OP NRM1
+#define RK_KIND RK_KIND_FLOAT
+#include "tmpl/rd_types.h"
+#define RK_OP NRMI
+#define RK_KIND RK_KIND_FLOAT
+#include "tmpl/rd_types.h"
+#define RK_OP NRMNI
+#define RK_KIND RK_KIND_FLOAT
+#include "tmpl/rd_types.h"
+#define RK_OP NRM0
+#define RK_KIND RK_KIND_FLOAT
+#include "tmpl/rd_types.h"
+#define RK_OP NRMP
+#define RK_KIND RK_KIND_FLOAT
+#include "tmpl/rd_types.h"
+#define RK_OP ARGMAX
+#define RK_KIND RK_KIND_INDEX
+#include "tmpl/rd_types.h"
+#define RK_OP ARGMIN
+#define RK_KIND RK_KIND_INDEX
+#include "tmpl/rd_types.h"
 
 #define RK_ALL5(OP) \
     {[KL_F32] = &OP##_k_f32, [KL_F64] = &OP##_k_f64, [KL_I32] = &OP##_k_i32, [KL_I64] = &OP##_k_i64, [KL_U8] = &OP##_k_u8}
