@@ -1083,7 +1083,7 @@ KE__VINLINE float ke_vlogitf(float x)
  * Error: expm1's plus two roundings (<= 3 ulp measured for selu). */
 KE__VINLINE float ke_veluf(float x, float nc, float pc, float ic)
 {
-    float xn = ke__minf(ke__maxf(x * ic, -18.0f), 0.0f);
+    float xn = ke__minf(ke__maxf(x * ic, -18.0f), 89.0f); /* ic < 0 (celu) makes it positive */
     float e = ke__expm1_core(xn);
     float neg = ke__self(xn == 0.0f, xn, e) * nc; /* expm1(-0) = -0 */
     return ke__self(x <= 0.0f, neg, x * pc);
