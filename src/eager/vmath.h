@@ -277,8 +277,9 @@ KE__VINLINE float ke__log1p_corr(float f)
     float P = 0x1.32c9e4p-2f;
     P = P * z + 0x1.995694p-2f;
     P = P * z + 0x1.555582p-1f;
-    float R = z * P;
-    return -(s * (f - R));
+    /* z * P in the same expression as its subtraction: GCC (eager) would
+     * contract a separate product into an FMA, clang (kernels) would not. */
+    return -(s * (f - z * P));
 }
 
 /* log(x) = e*ln2 + f + corr.  e*LN2_HI is exact; the small terms are summed
