@@ -182,7 +182,7 @@ static const mathop_attr math_ops_attr[] = {
     {{KE_OP_log10, log10, -INFINITY, INFINITY, 1}, 0, 0},
     {{KE_OP_logit, d_logit, -INFINITY, INFINITY, 3}, -1, 0},
     {{KE_OP_logit, NULL, 0, 0, 0}, 0.25, 0},
-    {{KE_OP_mish, d_mish, -INFINITY, INFINITY, 4}, 0, 0},
+    {{KE_OP_mish, d_mish, -INFINITY, INFINITY, 2}, 0, 0},
     {{KE_OP_selu, d_selu, -INFINITY, INFINITY, 2}, 0, 0},
     {{KE_OP_elu, d_elu1, -INFINITY, INFINITY, 2}, 1, 0},
     {{KE_OP_celu, d_celu2, -INFINITY, INFINITY, 2}, 2, 0},
