@@ -148,7 +148,7 @@ KE_UNARY_MATH(celu, ke_veluf(x, (float)a->f[0], 1.0f, (float)(1.0 / a->f[0])), E
 /* softsign(x) = x / (|x| + 1), PyTorch's composite (integers compute as floats) */
 KE_UNARY_MATH(softsign, x / (fabsf(x) + 1.0f), x / (fabs(x) + 1.0))
 
-/* hardsigmoid = min(max(x + 3, 0), 6) / 6, hardswish = x * that * 6 / 6 as
+/* hardsigmoid = min(max(x + 3, 0), 6) / 6, hardswish = x * min(max(x + 3, 0), 6) / 6 as
  * PyTorch writes them; the clamps keep NaN (ke__minf/ke__maxf style). */
 #define RELU6_3(T, x) (((x) + 3 < 0 ? (T)0 : (x) + 3) > 6 ? (T)6 : ((x) + 3 < 0 ? (T)0 : (x) + 3))
 KE_UNARY_MATH(hardsigmoid, ke__minf(ke__maxf(x + 3.0f, 0.0f), 6.0f) / 6.0f, RELU6_3(double, x) / 6)
