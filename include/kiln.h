@@ -340,10 +340,14 @@ KL_API kl_tensor *kl_as_strided(kl_tensor *t, int ndim, const int64_t *shape, co
     X(neg) X(abs) X(sign) X(exp) X(exp2) X(expm1) X(log) X(log2) X(log1p) \
     X(sqrt) X(rsqrt) X(square) X(reciprocal) X(sin) X(cos) X(tan) X(tanh) \
     X(sigmoid) X(relu) X(gelu) X(gelu_tanh) X(silu) X(softplus) X(erf)    \
-    X(floor) X(ceil) X(round) X(trunc) X(logical_not) X(bitwise_not)
+    X(floor) X(ceil) X(round) X(trunc) X(logical_not) X(bitwise_not)        \
+    X(sinh) X(cosh) X(asin) X(acos) X(atan) X(asinh) X(acosh) X(atanh)     \
+    X(log10) X(selu) X(hardsigmoid) X(hardswish) X(mish)
 /* Predicates: always a new bool tensor, no _inplace (as in PyTorch). */
 #define KL_UNARY_PREDICATES(X) X(isnan) X(isinf) X(isfinite)
-#define KL_UNARY_OPS(X) KL_UNARY_INPLACE_OPS(X) KL_UNARY_PREDICATES(X)
+/* Others without an _inplace form (PyTorch has no softsign_). */
+#define KL_UNARY_PLAIN_OPS(X) X(softsign)
+#define KL_UNARY_OPS(X) KL_UNARY_INPLACE_OPS(X) KL_UNARY_PREDICATES(X) KL_UNARY_PLAIN_OPS(X)
 
 /* kl_<op>(x): elementwise op, a new tensor. kl_<op>_inplace(x): into x
  * (the result must be castable to x's dtype), returns x. */
@@ -353,6 +357,73 @@ KL_UNARY_OPS(KL_DECLARE_UNARY_)
 KL_UNARY_INPLACE_OPS(KL_DECLARE_UNARY_INPLACE_)
 #undef KL_DECLARE_UNARY_
 #undef KL_DECLARE_UNARY_INPLACE_
+
+/* Issue 12's unary ops, each with its contract. The ones without attributes
+ * are also in the lists above (which generate their definitions); these
+ * literal prototypes are their documentation. "Float math" promotes integer
+ * and bool inputs to the default float dtype; "floating only" refuses them
+ * (KL_ERR_DTYPE naming the op and dtype), as PyTorch's kernels do. Each
+ * _inplace form writes into x and returns x (the result must be castable
+ * to x's dtype; x may not be a leaf requiring grad). */
+/* Hyperbolic sine, float math. */
+KL_API kl_tensor *kl_sinh(kl_tensor *x);
+KL_API kl_tensor *kl_sinh_inplace(kl_tensor *x);
+/* Hyperbolic cosine, float math. */
+KL_API kl_tensor *kl_cosh(kl_tensor *x);
+KL_API kl_tensor *kl_cosh_inplace(kl_tensor *x);
+/* Arc sine in [-pi/2, pi/2], float math; NaN outside [-1, 1]. */
+KL_API kl_tensor *kl_asin(kl_tensor *x);
+KL_API kl_tensor *kl_asin_inplace(kl_tensor *x);
+/* Arc cosine in [0, pi], float math; NaN outside [-1, 1]. */
+KL_API kl_tensor *kl_acos(kl_tensor *x);
+KL_API kl_tensor *kl_acos_inplace(kl_tensor *x);
+/* Arc tangent in (-pi/2, pi/2), float math. */
+KL_API kl_tensor *kl_atan(kl_tensor *x);
+KL_API kl_tensor *kl_atan_inplace(kl_tensor *x);
+/* Inverse hyperbolic sine, float math. */
+KL_API kl_tensor *kl_asinh(kl_tensor *x);
+KL_API kl_tensor *kl_asinh_inplace(kl_tensor *x);
+/* Inverse hyperbolic cosine, float math; NaN below 1. */
+KL_API kl_tensor *kl_acosh(kl_tensor *x);
+KL_API kl_tensor *kl_acosh_inplace(kl_tensor *x);
+/* Inverse hyperbolic tangent, float math; +-inf at +-1, NaN beyond. */
+KL_API kl_tensor *kl_atanh(kl_tensor *x);
+KL_API kl_tensor *kl_atanh_inplace(kl_tensor *x);
+/* Base-10 logarithm, float math; -inf at 0, NaN below. */
+KL_API kl_tensor *kl_log10(kl_tensor *x);
+KL_API kl_tensor *kl_log10_inplace(kl_tensor *x);
+/* log(x / (1 - x)), float math; with eps >= 0, x is first clamped to
+ * [eps, 1 - eps]; a negative eps means none (PyTorch's eps=None). */
+KL_API kl_tensor *kl_logit(kl_tensor *x, double eps);
+KL_API kl_tensor *kl_logit_inplace(kl_tensor *x, double eps);
+/* x > 0 ? x : negative_slope * x (PyTorch's default slope is 0.01), floating only. */
+KL_API kl_tensor *kl_leaky_relu(kl_tensor *x, double negative_slope);
+KL_API kl_tensor *kl_leaky_relu_inplace(kl_tensor *x, double negative_slope);
+/* x > 0 ? x : alpha * (exp(x) - 1) (default alpha 1), floating only. */
+KL_API kl_tensor *kl_elu(kl_tensor *x, double alpha);
+KL_API kl_tensor *kl_elu_inplace(kl_tensor *x, double alpha);
+/* scale * elu(x, alpha) with PyTorch's fixed alpha 1.6733 and scale 1.0507, floating only. */
+KL_API kl_tensor *kl_selu(kl_tensor *x);
+KL_API kl_tensor *kl_selu_inplace(kl_tensor *x);
+/* x > 0 ? x : alpha * (exp(x / alpha) - 1) (default alpha 1), floating only;
+ * alpha 0 is KL_ERR_ARG (PyTorch's ZeroDivisionError). */
+KL_API kl_tensor *kl_celu(kl_tensor *x, double alpha);
+KL_API kl_tensor *kl_celu_inplace(kl_tensor *x, double alpha);
+/* x / (1 + |x|), float math (bool refused); no _inplace, as PyTorch. */
+KL_API kl_tensor *kl_softsign(kl_tensor *x);
+/* min(max(x, min_val), max_val) (defaults -1, 1); keeps integer dtypes
+ * (bounds truncated), refuses bool, and uint8 with a negative bound. */
+KL_API kl_tensor *kl_hardtanh(kl_tensor *x, double min_val, double max_val);
+KL_API kl_tensor *kl_hardtanh_inplace(kl_tensor *x, double min_val, double max_val);
+/* min(max(x + 3, 0), 6) / 6, floating only. */
+KL_API kl_tensor *kl_hardsigmoid(kl_tensor *x);
+KL_API kl_tensor *kl_hardsigmoid_inplace(kl_tensor *x);
+/* x * hardsigmoid(x), floating only. */
+KL_API kl_tensor *kl_hardswish(kl_tensor *x);
+KL_API kl_tensor *kl_hardswish_inplace(kl_tensor *x);
+/* x * tanh(softplus(x)), floating only (NaN at -inf, as PyTorch). */
+KL_API kl_tensor *kl_mish(kl_tensor *x);
+KL_API kl_tensor *kl_mish_inplace(kl_tensor *x);
 
 /* ------------------------------------------------------------------------ */
 /* Elementwise, binary, with broadcasting and PyTorch type promotion.        */
@@ -366,7 +437,8 @@ KL_UNARY_INPLACE_OPS(KL_DECLARE_UNARY_INPLACE_)
 #define KL_BINARY_OPS(X) \
     X(add) X(sub) X(mul) X(div) X(remainder) X(pow) X(maximum) X(minimum) \
     X(atan2) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(logical_and)            \
-    X(logical_or) X(logical_xor) X(bitwise_and) X(bitwise_or) X(bitwise_xor)
+    X(logical_or) X(logical_xor) X(bitwise_and) X(bitwise_or) X(bitwise_xor) \
+    X(fmod) X(hypot) X(copysign) X(xlogy)
 
 #define KL_DECLARE_BINARY_(name)                                          \
     KL_API kl_tensor *kl_##name(kl_tensor *a, kl_tensor *b);              \
@@ -375,6 +447,32 @@ KL_UNARY_INPLACE_OPS(KL_DECLARE_UNARY_INPLACE_)
     KL_API kl_tensor *kl_##name##_scalar_inplace(kl_tensor *a, double s);
 KL_BINARY_OPS(KL_DECLARE_BINARY_)
 #undef KL_DECLARE_BINARY_
+
+/* Issue 12's binary ops (also generated from the list above; these literal
+ * prototypes are their contracts). All broadcast and promote as the family
+ * does; the _scalar forms take the C double as b. */
+/* a - trunc(a / b) * b: the sign of a (C's fmod); integers stay integers and
+ * an integer division by zero is KL_ERR_ARG (PyTorch's ZeroDivisionError). */
+KL_API kl_tensor *kl_fmod(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_fmod_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_fmod_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_fmod_scalar_inplace(kl_tensor *a, double s);
+/* sqrt(a^2 + b^2) without overflow; +inf if either is infinite (even with a
+ * NaN); floating operands only (integer promotion is KL_ERR_DTYPE, as PyTorch). */
+KL_API kl_tensor *kl_hypot(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_hypot_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_hypot_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_hypot_scalar_inplace(kl_tensor *a, double s);
+/* |a| with the sign bit of b (-0.0 and NaN signs count); float math. */
+KL_API kl_tensor *kl_copysign(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_copysign_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_copysign_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_copysign_scalar_inplace(kl_tensor *a, double s);
+/* a * log(b), 0 where a == 0 unless b is NaN; float math. */
+KL_API kl_tensor *kl_xlogy(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_xlogy_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_xlogy_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_xlogy_scalar_inplace(kl_tensor *a, double s);
 
 /* s - a (PyTorch's rsub). */
 KL_API kl_tensor *kl_rsub_scalar(kl_tensor *a, double s);

@@ -59,14 +59,16 @@ static void unary_test(void **state) {
         kl_tensor *x = input(unary_forms[k], u->lo, u->hi);
         check(unary_out, u, 1, &x, 0, u->name, "form", (int)k);
     }
-    kl_tensor *x = input((kt_form){2, {3, 4}, KT_TRANSPOSED}, u->lo, u->hi);
-    check(unary_inplace, u, 1, &x, 0, u->name, "inplace", 0);
-    kl_tensor *x0 = input((kt_form){0, {0}, KT_CONTIG}, u->lo, u->hi);
-    check(unary_inplace, u, 1, &x0, 0, u->name, "inplace 0-dim", 0);
+    if (u->fi) { /* NULL: no _inplace form (softsign) */
+        kl_tensor *x = input((kt_form){2, {3, 4}, KT_TRANSPOSED}, u->lo, u->hi);
+        check(unary_inplace, u, 1, &x, 0, u->name, "inplace", 0);
+        kl_tensor *x0 = input((kt_form){0, {0}, KT_CONTIG}, u->lo, u->hi);
+        check(unary_inplace, u, 1, &x0, 0, u->name, "inplace 0-dim", 0);
+    }
     if (u->second) {
         kl_tensor *y = input((kt_form){2, {2, 3}, KT_STRIDED}, u->lo, u->hi);
         check(unary_out, u, 1, &y, 1, u->name, "second", 0);
-        check(unary_inplace, u, 1, &y, 1, u->name, "second inplace", 0);
+        if (u->fi) check(unary_inplace, u, 1, &y, 1, u->name, "second inplace", 0);
     }
 }
 
@@ -82,11 +84,24 @@ static void unary_test(void **state) {
     X(relu, -2, 2, 1) X(gelu, -3, 3, 1) X(gelu_tanh, -3, 3, 1)         \
     X(silu, -3, 3, 1) X(softplus, -3, 3, 1) X(erf, -2, 2, 1)           \
     X(floor, 0.05, 0.45, 0) X(ceil, 0.05, 0.45, 0)                     \
-    X(round, 0.55, 0.95, 0) X(trunc, -0.95, -0.05, 0)
+    X(round, 0.55, 0.95, 0) X(trunc, -0.95, -0.05, 0)                  \
+    X(sinh, -2, 2, 1) X(cosh, -2, 2, 1) X(asin, -0.9, 0.9, 1)           \
+    X(acos, -0.9, 0.9, 1) X(atan, -3, 3, 1) X(asinh, -3, 3, 1)          \
+    X(acosh, 1.2, 3, 1) X(atanh, -0.9, 0.9, 1) X(log10, 0.5, 3, 1)      \
+    X(selu, -2, 2, 1) X(hardsigmoid, -2.9, 2.9, 1)                      \
+    X(hardswish, -2.9, 2.9, 1) X(mish, -3, 3, 1)
 
 #define UNARY_ROW(op, lo, hi, second) \
     static unary_case unary_##op = {#op, kl_##op, kl_##op##_inplace, lo, hi, second};
 UNARY_CASES(UNARY_ROW)
+
+/* softsign has no _inplace form (PyTorch has none) */
+static unary_case unary_softsign = {"softsign", kl_softsign, NULL, -2, 2, 1};
+/* hardsigmoid and hardswish outside (-3, 3); mish far out on both sides */
+static unary_case unary_hardsigmoid_out = {"hardsigmoid", kl_hardsigmoid, kl_hardsigmoid_inplace, 3.1, 5, 1};
+static unary_case unary_hardswish_out = {"hardswish", kl_hardswish, kl_hardswish_inplace, -5, -3.1, 1};
+static unary_case unary_hardswish_hi = {"hardswish", kl_hardswish, kl_hardswish_inplace, 3.1, 5, 1};
+static unary_case unary_mish_far = {"mish", kl_mish, kl_mish_inplace, -30, -10, 1};
 
 /* softplus past its threshold (20), where it is the identity */
 static unary_case unary_softplus_big = {"softplus", kl_softplus, kl_softplus_inplace, 15, 30, 1};
@@ -187,7 +202,11 @@ static void binary_test(void **state) {
     X(pow, 0.5, 2, -2, 2, 2.5)                 \
     X(maximum, -2, 2, -2, 2, 0.3)              \
     X(minimum, -2, 2, -2, 2, 0.3)              \
-    X(atan2, -2, 2, -2, 2, 0.7)
+    X(atan2, -2, 2, -2, 2, 0.7)                \
+    X(fmod, -4, 4, 1, 2, 1.5)                  \
+    X(hypot, -2, 2, -2, 2, 0.7)                \
+    X(copysign, -2, 2, -2, 2, -1.5)            \
+    X(xlogy, -2, 2, 0.5, 3, 2.5)
 
 #define BINARY_ROW(op, alo, ahi, blo, bhi, s)                                                       \
     static binary_case binary_##op = {#op, kl_##op, kl_##op##_inplace, kl_##op##_scalar,            \
@@ -198,6 +217,10 @@ BINARY_CASES(BINARY_ROW)
 static binary_case binary_remainder_neg = {"remainder", kl_remainder, kl_remainder_inplace,
                                            kl_remainder_scalar, kl_remainder_scalar_inplace,
                                            -4, 4, -2, -1, -1.5};
+static binary_case binary_fmod_neg = {"fmod", kl_fmod, kl_fmod_inplace, kl_fmod_scalar, kl_fmod_scalar_inplace,
+                                      -4, 4, -2, -1, -1.5};
+static binary_case binary_copysign_pos = {"copysign", kl_copysign, kl_copysign_inplace, kl_copysign_scalar,
+                                          kl_copysign_scalar_inplace, -2, 2, -2, 2, 0.5};
 static binary_case binary_pow_neg = {"pow", kl_pow, kl_pow_inplace, kl_pow_scalar, kl_pow_scalar_inplace,
                                      0.5, 2, -2, 2, -1.5};
 
@@ -406,6 +429,87 @@ static void tril_triu_grad(void **state) {
     KT_GRADGRADCHECK(triu_fn, (void *)&ks[1], 1, &x);
 }
 
+/* ---- issue 12's unary ops with attributes ------------------------------------------------ */
+
+typedef struct attr_case {
+    kl_tensor *(*f)(kl_tensor *, double);
+    kl_tensor *(*fi)(kl_tensor *, double);
+    double p;
+} attr_case;
+static kl_tensor *attr_fn(void *user, int n, kl_tensor *const *in) {
+    (void)n;
+    const attr_case *a = (const attr_case *)user;
+    return a->f(in[0], a->p);
+}
+static kl_tensor *attr_inplace_fn(void *user, int n, kl_tensor *const *in) {
+    (void)n;
+    const attr_case *a = (const attr_case *)user;
+    return a->fi(kl_clone(in[0]), a->p);
+}
+/* First and second order, out of place and in place, over a few layouts. */
+static void attr_check(const attr_case *a, double lo, double hi) {
+    kl_tensor *x = input((kt_form){2, {3, 4}, KT_TRANSPOSED}, lo, hi);
+    kl_tensor *x0 = input((kt_form){0, {0}, KT_CONTIG}, lo, hi);
+    kl_tensor *xs = input((kt_form){3, {2, 3, 5}, KT_STRIDED}, lo, hi);
+    KT_GRADGRADCHECK(attr_fn, (void *)a, 1, &x);
+    KT_GRADGRADCHECK(attr_inplace_fn, (void *)a, 1, &x);
+    KT_GRADCHECK(attr_fn, (void *)a, 1, &x0);
+    KT_GRADCHECK(attr_inplace_fn, (void *)a, 1, &x0);
+    KT_GRADCHECK(attr_fn, (void *)a, 1, &xs);
+}
+
+static void logit_grad(void **state) {
+    (void)state;
+    kl_manual_seed(11);
+    /* no eps (negative), and eps clamping part of the range (zero gradient there) */
+    attr_check(&(attr_case){kl_logit, kl_logit_inplace, -1}, 0.05, 0.95);
+    attr_check(&(attr_case){kl_logit, kl_logit_inplace, 0.2}, 0.25, 0.75);
+    attr_check(&(attr_case){kl_logit, kl_logit_inplace, 0.2}, 0.02, 0.18);
+    attr_check(&(attr_case){kl_logit, kl_logit_inplace, 0.2}, 0.82, 0.98);
+}
+
+static void elu_family_grad(void **state) {
+    (void)state;
+    kl_manual_seed(12);
+    static const double slopes[] = {0.01, 0.2, -0.5, 1.5};
+    for (size_t k = 0; k < sizeof slopes / sizeof slopes[0]; k++)
+        attr_check(&(attr_case){kl_leaky_relu, kl_leaky_relu_inplace, slopes[k]}, -2, 2);
+    static const double alphas[] = {1.0, 0.5, 2.5, -1.0};
+    for (size_t k = 0; k < sizeof alphas / sizeof alphas[0]; k++) {
+        attr_check(&(attr_case){kl_elu, kl_elu_inplace, alphas[k]}, -2, 2);
+        attr_check(&(attr_case){kl_celu, kl_celu_inplace, alphas[k]}, -2, 2);
+    }
+    /* far positive: the untaken exp branch must not leak inf or NaN */
+    attr_check(&(attr_case){kl_elu, kl_elu_inplace, 1.0}, 700, 800);
+}
+
+typedef struct ht_bounds {
+    double lo, hi;
+} ht_bounds;
+static kl_tensor *hardtanh_fn(void *user, int n, kl_tensor *const *in) {
+    (void)n;
+    const ht_bounds *b = (const ht_bounds *)user;
+    return kl_hardtanh(in[0], b->lo, b->hi);
+}
+static kl_tensor *hardtanh_inplace_fn(void *user, int n, kl_tensor *const *in) {
+    (void)n;
+    const ht_bounds *b = (const ht_bounds *)user;
+    return kl_hardtanh_inplace(kl_clone(in[0]), b->lo, b->hi);
+}
+
+static void hardtanh_grad(void **state) {
+    (void)state;
+    kl_manual_seed(13);
+    static const ht_bounds bs[] = {{-1, 1}, {-0.5, 0.25}, {0, 6}, {1, -1}};
+    for (size_t k = 0; k < sizeof bs / sizeof bs[0]; k++) {
+        kl_tensor *x = input((kt_form){2, {3, 4}, KT_TRANSPOSED}, -2, 2);
+        kl_tensor *x0 = input((kt_form){0, {0}, KT_CONTIG}, -2, 2);
+        KT_GRADGRADCHECK(hardtanh_fn, (void *)&bs[k], 1, &x);
+        KT_GRADGRADCHECK(hardtanh_inplace_fn, (void *)&bs[k], 1, &x);
+        KT_GRADCHECK(hardtanh_fn, (void *)&bs[k], 1, &x0);
+    }
+}
+
 /* ---- clone, to_dtype, copy --------------------------------------------------------------- */
 
 static kl_tensor *clone_fn(void *user, int n, kl_tensor *const *in) {
@@ -597,6 +701,64 @@ static void special_points_follow_pytorch(void **state) {
     KT_VALUES(grad_of_sum(kl_tril(t, -1), t), 0, 0, 0, 0, 1, 0, 0);
 }
 
+/* PyTorch 1.13's gradients at the kinks, bounds and poles of issue 12's ops
+ * (computed with torch in f64 and hardcoded). */
+static void new_ops_special_points(void **state) {
+    (void)state;
+    kl_tensor *x = LEAF(-1, 1, 0.5, -2);
+    KT_VALUES(grad_of_sum(kl_hardtanh(x, -1, 1), x), 0, 0, 0, 1, 0);
+    x = LEAF(-3, 3, 0, 4);
+    KT_VALUES(grad_of_sum(kl_hardsigmoid(x), x), 0, 0, 0, 0.1666666716337204, 0);
+    /* at 3 PyTorch's vectorized loop gives g, its scalar tail 1.5 g: Kiln follows the former */
+    x = LEAF(-3, 3, 0, 4, -4, NAN);
+    KT_VALUES(grad_of_sum(kl_hardswish(x), x), 0, -0.5, 1, 0.5, 1, 0, NAN);
+    x = LEAF(0, -1, 1, NAN);
+    KT_VALUES(grad_of_sum(kl_elu(x, 0.5), x), 1e-15, 0.5, 0.18393972058572117, 1, NAN);
+    x = LEAF(-1, 1, NAN);
+    KT_VALUES(grad_of_sum(kl_hardtanh(x, -1, 1), x), 0, 0, 0, 0);
+    x = LEAF(0, 1, -2, INFINITY, NAN);
+    KT_VALUES(grad_of_sum(kl_softsign(x), x), 1e-15, 1, 0.25, 0.1111111111111111, NAN, NAN);
+    x = LEAF(0, -1, 1);
+    KT_VALUES(grad_of_sum(kl_leaky_relu(x, 0.1), x), 0, 0.1, 0.1, 1);
+    x = LEAF(0, -1, 1);
+    KT_VALUES(grad_of_sum(kl_elu(x, 0.5), x), 1e-15, 0.5, 0.18393972058572117, 1);
+    x = LEAF(0, -1, 1);
+    KT_VALUES(grad_of_sum(kl_selu(x), x), 1e-15, 1.7580993408473766, 0.646768603034814, 1.0507009873554805);
+    x = LEAF(0, -1, 1);
+    KT_VALUES(grad_of_sum(kl_celu(x, 2), x), 1e-15, 1, 0.6065306597126334, 1);
+    x = LEAF(0, 1, 0.5, -1, 2);
+    KT_VALUES(grad_of_sum(kl_logit(x, -1), x), 0, INFINITY, INFINITY, 4, NAN, NAN);
+    x = LEAF(0.2, 0.8, 0.1, 0.9, 0.5);
+    KT_VALUES(grad_of_sum(kl_logit(x, 0.2), x), 1e-15, 6.25, 6.25, 0, 0, 4);
+    x = LEAF(0, 1, -1, 25);
+    KT_VALUES(grad_of_sum(kl_mish(x), x), 1e-15, 0.6, 1.0490362200997922, 0.059216755877395014, 1);
+    x = LEAF(0, 1, -2);
+    KT_VALUES(grad_of_sum(kl_softsign(x), x), 1e-15, 1, 0.25, 0.1111111111111111);
+    x = LEAF(1, -1, 0);
+    KT_VALUES(grad_of_sum(kl_asin(x), x), 0, INFINITY, INFINITY, 1);
+    x = LEAF(1, 2);
+    KT_VALUES(grad_of_sum(kl_acosh(x), x), 1e-15, INFINITY, 0.5773502691896258);
+    x = LEAF(1, 0.5);
+    KT_VALUES(grad_of_sum(kl_atanh(x), x), 1e-15, INFINITY, 1.3333333333333333);
+
+    kl_tensor *a = LEAF(0, 0, 2, 1), *b = LEAF(0, 2, 0, NAN);
+    assert_int_equal(kl_backward(kl_sum(kl_xlogy(a, b), KL_ALL_DIMS, false), NULL, NULL), 0);
+    KT_VALUES(kl_grad(a), 1e-15, 0, 0.6931471805599453, -INFINITY, NAN);
+    KT_VALUES(kl_grad(b), 0, NAN, 0, INFINITY, NAN);
+    a = LEAF(0, -2, 3), b = LEAF(1, 1, -0.0);
+    assert_int_equal(kl_backward(kl_sum(kl_copysign(a, b), KL_ALL_DIMS, false), NULL, NULL), 0);
+    KT_VALUES(kl_grad(a), 0, 0, -1, -1);
+    KT_VALUES(kl_grad(b), 0, 0, 0, 0);
+    a = LEAF(1, 5, -5, 5.5, 1), b = LEAF(0.1, 3, 3, -2, 0);
+    assert_int_equal(kl_backward(kl_sum(kl_fmod(a, b), KL_ALL_DIMS, false), NULL, NULL), 0);
+    KT_VALUES(kl_grad(a), 0, 1, 1, 1, 1, 1);
+    KT_VALUES(kl_grad(b), 0, -10, -1, 1, 2, -INFINITY);
+    a = LEAF(0, 3), b = LEAF(0, 4);
+    assert_int_equal(kl_backward(kl_sum(kl_hypot(a, b), KL_ALL_DIMS, false), NULL, NULL), 0);
+    KT_VALUES(kl_grad(a), 1e-15, NAN, 0.6);
+    KT_VALUES(kl_grad(b), 1e-15, NAN, 0.8);
+}
+
 /* Gradients stay in the input's dtype; f16 activations compute their
  * gradient in f32 and round once (values from torch in f64). */
 static void low_precision_gradients(void **state) {
@@ -645,6 +807,17 @@ const struct CMUnitTest kt_grad_ew_tests[] = {
     BINARY_CASES(BINARY_ENTRY)
     KT_CASE(binary_test, binary_remainder_neg),
     KT_CASE(binary_test, binary_pow_neg),
+    KT_CASE(unary_test, unary_softsign),
+    KT_CASE(unary_test, unary_hardsigmoid_out),
+    KT_CASE(unary_test, unary_hardswish_out),
+    KT_CASE(unary_test, unary_hardswish_hi),
+    KT_CASE(unary_test, unary_mish_far),
+    KT_CASE(binary_test, binary_fmod_neg),
+    KT_CASE(binary_test, binary_copysign_pos),
+    KT_TEST(logit_grad),
+    KT_TEST(elu_family_grad),
+    KT_TEST(hardtanh_grad),
+    KT_TEST(new_ops_special_points),
     KT_TEST(reversed_scalar_forms),
     KT_TEST(pow_exponent_forms),
     KT_TEST(where_grad),

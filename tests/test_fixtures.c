@@ -377,6 +377,25 @@ static int run_sdpa(fx_ctx *cx) {
 
 #define FX_UNARY_(n) {#n, #n, run_u, {.u = kl_##n}},
 #define FX_UNARY_IP_(n) {#n "_inplace", #n, run_u_ip, {.u = kl_##n##_inplace}},
+/* issue 12's unary ops with attributes: one double (logit eps, leaky_relu
+ * slope, elu/celu alpha) or two (hardtanh bounds) */
+typedef kl_tensor *(*fx_attr1_fn)(kl_tensor *, double);
+static int fx_attr1(fx_ctx *cx, fx_attr1_fn f, const char *key, int ip) {
+    kl_tensor *t = f(IN(0), fx_f(cx, key));
+    return ip ? fx_out_inplace(cx, t) : fx_out1(cx, t);
+}
+static int run_logit(fx_ctx *cx) { return fx_attr1(cx, kl_logit, "eps", 0); }
+static int run_logit_ip(fx_ctx *cx) { return fx_attr1(cx, kl_logit_inplace, "eps", 1); }
+static int run_leaky_relu(fx_ctx *cx) { return fx_attr1(cx, kl_leaky_relu, "slope", 0); }
+static int run_leaky_relu_ip(fx_ctx *cx) { return fx_attr1(cx, kl_leaky_relu_inplace, "slope", 1); }
+static int run_elu(fx_ctx *cx) { return fx_attr1(cx, kl_elu, "alpha", 0); }
+static int run_elu_ip(fx_ctx *cx) { return fx_attr1(cx, kl_elu_inplace, "alpha", 1); }
+static int run_celu(fx_ctx *cx) { return fx_attr1(cx, kl_celu, "alpha", 0); }
+static int run_celu_ip(fx_ctx *cx) { return fx_attr1(cx, kl_celu_inplace, "alpha", 1); }
+static int run_hardtanh(fx_ctx *cx) { return fx_out1(cx, kl_hardtanh(IN(0), fx_f(cx, "lo"), fx_f(cx, "hi"))); }
+static int run_hardtanh_ip(fx_ctx *cx) {
+    return fx_out_inplace(cx, kl_hardtanh_inplace(IN(0), fx_f(cx, "lo"), fx_f(cx, "hi")));
+}
 #define FX_BINARY_(n)                                                     \
     {#n, #n, run_b, {.b = kl_##n}},                                       \
     {#n "_inplace", #n, run_b_ip, {.b = kl_##n##_inplace}},               \
@@ -432,6 +451,16 @@ static const fx_op fx_ops[] = {
     {"rsub_scalar", "sub", run_bs, {.bs = kl_rsub_scalar}},
     {"rdiv_scalar", "div", run_bs, {.bs = kl_rdiv_scalar}},
     {"where", "where", run_where, {0}},
+    {"logit", "logit", run_logit, {0}},
+    {"logit_inplace", "logit", run_logit_ip, {0}},
+    {"leaky_relu", "leaky_relu", run_leaky_relu, {0}},
+    {"leaky_relu_inplace", "leaky_relu", run_leaky_relu_ip, {0}},
+    {"elu", "elu", run_elu, {0}},
+    {"elu_inplace", "elu", run_elu_ip, {0}},
+    {"celu", "celu", run_celu, {0}},
+    {"celu_inplace", "celu", run_celu_ip, {0}},
+    {"hardtanh", "hardtanh", run_hardtanh, {0}},
+    {"hardtanh_inplace", "hardtanh", run_hardtanh_ip, {0}},
     {"clamp", "clamp", run_clamp, {0}},
     {"clamp_inplace", "clamp", run_clamp_ip, {0}},
     {"lerp", "lerp", run_lerp, {0}},

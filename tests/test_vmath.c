@@ -59,6 +59,23 @@ KE_APPLY(gelu_erf)
 KE_APPLY(silu)
 KE_APPLY(softplus)
 KE_APPLY(rsqrt)
+KE_APPLY(sinh)
+KE_APPLY(cosh)
+KE_APPLY(asin)
+KE_APPLY(acos)
+KE_APPLY(atan)
+KE_APPLY(asinh)
+KE_APPLY(acosh)
+KE_APPLY(atanh)
+KE_APPLY(log10)
+KE_APPLY(logit)
+KE_APPLY(mish)
+/* selu: the elu kernel with selu's coefficients rounded to float, as PyTorch */
+static inline float ke_vseluf(float x)
+{
+    return ke_veluf(x, (float)KE__SELU_ALPHA * (float)KE__SELU_SCALE, (float)KE__SELU_SCALE, 1.0f);
+}
+KE_APPLY(selu)
 
 /* ---------------------------------------------------------------------- */
 /* Double-precision references.  Where the float function documents a     */
@@ -100,6 +117,29 @@ static double ref_silu(double x)
 }
 static double ref_softplus(double x) { return x > 20.0 ? x : log1p(exp(x)); }
 static double ref_rsqrt(double x) { return 1.0 / sqrt(x); }
+static double ref_sinh(double x) { return sinh(x); }
+static double ref_cosh(double x) { return cosh(x); }
+static double ref_asin(double x) { return asin(x); }
+static double ref_acos(double x) { return acos(x); }
+static double ref_atan(double x) { return atan(x); }
+static double ref_asinh(double x) { return asinh(x); }
+static double ref_acosh(double x) { return acosh(x); }
+static double ref_atanh(double x) { return atanh(x); }
+static double ref_log10(double x) { return log10(x); }
+/* logit: log1p form near 1/2 so the reference keeps relative accuracy */
+static double ref_logit(double x) { return x < 0.25 || x > 0.75 ? log(x / (1.0 - x)) : log1p((2.0 * x - 1.0) / (1.0 - x)); }
+static double ref_mish(double x)
+{
+    if (isinf(x)) return x > 0 ? x : -0.0;
+    double t = exp(x);
+    return x > 20 ? x : x * (t * (t + 2.0)) / (t * (t + 2.0) + 2.0);
+}
+/* the coefficients as the float kernel has them (rounded to float) */
+static double ref_selu(double x)
+{
+    double nc = (double)((float)KE__SELU_ALPHA * (float)KE__SELU_SCALE), pc = (double)(float)KE__SELU_SCALE;
+    return x <= 0 ? expm1(x) * nc : x * pc;
+}
 
 /* Error of y in ulps of the float nearest to ref (ulp of a subnormal or zero
  * result is 2^-149).  NaN/inf must match exactly; an overflow to inf counts as
@@ -243,9 +283,21 @@ static case_t k_cases[] = { /* non-const: handed to cmocka as test state */
     {"silu", apply_silu, ref_silu, -INFINITY, INFINITY, -110, 30, 4, 0},
     {"softplus", apply_softplus, ref_softplus, -INFINITY, INFINITY, -110, 25, 3, 0},
     {"rsqrt", apply_rsqrt, ref_rsqrt, -INFINITY, INFINITY, 0, 4, 1, 0},
+    {"sinh", apply_sinh, ref_sinh, -INFINITY, INFINITY, -90, 90, 3, 0},
+    {"cosh", apply_cosh, ref_cosh, -INFINITY, INFINITY, -90, 90, 2, 0},
+    {"asin", apply_asin, ref_asin, -INFINITY, INFINITY, -1, 1, 1, 0},
+    {"acos", apply_acos, ref_acos, -INFINITY, INFINITY, -1, 1, 1, 0},
+    {"atan", apply_atan, ref_atan, -INFINITY, INFINITY, -10, 10, 1, 0},
+    {"asinh", apply_asinh, ref_asinh, -INFINITY, INFINITY, -10, 10, 3, 0},
+    {"acosh", apply_acosh, ref_acosh, -INFINITY, INFINITY, 1, 10, 3, 0},
+    {"atanh", apply_atanh, ref_atanh, -INFINITY, INFINITY, -1, 1, 3, 0},
+    {"log10", apply_log10, ref_log10, -INFINITY, INFINITY, 0, 4, 1, 0},
+    {"logit", apply_logit, ref_logit, -INFINITY, INFINITY, 0, 1, 3, 0},
+    {"mish", apply_mish, ref_mish, -INFINITY, INFINITY, -110, 30, 2, 0},
+    {"selu", apply_selu, ref_selu, -INFINITY, INFINITY, -20, 5, 2, 0},
 };
 #define N_CASES (sizeof k_cases / sizeof k_cases[0])
-_Static_assert(N_CASES == 17, "keep main()'s UT() list in sync with k_cases");
+_Static_assert(N_CASES == 29, "keep main()'s UT() list in sync with k_cases");
 
 static double g_maxulp[N_CASES];
 static size_t g_points[N_CASES];
@@ -440,6 +492,109 @@ static void test_special_values(void **state)
     assert_true(isnan(eval1(apply_rsqrt, NAN)));
     assert_true(eval1(apply_rsqrt, 4.0f) == 0.5f);
     assert_true(eval1(apply_rsqrt, 0x1p-148f) == 0x1p74f);
+    /* hyperbolic */
+    assert_true(IS_NZERO(eval1(apply_sinh, -0.0f)));
+    assert_true(eval1(apply_sinh, inf) == inf);
+    assert_true(eval1(apply_sinh, -inf) == -inf);
+    assert_true(eval1(apply_sinh, 89.5f) == inf);            /* sinh overflows past 89.4 */
+    assert_true(isfinite(eval1(apply_sinh, 89.3f)));
+    assert_true(eval1(apply_sinh, 0x1p-149f) == 0x1p-149f);
+    assert_true(isnan(eval1(apply_sinh, NAN)));
+    assert_true(eval1(apply_cosh, 0.0f) == 1.0f);
+    assert_true(eval1(apply_cosh, -inf) == inf);
+    assert_true(isfinite(eval1(apply_cosh, -89.3f)));
+    assert_true(isnan(eval1(apply_cosh, NAN)));
+    /* inverse trig */
+    assert_true(IS_NZERO(eval1(apply_asin, -0.0f)));
+    assert_true(eval1(apply_asin, 1.0f) == (float)M_PI_2);
+    assert_true(eval1(apply_asin, -1.0f) == -(float)M_PI_2);
+    assert_true(isnan(eval1(apply_asin, 1.0000001f)));
+    assert_true(isnan(eval1(apply_asin, -inf)));
+    assert_true(eval1(apply_asin, 0x1p-149f) == 0x1p-149f);
+    assert_true(IS_PZERO(eval1(apply_acos, 1.0f)));
+    assert_true(eval1(apply_acos, -1.0f) == (float)M_PI);
+    assert_true(eval1(apply_acos, 0.0f) == (float)M_PI_2);
+    assert_true(isnan(eval1(apply_acos, -1.0000001f)));
+    assert_true(isnan(eval1(apply_acos, NAN)));
+    assert_true(eval1(apply_atan, inf) == (float)M_PI_2);
+    assert_true(eval1(apply_atan, -inf) == -(float)M_PI_2);
+    assert_true(IS_NZERO(eval1(apply_atan, -0.0f)));
+    assert_true(eval1(apply_atan, 1.0f) == (float)M_PI_4);
+    assert_true(isnan(eval1(apply_atan, NAN)));
+    /* inverse hyperbolic: PyTorch's edges (acosh(<1) NaN, atanh(+-1) +-inf) */
+    assert_true(IS_NZERO(eval1(apply_asinh, -0.0f)));
+    assert_true(eval1(apply_asinh, -inf) == -inf);
+    assert_true(fabsf(eval1(apply_asinh, FLT_MAX) - 89.4159851f) <= 1e-5f);
+    assert_true(isnan(eval1(apply_asinh, NAN)));
+    assert_true(IS_PZERO(eval1(apply_acosh, 1.0f)));
+    assert_true(isnan(eval1(apply_acosh, 0.5f)));
+    assert_true(isnan(eval1(apply_acosh, -inf)));
+    assert_true(eval1(apply_acosh, inf) == inf);
+    assert_true(fabsf(eval1(apply_acosh, FLT_MAX) - 89.4159851f) <= 1e-5f);
+    assert_true(eval1(apply_atanh, 1.0f) == inf);
+    assert_true(eval1(apply_atanh, -1.0f) == -inf);
+    assert_true(isnan(eval1(apply_atanh, 1.5f)));
+    assert_true(IS_NZERO(eval1(apply_atanh, -0.0f)));
+    assert_true(eval1(apply_atanh, 0x1p-149f) == 0x1p-149f);
+    /* log10, logit */
+    assert_true(eval1(apply_log10, 1000.0f) == 3.0f);
+    assert_true(eval1(apply_log10, 1e-30f) == -30.0f);
+    assert_true(eval1(apply_log10, 0.0f) == -inf);
+    assert_true(isnan(eval1(apply_log10, -1.0f)));
+    assert_true(eval1(apply_log10, inf) == inf);
+    assert_true(eval1(apply_logit, 0.0f) == -inf);
+    assert_true(eval1(apply_logit, -0.0f) == -inf);
+    assert_true(eval1(apply_logit, 1.0f) == inf);
+    assert_true(IS_PZERO(eval1(apply_logit, 0.5f)));
+    assert_true(isnan(eval1(apply_logit, -0.5f)));
+    assert_true(isnan(eval1(apply_logit, 1.5f)));
+    assert_true(isnan(eval1(apply_logit, NAN)));
+    /* mish, selu */
+    assert_true(eval1(apply_mish, inf) == inf);
+    assert_true(IS_NZERO(eval1(apply_mish, -inf)));
+    assert_true(IS_NZERO(eval1(apply_mish, -0.0f)));
+    assert_true(eval1(apply_mish, 25.0f) == 25.0f);
+    assert_true(eval1(apply_mish, -100.0f) < 0.0f);   /* gradual underflow, as PyTorch */
+    assert_true(isnan(eval1(apply_mish, NAN)));
+    assert_true(eval1(apply_selu, -inf) == -(float)KE__SELU_ALPHA * (float)KE__SELU_SCALE);
+    assert_true(IS_NZERO(eval1(apply_selu, -0.0f)));
+    assert_true(eval1(apply_selu, inf) == inf);
+    assert_true(isnan(eval1(apply_selu, NAN)));
+}
+
+/* hypot over a grid of magnitudes (every pairing of binades and signs,
+ * subnormals included) against sqrt in long double, plus C99's special cases. */
+static void test_hypot(void **state)
+{
+    (void)state;
+    enum { N = 1 << 11 };
+    static float xs[N], ys[N * BLOCK / N], out[BLOCK];
+    for (uint32_t i = 0; i < N; i++) xs[i] = from_bits((i << 21) | (mix(i) & 0x1fffffu));
+    double worst = 0.0;
+    for (uint32_t j = 0; j < N; j += 7) {
+        float yv[BLOCK], xv[BLOCK];
+        for (uint32_t i = 0; i < BLOCK; i++) {
+            xv[i] = xs[(i * 13u + j) % N];
+            yv[i] = xs[(i + j * 3u) % N];
+        }
+        for (size_t i = 0; i < BLOCK; i++) out[i] = ke_vhypotf(xv[i], yv[i]);
+        for (size_t i = 0; i < BLOCK; i++) {
+            if (isnan(xv[i]) || isnan(yv[i]) || isinf(xv[i]) || isinf(yv[i])) continue;
+            long double xl = xv[i], yl = yv[i];
+            double e = ulp_err(out[i], (double)sqrtl(xl * xl + yl * yl));
+            if (!(e <= worst)) worst = e;
+        }
+    }
+    (void)ys;
+    print_message("%-10s max %6.3f ulp  (bound 1)\n", "hypot", worst);
+    assert_true(worst <= 1.0);
+    assert_true(ke_vhypotf(INFINITY, NAN) == INFINITY);
+    assert_true(ke_vhypotf(NAN, -INFINITY) == INFINITY);
+    assert_true(isnan(ke_vhypotf(NAN, 1.0f)));
+    assert_true(ke_vhypotf(3.0f, -4.0f) == 5.0f);
+    assert_true(IS_PZERO(ke_vhypotf(-0.0f, -0.0f)));
+    assert_true(ke_vhypotf(FLT_MAX, FLT_MAX) == INFINITY);
+    assert_true(ke_vhypotf(0x1p-149f, 0.0f) == 0x1p-149f);
 }
 
 /* Group teardown: the summary table (max ulp per function vs its bound). */
@@ -464,9 +619,12 @@ int main(void)
         UT(0, exp), UT(1, exp2), UT(2, expm1), UT(3, log), UT(4, log2),
         UT(5, log1p), UT(6, tanh), UT(7, sigmoid), UT(8, erf), UT(9, sin),
         UT(10, cos), UT(11, tan), UT(12, gelu_tanh), UT(13, gelu_erf),
-        UT(14, silu), UT(15, softplus), UT(16, rsqrt),
+        UT(14, silu), UT(15, softplus), UT(16, rsqrt), UT(17, sinh), UT(18, cosh),
+        UT(19, asin), UT(20, acos), UT(21, atan), UT(22, asinh), UT(23, acosh), UT(24, atanh),
+        UT(25, log10), UT(26, logit), UT(27, mish), UT(28, selu),
 #undef UT
         cmocka_unit_test(test_trig_large),
+        cmocka_unit_test(test_hypot),
     };
     return cmocka_run_group_tests(tests, NULL, print_table);
 }

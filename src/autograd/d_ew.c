@@ -119,6 +119,92 @@ int ag_d_softplus(ag_ctx *c) {
     return put(c, 0, kl_where(kl_gt_scalar(x, 20.0), g, soft));
 }
 
+/* ---- issue 12's unary ops (derivatives.yaml of PyTorch 1.13) ---------------------- */
+
+#define LN10 2.30258509299404568402
+#define SELU_ALPHA 1.6732632423543772848170429916717
+#define SELU_SCALE 1.0507009873554804934193349852946
+
+UNARY(sinh, kl_mul(g, kl_cosh(x)))
+UNARY(cosh, kl_mul(g, kl_sinh(x)))
+/* (1 - x^2)^(-1/2), written as PyTorch's (-x * x + 1).rsqrt() */
+UNARY(asin, kl_mul(g, kl_rsqrt(kl_rsub_scalar(kl_square(wide(x)), 1.0))))
+UNARY(acos, kl_mul(g, kl_neg(kl_rsqrt(kl_rsub_scalar(kl_square(wide(x)), 1.0)))))
+UNARY(atan, kl_div(g, kl_add_scalar(kl_square(wide(x)), 1.0)))
+UNARY(asinh, kl_mul(g, kl_rsqrt(kl_add_scalar(kl_square(wide(x)), 1.0))))
+UNARY(acosh, kl_mul(g, kl_rsqrt(kl_sub_scalar(kl_square(wide(x)), 1.0))))
+UNARY(atanh, kl_div(g, kl_rsub_scalar(kl_square(wide(x)), 1.0)))
+UNARY(log10, kl_div(g, kl_mul_scalar(x, LN10)))
+
+/* logit: f0 = eps. g / (x (1 - x)) inside [eps, 1 - eps] (bounds included)
+ * and 0 outside; with no eps (< 0), inside [0, 1] and NaN outside, as
+ * PyTorch's infinitely_differentiable_logit_backward. */
+int ag_d_logit(ag_ctx *c) {
+    if (!c->need[0]) return 0;
+    kl_tensor *x = wide(c->in[0]);
+    double eps = c->a->f[0], lo = eps >= 0 ? eps : 0, hi = eps >= 0 ? 1 - eps : 1;
+    kl_tensor *d = kl_div(c->gout[0], kl_mul(x, kl_rsub_scalar(x, 1.0)));
+    kl_tensor *out = kl_logical_not(kl_logical_and(kl_ge_scalar(x, lo), kl_le_scalar(x, hi)));
+    return put(c, 0, kl_masked_fill(d, out, eps >= 0 ? 0.0 : NAN));
+}
+
+/* leaky_relu: f0 = negative_slope; leaky_relu_backward: x > 0 ? g : g * slope */
+UNARY(leaky_relu, kl_where(kl_gt_scalar(x, 0.0), g, kl_mul_scalar(g, c->a->f[0])))
+
+/* elu_backward with is_result false: x <= 0 (or NaN) ? g * ic * nc * exp(x * ic) : g * pc.
+ * exp sees min(x, 0): where's untaken branch would otherwise overflow to inf
+ * for large x and double backward would meet 0 * inf. */
+static int elu_grad(ag_ctx *c, double nc, double pc, double ic) {
+    if (!c->need[0]) return 0;
+    kl_tensor *g = c->gout[0], *x = wide(c->in[0]);
+    kl_tensor *e = kl_exp(kl_mul_scalar(kl_clamp(x, -INFINITY, 0.0), ic));
+    kl_tensor *neg = kl_mul(g, kl_mul_scalar(e, ic * nc));
+    kl_tensor *pos = pc == 1.0 ? g : kl_mul_scalar(g, pc);
+    /* x > 0 picks pos, so NaN takes the exp branch and stays NaN (PyTorch's
+     * vectorized elu_backward) */
+    return put(c, 0, kl_where(kl_gt_scalar(x, 0.0), pos, neg));
+}
+int ag_d_elu(ag_ctx *c) { return elu_grad(c, c->a->f[0], 1.0, 1.0); }
+int ag_d_selu(ag_ctx *c) { return elu_grad(c, SELU_ALPHA * SELU_SCALE, SELU_SCALE, 1.0); }
+int ag_d_celu(ag_ctx *c) { return elu_grad(c, c->a->f[0], 1.0, 1.0 / c->a->f[0]); }
+
+/* softsign = x / (|x| + 1) is a composite in PyTorch; its autograd gives
+ * g (1/d - |x|/d^2), d = |x| + 1, which is NaN at +-inf (not 0): kept so. */
+int ag_d_softsign(ag_ctx *c) {
+    if (!c->need[0]) return 0;
+    kl_tensor *ax = kl_abs(wide(c->in[0]));
+    kl_tensor *d = kl_add_scalar(ax, 1.0);
+    return put(c, 0, kl_mul(c->gout[0], kl_sub(kl_reciprocal(d), kl_div(ax, kl_square(d)))));
+}
+
+/* hardtanh: f0, f1 = bounds; hardtanh_backward passes strictly inside them
+ * (NaN gets 0, as its vectorized loop gives) */
+UNARY(hardtanh, kl_masked_fill(g, kl_logical_not(kl_logical_and(kl_gt_scalar(x, c->a->f[0]), kl_lt_scalar(x, c->a->f[1]))), 0.0))
+/* hardsigmoid_backward: g * (1.0f / 6) (PyTorch's float constant, in every
+ * dtype) strictly inside (-3, 3), else 0 (NaN too) */
+UNARY(hardsigmoid, kl_masked_fill(kl_mul_scalar(g, (double)(1.0f / 6.0f)),
+                                  kl_logical_not(kl_logical_and(kl_gt_scalar(x, -3.0), kl_lt_scalar(x, 3.0))), 0.0))
+
+/* hardswish_backward as PyTorch's vectorized loop (what tensors of more than
+ * a few elements get): 0 below -3, g from 3 on (its scalar tail gives
+ * 1.5 g at exactly 3), g (x/3 + 1/2) between and for NaN (NaN). */
+int ag_d_hardswish(ag_ctx *c) {
+    if (!c->need[0]) return 0;
+    kl_tensor *g = c->gout[0], *x = c->in[0];
+    kl_tensor *mid = kl_mul(g, kl_add_scalar(kl_div_scalar(wide(x), 3.0), 0.5));
+    kl_tensor *d = kl_where(kl_ge_scalar(x, 3.0), g, mid);
+    return put(c, 0, kl_masked_fill(d, kl_lt_scalar(x, -3.0), 0.0));
+}
+
+/* mish_backward: g (t + x s (1 - t^2)), t = tanh(softplus(x)), s = sigmoid(x) */
+int ag_d_mish(ag_ctx *c) {
+    if (!c->need[0]) return 0;
+    kl_tensor *x = wide(c->in[0]);
+    kl_tensor *t = kl_tanh(kl_softplus(x));
+    kl_tensor *d = kl_add(t, kl_mul(kl_mul(x, kl_sigmoid(x)), kl_rsub_scalar(kl_square(t), 1.0)));
+    return put(c, 0, kl_mul(c->gout[0], d));
+}
+
 /* ---- binary --------------------------------------------------------------------------
  * Input 1 (or input 0 of rsub/rdiv) may be a wrapped C scalar: it never
  * requires grad, and it enters the formulas as a 0-dim tensor. */
@@ -207,6 +293,45 @@ int ag_d_atan2(ag_ctx *c) {
     if (c->need[0] && put(c, 0, kl_mul(kl_mul(g, b), r))) return -1;
     if (c->need[1] && put(c, 1, kl_mul(kl_mul(g, kl_neg(a)), r))) return -1;
     return r ? 0 : -1;
+}
+
+/* fmod(a, b) = a - b trunc(a / b): d/db = -trunc(a / b), piecewise constant
+ * (detached, as for remainder). */
+int ag_d_fmod(ag_ctx *c) {
+    kl_tensor *g = c->gout[0], *a = c->in[0], *b = c->in[1];
+    if (c->need[0] && put(c, 0, g)) return -1;
+    if (c->need[1] && put(c, 1, kl_mul(kl_neg(g), kl_detach(kl_trunc(kl_div(a, b)))))) return -1;
+    return 0;
+}
+
+/* hypot: g a / result, g b / result */
+int ag_d_hypot(ag_ctx *c) {
+    kl_tensor *g = c->gout[0], *a = c->in[0], *b = c->in[1], *y = c->out[0];
+    if (c->need[0] && put(c, 0, kl_div(kl_mul(g, a), y))) return -1;
+    if (c->need[1] && put(c, 1, kl_div(kl_mul(g, b), y))) return -1;
+    return 0;
+}
+
+/* copysign_tensor_self_backward: g * result / a, 0 where a == 0; b gets zeros */
+int ag_d_copysign(ag_ctx *c) {
+    kl_tensor *g = c->gout[0], *a = c->in[0], *y = c->out[0];
+    if (c->need[0] && put(c, 0, kl_mul(g, kl_masked_fill(kl_div(y, a), kl_eq_scalar(a, 0.0), 0.0)))) return -1;
+    if (c->need[1] && put(c, 1, ag_zeros(&c->in_meta[1]))) return -1;
+    return 0;
+}
+
+/* xlogy: d/da = g log(b), 0 where a == 0 and b <= 0 (PyTorch 1.13's
+ * other.log().masked_fill((self == 0) & (other <= 0), 0)); d/db = g a / b. */
+int ag_d_xlogy(ag_ctx *c) {
+    kl_tensor *g = c->gout[0], *a = c->in[0], *b = c->in[1];
+    if (c->need[0]) {
+        kl_tensor *zero = kl_logical_and(kl_eq_scalar(a, 0.0), kl_le_scalar(b, 0.0));
+        /* b in g's dtype: the log of a wrapped scalar would be the default float */
+        kl_tensor *lb = kl_log(kl_to_dtype(b, kl_dtype_of(g)));
+        if (put(c, 0, kl_mul(g, kl_masked_fill(lb, zero, 0.0)))) return -1;
+    }
+    if (c->need[1] && put(c, 1, kl_div(kl_mul(g, a), b))) return -1;
+    return 0;
 }
 
 /* ---- other elementwise ---------------------------------------------------------------- */

@@ -9,6 +9,7 @@
  * reaches the loop as one element, never as an expanded buffer.
  */
 #include "kernels_ew.h"
+#include "vmath.h"
 
 #include <math.h>
 
@@ -168,6 +169,50 @@ KE_BINARY_IMPL(minimum, KE_LOOPS_ALL(minimum))
 KE_EW_BINARY(atan2_f32, float, float, atan2f(x, y))
 KE_EW_BINARY(atan2_f64, double, double, atan2(x, y))
 KE_BINARY_IMPL(atan2, KE_LOOPS_F(atan2))
+
+/* ---- fmod, hypot, copysign, xlogy (issue 12) ------------------------------------------ */
+
+/* C's fmod: truncated, the result takes the dividend's sign (exact in
+ * floats). Integer % 0 raises as remainder does (PyTorch: ZeroDivisionError);
+ * INT_MIN % -1 is 0. */
+KE_EW_BINARY(fmod_f32, float, float, fmodf(x, y))
+KE_EW_BINARY(fmod_f64, double, double, fmod(x, y))
+#define KE_DEF_IFMOD(T)                                    \
+    static inline T ifmod_##T(T a, T b, int *err) {        \
+        if (b == 0) {                                      \
+            *err = KE_EW_INT_DIV_ZERO;                     \
+            return 0;                                      \
+        }                                                  \
+        return b == -1 ? 0 : (T)(a % b);                   \
+    }
+KE_DEF_IFMOD(int32_t)
+KE_DEF_IFMOD(int64_t)
+static inline uint8_t ifmod_uint8_t(uint8_t a, uint8_t b, int *err) {
+    if (b == 0) {
+        *err = KE_EW_INT_DIV_ZERO;
+        return 0;
+    }
+    return (uint8_t)(a % b);
+}
+#define FMOD_I(T, U) ifmod_##T(x, y, err)
+KE_GEN_I(KE_EW_BINARY, fmod, FMOD_I)
+KE_BINARY_IMPL(fmod, KE_LOOPS_F(fmod), KE_LOOPS_I(fmod))
+
+/* Float loops only: PyTorch has no integer hypot (promoted integer operands
+ * fail in the shape rule's loop check). */
+KE_EW_BINARY(hypot_f32, float, float, ke_vhypotf(x, y))
+KE_EW_BINARY(hypot_f64, double, double, hypot(x, y))
+KE_BINARY_IMPL(hypot, KE_LOOPS_F(hypot))
+
+/* The sign bit of y, NaN's included (copysign(1, -NaN) = -1, as PyTorch). */
+KE_EW_BINARY(copysign_f32, float, float, ke__asf((ke__asu(x) & 0x7fffffffu) | ke__signbit(y)))
+KE_EW_BINARY(copysign_f64, double, double, copysign(x, y))
+KE_BINARY_IMPL(copysign, KE_LOOPS_F(copysign))
+
+/* x * log(y), +0 where x == 0 unless y is NaN (PyTorch's xlogy). */
+KE_EW_BINARY(xlogy_f32, float, float, ke__self((x == 0.0f) & (y == y), 0.0f, x * ke_vlogf(y)))
+KE_EW_BINARY(xlogy_f64, double, double, y != y ? y : x == 0 ? 0.0 : x * log(y))
+KE_BINARY_IMPL(xlogy, KE_LOOPS_F(xlogy))
 
 /* ---- comparisons and logical ops: bool out, operands in the promoted dtype ------- */
 

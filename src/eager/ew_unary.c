@@ -111,6 +111,70 @@ KE_UNARY_MATH(silu, NAN_AT_NEG_INF(x, ke_vsiluf(x)), x / (1.0 + exp(-x)))
 /* beta 1, threshold 20: above it softplus(x) is x to working precision */
 KE_UNARY_MATH(softplus, ke_vsoftplusf(x), x > 20.0 ? x : log1p(exp(x)))
 
+/* ---- issue 12's math functions and activations ------------------------------------ */
+
+/* clamp(x, lo, hi) as PyTorch's: max first, then min (lo > hi gives hi); NaN passes */
+#define HARDTANH(T, x, lo, hi) ((((x) < (lo) ? (lo) : (x)) > (hi)) ? (hi) : ((x) < (lo) ? (lo) : (x)))
+
+KE_UNARY_MATH(sinh, ke_vsinhf(x), sinh(x))
+KE_UNARY_MATH(cosh, ke_vcoshf(x), cosh(x))
+KE_UNARY_MATH(asin, ke_vasinf(x), asin(x))
+KE_UNARY_MATH(acos, ke_vacosf(x), acos(x))
+KE_UNARY_MATH(atan, ke_vatanf(x), atan(x))
+KE_UNARY_MATH(asinh, ke_vasinhf(x), asinh(x))
+KE_UNARY_MATH(acosh, ke_vacoshf(x), acosh(x))
+KE_UNARY_MATH(atanh, ke_vatanhf(x), atanh(x))
+KE_UNARY_MATH(log10, ke_vlog10f(x), log10(x))
+
+/* logit: f0 = eps; PyTorch clamps x to [eps, 1 - eps] (bounds in the compute
+ * dtype; max then min, so eps > 1/2 gives 1 - eps) when eps >= 0 and treats a
+ * negative eps as None. NaN passes. */
+#define LOGIT_CLAMP(T, x) (a->f[0] >= 0 ? HARDTANH(T, x, (T)a->f[0], (T)1 - (T)a->f[0]) : (x))
+KE_UNARY_MATH(logit, ke_vlogitf(LOGIT_CLAMP(float, x)), log(LOGIT_CLAMP(double, x) / (1.0 - LOGIT_CLAMP(double, x))))
+
+/* leaky_relu: f0 = negative_slope (PyTorch: x > 0 ? x : x * slope) */
+KE_UNARY_MATH(leaky_relu, x > 0 ? x : x * (float)a->f[0], x > 0 ? x : x * a->f[0])
+
+/* PyTorch's elu kernel, x <= 0 ? expm1(x * ic) * nc : x * pc, with its
+ * coefficients: elu (f0 = alpha) nc = alpha; selu nc = alpha * scale and
+ * pc = scale (each rounded to the compute dtype first); celu (f0 = alpha)
+ * nc = alpha, ic = 1/alpha computed in double. */
+#define ELU_D(x, nc, pc, ic) ((x) <= 0 ? expm1((x) * (ic)) * (nc) : (x) * (pc))
+KE_UNARY_MATH(elu, ke_veluf(x, (float)a->f[0], 1.0f, 1.0f), ELU_D(x, a->f[0], 1.0, 1.0))
+KE_UNARY_MATH(selu, ke_veluf(x, (float)KE__SELU_ALPHA * (float)KE__SELU_SCALE, (float)KE__SELU_SCALE, 1.0f),
+              ELU_D(x, KE__SELU_ALPHA * KE__SELU_SCALE, KE__SELU_SCALE, 1.0))
+KE_UNARY_MATH(celu, ke_veluf(x, (float)a->f[0], 1.0f, (float)(1.0 / a->f[0])), ELU_D(x, a->f[0], 1.0, 1.0 / a->f[0]))
+
+/* softsign(x) = x / (|x| + 1), PyTorch's composite (integers compute as floats) */
+KE_UNARY_MATH(softsign, x / (fabsf(x) + 1.0f), x / (fabs(x) + 1.0))
+
+/* hardsigmoid = min(max(x + 3, 0), 6) / 6, hardswish = x * min(max(x + 3, 0), 6) / 6 as
+ * PyTorch writes them; the clamps keep NaN (ke__minf/ke__maxf style). */
+#define RELU6_3(T, x) (((x) + 3 < 0 ? (T)0 : (x) + 3) > 6 ? (T)6 : ((x) + 3 < 0 ? (T)0 : (x) + 3))
+KE_UNARY_MATH(hardsigmoid, ke__minf(ke__maxf(x + 3.0f, 0.0f), 6.0f) / 6.0f, RELU6_3(double, x) / 6)
+KE_UNARY_MATH(hardswish, x * ke__minf(ke__maxf(x + 3.0f, 0.0f), 6.0f) / 6.0f, x * RELU6_3(double, x) / 6)
+/* mish: PyTorch's x * tanh(log1p(exp(x))) is NaN at -inf; vmath gives the limit */
+KE_UNARY_MATH(mish, NAN_AT_NEG_INF(x, ke_vmishf(x)), x * tanh(log1p(exp(x))))
+
+/* hardtanh: f0 = min_val, f1 = max_val; clamp's order (max first, then min,
+ * so min > max gives max everywhere), NaN passes. Integer inputs take the
+ * bounds truncated and saturated to their range (PyTorch converts them so;
+ * ke_infer_hardtanh refuses negative bounds for uint8). */
+static inline int64_t ht_bound(double v, int64_t lo, int64_t hi) {
+    return v != v ? 0 : v <= (double)lo ? lo : v >= (double)hi ? hi : (int64_t)v;
+}
+#define HT_F(T) HARDTANH(T, x, (T)a->f[0], (T)a->f[1])
+#define HT_I(T, U, MIN, MAX) \
+    HARDTANH(T, x, (T)ht_bound(a->f[0], MIN, MAX), (T)ht_bound(a->f[1], MIN, MAX))
+#define HT_I32(T, U) HT_I(T, U, INT32_MIN, INT32_MAX)
+#define HT_I64(T, U) HT_I(T, U, INT64_MIN, INT64_MAX)
+#define HT_U8(T, U) HT_I(T, U, 0, 255)
+KE_GEN_F(KE_EW_UNARY, hardtanh, HT_F)
+KE_EW_UNARY(hardtanh_i32, int32_t, int32_t, HT_I32(int32_t, uint32_t))
+KE_EW_UNARY(hardtanh_i64, int64_t, int64_t, HT_I64(int64_t, uint64_t))
+KE_EW_UNARY(hardtanh_u8, uint8_t, uint8_t, HT_U8(uint8_t, uint32_t))
+const ke_ew_impl ke_ew_hardtanh = {.loop = {KE_LOOPS_F(hardtanh), KE_LOOPS_I(hardtanh)}};
+
 /* ---- rounding: the identity on integers ------------------------------------------- */
 
 #define KE_UNARY_ROUNDING(name, F32X, F64X)                                            \
@@ -165,6 +229,22 @@ int ke_infer_square(ke_call *c, ke_outspec *out) {
     return 1;
 }
 
+/* hardtanh keeps integer dtypes; uint8 cannot take negative limits and bool
+ * is refused, as in PyTorch. */
+int ke_infer_hardtanh(ke_call *c, ke_outspec *out) {
+    /* the bounds as integers (truncated), as PyTorch checks them */
+    if (c->in[0]->dtype == KL_U8 && (trunc(c->a.f[0]) < 0 || trunc(c->a.f[1]) < 0))
+        return ke_err(KL_ERR_ARG, ke_opname(c), "cannot do hardtanh on an unsigned type with negative limits (%g, %g)",
+                      c->a.f[0], c->a.f[1]);
+    return ke_infer_ew_same(c, out);
+}
+
+/* celu divides by alpha: PyTorch raises "ZeroDivisionError: alpha cannot be 0". */
+int ke_infer_celu(ke_call *c, ke_outspec *out) {
+    if (c->a.f[0] == 0) return ke_err(KL_ERR_ARG, ke_opname(c), "alpha cannot be 0 for CELU (ZeroDivisionError)");
+    return ke_infer_ew_same(c, out);
+}
+
 /* ---- public wrappers -------------------------------------------------------------------- */
 
 #define KE_UNARY_WRAPPER(name) \
@@ -173,3 +253,26 @@ int ke_infer_square(ke_call *c, ke_outspec *out) {
     kl_tensor *kl_##name##_inplace(kl_tensor *x) { return ke_unary(KE_OP_##name, x, 1); }
 KL_UNARY_OPS(KE_UNARY_WRAPPER)
 KL_UNARY_INPLACE_OPS(KE_UNARY_INPLACE_WRAPPER)
+
+/* Unary ops with float attributes (rows in ops_unary.def name the slots). */
+static kl_tensor *unary_attr(int op, kl_tensor *x, int inplace, double f0, double f1) {
+    kl_tensor *in[1] = {x};
+    ke_call c = {.op = op, .inplace = (uint8_t)inplace, .nin = 1, .in = in};
+    c.a.f[0] = f0;
+    c.a.f[1] = f1;
+    return ke_call1(&c);
+}
+kl_tensor *kl_logit(kl_tensor *x, double eps) { return unary_attr(KE_OP_logit, x, 0, eps, 0); }
+kl_tensor *kl_logit_inplace(kl_tensor *x, double eps) { return unary_attr(KE_OP_logit, x, 1, eps, 0); }
+kl_tensor *kl_leaky_relu(kl_tensor *x, double slope) { return unary_attr(KE_OP_leaky_relu, x, 0, slope, 0); }
+kl_tensor *kl_leaky_relu_inplace(kl_tensor *x, double slope) { return unary_attr(KE_OP_leaky_relu, x, 1, slope, 0); }
+kl_tensor *kl_elu(kl_tensor *x, double alpha) { return unary_attr(KE_OP_elu, x, 0, alpha, 0); }
+kl_tensor *kl_elu_inplace(kl_tensor *x, double alpha) { return unary_attr(KE_OP_elu, x, 1, alpha, 0); }
+kl_tensor *kl_celu(kl_tensor *x, double alpha) { return unary_attr(KE_OP_celu, x, 0, alpha, 0); }
+kl_tensor *kl_celu_inplace(kl_tensor *x, double alpha) { return unary_attr(KE_OP_celu, x, 1, alpha, 0); }
+kl_tensor *kl_hardtanh(kl_tensor *x, double min_val, double max_val) {
+    return unary_attr(KE_OP_hardtanh, x, 0, min_val, max_val);
+}
+kl_tensor *kl_hardtanh_inplace(kl_tensor *x, double min_val, double max_val) {
+    return unary_attr(KE_OP_hardtanh, x, 1, min_val, max_val);
+}

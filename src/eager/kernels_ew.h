@@ -11,12 +11,18 @@ extern const ke_ew_impl ke_ew_neg, ke_ew_abs, ke_ew_sign, ke_ew_exp, ke_ew_exp2,
     ke_ew_tan, ke_ew_tanh, ke_ew_sigmoid, ke_ew_relu, ke_ew_gelu, ke_ew_gelu_tanh, ke_ew_silu, ke_ew_softplus,
     ke_ew_erf, ke_ew_floor, ke_ew_ceil, ke_ew_round, ke_ew_trunc, ke_ew_logical_not, ke_ew_isnan, ke_ew_isinf,
     ke_ew_isfinite, ke_ew_bitwise_not;
+extern const ke_ew_impl ke_ew_sinh, ke_ew_cosh, ke_ew_asin, ke_ew_acos, ke_ew_atan, ke_ew_asinh, ke_ew_acosh,
+    ke_ew_atanh, ke_ew_log10, ke_ew_logit, ke_ew_leaky_relu, ke_ew_elu, ke_ew_selu, ke_ew_celu, ke_ew_softsign,
+    ke_ew_hardtanh, ke_ew_hardsigmoid, ke_ew_hardswish, ke_ew_mish;
 int ke_infer_square(ke_call *c, ke_outspec *out);
+int ke_infer_hardtanh(ke_call *c, ke_outspec *out);
+int ke_infer_celu(ke_call *c, ke_outspec *out);
 
 /* ---- binary (ew_binary.c) ---- */
 extern const ke_ew_impl ke_ew_add, ke_ew_sub, ke_ew_mul, ke_ew_div, ke_ew_remainder, ke_ew_pow, ke_ew_maximum,
     ke_ew_minimum, ke_ew_atan2, ke_ew_eq, ke_ew_ne, ke_ew_lt, ke_ew_le, ke_ew_gt, ke_ew_ge, ke_ew_logical_and,
     ke_ew_logical_or, ke_ew_logical_xor, ke_ew_bitwise_and, ke_ew_bitwise_or, ke_ew_bitwise_xor;
+extern const ke_ew_impl ke_ew_fmod, ke_ew_hypot, ke_ew_copysign, ke_ew_xlogy;
 int ke_infer_pow(ke_call *c, ke_outspec *out);
 
 /* ---- other (ew_other.c) ---- */

@@ -24,7 +24,11 @@
  * log2 <= 2 ulp; expm1, log1p <= 3; tanh, sigmoid, erf <= 4; sin, cos <= 4
  * and tan <= 6 for |x| <= 1e4 (measured the same up to 8.4e8, see
  * ke__trig_reduce); gelu_tanh, gelu_erf, silu <= 4; softplus <= 3; rsqrt
- * <= 1 (0.5 measured).  Subnormal inputs work as ordinary numbers; subnormal
+ * <= 1 (0.5 measured).  Added for issue 12 (bound asserted / max measured):
+ * sinh <= 3 (2.02), cosh <= 2 (1.42), asin, acos, atan <= 1 (0.50), asinh,
+ * acosh, atanh <= 3 (1.62, 1.74, 1.72), log10 <= 1 (0.86), logit <= 3
+ * (1.73), mish <= 2 (1.72), elu with selu's coefficients <= 2 (1.41),
+ * hypot <= 1 (0.50).  Subnormal inputs work as ordinary numbers; subnormal
  * results come from gradual underflow with one final rounding (not FTZ).
  *
  * Coefficients were derived for this file with a weighted Remez exchange
@@ -273,8 +277,9 @@ KE__VINLINE float ke__log1p_corr(float f)
     float P = 0x1.32c9e4p-2f;
     P = P * z + 0x1.995694p-2f;
     P = P * z + 0x1.555582p-1f;
-    float R = z * P;
-    return -(s * (f - R));
+    /* z * P in the same expression as its subtraction: GCC (eager) would
+     * contract a separate product into an FMA, clang (kernels) would not. */
+    return -(s * (f - z * P));
 }
 
 /* log(x) = e*ln2 + f + corr.  e*LN2_HI is exact; the small terms are summed
@@ -784,6 +789,343 @@ KE__VINLINE float ke_vtanf(float x)
     int odd = (int)(q & 1u);
     float y = ke__self(odd, -c, s) / ke__self(odd, s, c);
     return ke__self(x == 0.0f, x, y);
+}
+
+/* ==== Added for the 23 new ops (issue 12) ============================== */
+/*
+ * Several of these work in double internally (as ke_vgelu_tanhf and the trig
+ * reduction do): a double holds a float's square exactly and makes the
+ * argument transformations (1 - x, (2x - 1)/(1 - x), x + sqrt(x^2 + 1))
+ * exact or nearly so, so that the result rounds about once.  Each product
+ * that feeds an addition sits in the same expression as that addition (or is
+ * exact, or goes through KE__FMAD): GCC (eager) contracts across statements
+ * and clang (compiled kernels) only within one, and eager and compiled must
+ * agree bit for bit.
+ */
+#if KE__HAVE_FMA
+#define KE__FMAD(a, b, c) __builtin_fma(a, b, c)
+#else
+#define KE__FMAD(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* c ? a : b for doubles, c a comparison result (see ke__self). */
+KE__VINLINE double ke__seld(int c, double a, double b)
+{
+    uint64_t m = (uint64_t)0 - (uint64_t)(uint32_t)c;
+    return ke__asd((ke__asu64(a) & m) | (ke__asu64(b) & ~m));
+}
+
+/* sqrt(q) for finite q >= 0 in double, no libm (see ke_vrsqrtf: the same
+ * seed and three Newton steps, then q * rsqrt(q)); relative error about
+ * 2^-52.  sqrt(0) = 0 (a finite seed times 0). */
+KE__VINLINE double ke__sqrtd(double q)
+{
+    double h = 0.5 * q;
+    double y = ke__asd(0x5fe6eb50c7b537a9ull - (ke__asu64(q) >> 1));
+    y = y * (1.5 - h * y * y);
+    y = y * (1.5 - h * y * y);
+    y = y * (1.5 - h * y * y);
+    return q * y;
+}
+
+/* log1p(u) of a double u > -1 whose float rounding uh stays > -1 and finite:
+ * log1p(uh) plus the first-order term of the rounding error ul = u - uh, so
+ * rounding u to float costs nothing (log1p's sensitivity to u is <= 1). */
+KE__VINLINE float ke__log1p_d(double u)
+{
+    float uh = (float)u;
+    float ul = (float)(u - (double)uh);
+    return ke__log1p_core(uh) + ul / (1.0f + uh);
+}
+
+/* log(x * 2^k) for finite x > 0: ke_vlogf's formula with the exponent moved
+ * by k (exact), for the large-argument forms asinh(x) ~ log(2x). */
+KE__VINLINE float ke__log_scaled(float x, int32_t k)
+{
+    int32_t ei;
+    float f = ke__log_reduce(x, &ei);
+    float e = (float)(ei + k);
+    return e * KE__LN2_HI + (f + (e * KE__LN2_LO + ke__log1p_corr(f)));
+}
+
+/* ---- sinh, cosh ------------------------------------------------------ */
+
+/*
+ * sinh(|x|): below 1, (t + t/(t+1))/2 with t = expm1(|x|), which keeps full
+ * relative accuracy for tiny x; from 1 on, h - 1/(4h) with h = e^|x|/2 taken
+ * from the exp kernel as p * 2^(n-1) (exact halving, so it only overflows
+ * where sinh does, past 89.4).  |x| is clamped at 90 (sinh(90) overflows).
+ * Odd symmetry by OR-ing the sign back: sinh(-0) = -0, sinh(+-inf) = +-inf.
+ */
+KE__VINLINE float ke_vsinhf(float x)
+{
+    float a = ke__minf(ke__absf(x), 90.0f);
+    float t = ke__expm1_core(ke__minf(a, 1.0f));
+    float ys = 0.5f * (t + t / (t + 1.0f));
+    int32_t n;
+    float p = ke__exp_core(a, 0.0f, &n);
+    float h = ke__scale(p, n - 1);
+    float yb = h - 0.25f / h;
+    float y = ke__self(a < 1.0f, ys, yb);
+    return ke__asf(ke__asu(y) | ke__signbit(x));
+}
+
+/* cosh(x) = h + 1/(4h), h = e^|x|/2 as in sinh (no cancellation: both terms
+ * are positive).  cosh(0) = 1, cosh(+-inf) = inf, NaN -> NaN. */
+KE__VINLINE float ke_vcoshf(float x)
+{
+    float a = ke__minf(ke__absf(x), 90.0f);
+    int32_t n;
+    float p = ke__exp_core(a, 0.0f, &n);
+    float h = ke__scale(p, n - 1);
+    return h + 0.25f / h;
+}
+
+/* ---- asin, acos, atan ------------------------------------------------ */
+
+/* (asin(sqrt z) - sqrt z) / (z sqrt z) on z in [0, 1/4], in double: a
+ * degree-6 Chebyshev fit (numpy, references from mpmath), absolute error
+ * 2.3e-10; it enters the result multiplied by z <= 1/4, far below float
+ * precision. */
+KE__VINLINE double ke__asin_poly(double z)
+{
+    double p = 0x1.fd4edcd9ca4d8p-6;
+    p = p * z + 0x1.57c8e06d70cd5p-7;
+    p = p * z + 0x1.833c5e74e4344p-6;
+    p = p * z + 0x1.efe176880c6c9p-6;
+    p = p * z + 0x1.6dc14ce8d886ep-5;
+    p = p * z + 0x1.33331dd4117b3p-4;
+    p = p * z + 0x1.5555555c6f3f8p-3;
+    return p;
+}
+#define KE__PIO2D 0x1.921fb54442d18p+0
+#define KE__PID 0x1.921fb54442d18p+1
+
+/*
+ * asin and acos from one kernel, all in double.  |x| < 1/2: asin(a) =
+ * a + a z P(z), z = a^2.  |x| >= 1/2: asin(a) = pi/2 - 2 asin(s), s =
+ * sqrt(z), z = (1 - a)/2 exactly (the classic fdlibm reduction), and
+ * asin(s) = s + s z P(z) with the same P.  Each candidate is rounded to float
+ * once and chosen by a float select.  Outside [-1, 1] NaN.
+ */
+KE__VINLINE float ke_vasinf(float x)
+{
+    double ad = (double)ke__absf(x);
+    double zs = ad * ad;
+    double ys = ad + ad * (zs * ke__asin_poly(zs));
+    double zb = (1.0 - ad) * 0.5;
+    double s = ke__sqrtd(ke__seld(zb > 0.0, zb, 0.0));
+    double yb = KE__PIO2D - 2.0 * (s + s * (zb * ke__asin_poly(zb)));
+    float a = ke__absf(x);
+    float y = ke__self(a < 0.5f, (float)ys, (float)yb);
+    y = ke__asf(ke__asu(y) | ke__signbit(x));
+    y = ke__self(a > 1.0f, __builtin_nanf(""), y);
+    return ke__self(x != x, ke__qnan(x), y);
+}
+
+/* acos(x): pi/2 - asin(x) for |x| < 1/2; 2 asin(s) for x >= 1/2 and
+ * pi - 2 asin(s) for x <= -1/2 (s as in asin). acos(1) = +0, acos(-1) = pi. */
+KE__VINLINE float ke_vacosf(float x)
+{
+    double xd = (double)x;
+    double ad = (double)ke__absf(x);
+    double zs = xd * xd;
+    double ys = KE__PIO2D - (xd + xd * (zs * ke__asin_poly(zs)));
+    double zb = (1.0 - ad) * 0.5;
+    double s = ke__sqrtd(ke__seld(zb > 0.0, zb, 0.0));
+    double w = 2.0 * (s + s * (zb * ke__asin_poly(zb)));
+    float a = ke__absf(x);
+    float yb = ke__self(x < 0.0f, (float)(KE__PID - w), (float)w);
+    float y = ke__self(a < 0.5f, (float)ys, yb);
+    y = ke__self(a > 1.0f, __builtin_nanf(""), y);
+    return ke__self(x != x, ke__qnan(x), y);
+}
+
+/* (atan(u) - u) / u^3 as a polynomial in z = u^2 on [0, tan^2(pi/8)], in
+ * double: degree-6 Chebyshev fit, absolute error 1.8e-11 (times z <= 0.172). */
+KE__VINLINE double ke__atan_poly(double z)
+{
+    double q = -0x1.4b79daede03fap-5;
+    q = q * z + 0x1.24550a76aebf0p-4;
+    q = q * z - 0x1.71d75c5d330e4p-4;
+    q = q * z + 0x1.c6f6dda9c33e2p-4;
+    q = q * z - 0x1.2491c25f254b6p-3;
+    q = q * z + 0x1.9999982cd2bf4p-3;
+    q = q * z - 0x1.55555555046c2p-2;
+    return q;
+}
+
+/*
+ * atan(|x|) = base + atan(u) with, in double (exactly, but for the one
+ * division): u = a, base 0 for a <= tan(pi/8); u = (a - 1)/(a + 1), base
+ * pi/4 up to tan(3pi/8); u = -1/a, base pi/2 above.  |u| <= tan(pi/8) then.
+ * Sign by OR: atan(-0) = -0, atan(+-inf) = +-pi/2 (rounded), NaN -> NaN.
+ */
+KE__VINLINE float ke_vatanf(float x)
+{
+    float a = ke__absf(x);
+    double ad = (double)a;
+    int mid = a > 0x1.a827ap-2f;  /* ~tan(pi/8) */
+    int hi = a > 0x1.3504f4p+1f;  /* ~tan(3pi/8) */
+    double num = ke__seld(hi, -1.0, ke__seld(mid, ad - 1.0, ad));
+    double den = ke__seld(hi, ad, ke__seld(mid, ad + 1.0, 1.0));
+    double base = ke__seld(hi, KE__PIO2D, ke__seld(mid, 0.5 * KE__PIO2D, 0.0));
+    double u = num / den;
+    double z = u * u;
+    double y = base + (u + u * (z * ke__atan_poly(z)));
+    float yf = (float)y;
+    yf = ke__asf(ke__asu(yf) | ke__signbit(x));
+    return ke__self(x != x, ke__qnan(x), yf);
+}
+
+/* ---- asinh, acosh, atanh --------------------------------------------- */
+
+/*
+ * asinh(|x|) = log1p(a + a^2/(1 + sqrt(1 + a^2))) with the argument formed in
+ * double (a^2 exact, the square root to 2^-52) and handed to log1p as float
+ * hi + lo (ke__log1p_d): no cancellation for small a, where the argument is
+ * a itself plus a tiny term.  Above 2^28 asinh(a) = log(2a) to 2^-58.
+ * Sign by OR: asinh(-0) = -0, asinh(+-inf) = +-inf, NaN -> NaN.
+ */
+KE__VINLINE float ke_vasinhf(float x)
+{
+    float a = ke__absf(x);
+    float am = ke__minf(a, 0x1p28f);
+    double ad = (double)am;
+    double s = ke__sqrtd(1.0 + ad * ad);
+    double u = ad + ad * ad / (1.0 + s);
+    float ys = ke__log1p_d(u);
+    float yb = ke__log_scaled(ke__maxf(ke__minf(a, 0x1.fffffep127f), 0x1p28f), 1);
+    float y = ke__self(a > 0x1p28f, yb, ys);
+    y = ke__self(a == __builtin_inff(), a, y);
+    y = ke__asf(ke__asu(y) | ke__signbit(x));
+    return ke__self(x != x, ke__qnan(x), y);
+}
+
+/* acosh(x) = log1p(t + sqrt(t (t + 2))), t = x - 1 (exact in double), which
+ * is accurate near 1 where acosh ~ sqrt(2t); log(2x) above 2^28.  x < 1 ->
+ * NaN, acosh(1) = 0, acosh(inf) = inf. */
+KE__VINLINE float ke_vacoshf(float x)
+{
+    float xm = ke__maxf(ke__minf(x, 0x1p28f), 1.0f);
+    double t = (double)xm - 1.0;
+    double v = t + ke__sqrtd(t * (t + 2.0));
+    float ys = ke__log1p_d(v);
+    float yb = ke__log_scaled(ke__maxf(ke__minf(x, 0x1.fffffep127f), 0x1p28f), 1);
+    float y = ke__self(x > 0x1p28f, yb, ys);
+    y = ke__self(x == __builtin_inff(), x, y);
+    y = ke__self(x < 1.0f, __builtin_nanf(""), y);
+    return ke__self(x != x, ke__qnan(x), y);
+}
+
+/* atanh(|x|) = log1p(2a/(1 - a))/2 with the quotient in double (1 - a is
+ * exact there).  atanh(+-1) = +-inf, |x| > 1 -> NaN, atanh(-0) = -0. */
+KE__VINLINE float ke_vatanhf(float x)
+{
+    float a = ke__absf(x);
+    float am = ke__minf(a, 0x1.fffffep-1f);
+    double ad = (double)am;
+    float y = 0.5f * ke__log1p_d(2.0 * ad / (1.0 - ad));
+    y = ke__self(a == 1.0f, __builtin_inff(), y);
+    y = ke__asf(ke__asu(y) | ke__signbit(x));
+    y = ke__self(a > 1.0f, __builtin_nanf(""), y);
+    return ke__self(x != x, ke__qnan(x), y);
+}
+
+/* ---- log10, logit ---------------------------------------------------- */
+
+#define KE__LOG10_2D 0x1.34413509f79ffp-2  /* log10(2) */
+#define KE__INVLN10D 0x1.bcb7b1526e50ep-2  /* 1/ln(10) */
+
+/* log10(x) = e log10(2) + (f + corr)/ln10, summed in double from the exact
+ * f and the small correction of the log kernel, rounded once.  Exact powers
+ * of 10 come out exact.  Special values as log. */
+KE__VINLINE float ke_vlog10f(float x)
+{
+    int32_t ei;
+    float f = ke__log_reduce(x, &ei);
+    double l = ((double)f + (double)ke__log1p_corr(f)) * KE__INVLN10D;
+    float y = (float)KE__FMAD((double)ei, KE__LOG10_2D, l);
+    y = ke__self(x < 0.0f, __builtin_nanf(""), y);
+    y = ke__self(x == 0.0f, -__builtin_inff(), y);
+    y = ke__self(x == __builtin_inff(), x, y);
+    return ke__self(x != x, ke__qnan(x), y);
+}
+
+/*
+ * logit(x) = log(x/(1 - x)).  Below 1/4 the quotient q (in double, 1 - x
+ * exact) goes to log as float hi + lo; from 1/4 on, logit = log1p(w) with
+ * w = (2x - 1)/(1 - x) in double, which keeps relative accuracy around
+ * x = 1/2 where logit crosses 0.  logit(0) = -inf, logit(1) = inf, outside
+ * [0, 1] NaN.  (PyTorch's eps clamp is applied by the caller.)
+ */
+KE__VINLINE float ke_vlogitf(float x)
+{
+    float xm = ke__maxf(ke__minf(x, 0x1.fffffep-1f), 0x1p-149f);
+    double xd = (double)xm;
+    double om = 1.0 - xd;
+    double q = xd / om;
+    float qh = (float)q;
+    float ql = (float)(q - (double)qh);
+    float ylo = ke_vlogf(qh) + ql / qh;
+    float yhi = ke__log1p_d((2.0 * xd - 1.0) / om);
+    float y = ke__self(x < 0.25f, ylo, yhi);
+    y = ke__self(x == 0.0f, -__builtin_inff(), y);
+    y = ke__self(x == 1.0f, __builtin_inff(), y);
+    y = ke__self((x < 0.0f) | (x > 1.0f), __builtin_nanf(""), y);
+    return ke__self(x != x, ke__qnan(x), y);
+}
+
+/* ---- elu family, mish ------------------------------------------------ */
+
+/* PyTorch's elu kernel: x <= 0 ? expm1(x * ic) * nc : x * pc, with the
+ * three coefficients already in float (elu: nc = alpha, pc = ic = 1;
+ * selu: nc = alpha*scale, pc = scale; celu: nc = alpha, ic = 1/alpha).
+ * Error: expm1's plus two roundings (<= 3 ulp measured for selu). */
+KE__VINLINE float ke_veluf(float x, float nc, float pc, float ic)
+{
+    float xn = ke__minf(ke__maxf(x * ic, -18.0f), 89.0f); /* ic < 0 (celu) makes it positive */
+    float e = ke__expm1_core(xn);
+    float neg = ke__self(xn == 0.0f, xn, e) * nc; /* expm1(-0) = -0 */
+    return ke__self(x <= 0.0f, neg, x * pc);
+}
+#define KE__SELU_ALPHA 1.6732632423543772848170429916717
+#define KE__SELU_SCALE 1.0507009873554804934193349852946
+
+/*
+ * mish(x) = x tanh(softplus(x)) = x T(T+2) / (T(T+2) + 2), T = e^x, which
+ * has no cancellation anywhere.  T = p * 2^n comes from the float exp kernel
+ * (its only sizeable error, and mish's sensitivity to T is <= 1); the ratio
+ * and the products are formed in double, where 2^n (n in [-182, 29]) and the
+ * subnormal range of float are ordinary numbers, and rounded once.  Above 20
+ * mish(x) = x to float precision; below -126 the result is below 2^-150: -0
+ * (the limit at -inf; PyTorch's formula gives NaN there).  mish(-0) = -0,
+ * NaN -> NaN.
+ */
+KE__VINLINE float ke_vmishf(float x)
+{
+    float xc = ke__maxf(ke__minf(x, 20.0f), -126.0f);
+    int32_t n;
+    float p = ke__exp_core(xc, 0.0f, &n);
+    double T = (double)p * ke__asd((uint64_t)(uint32_t)(n + 1023) << 52);
+    double q = (T + 2.0) / (T * (T + 2.0) + 2.0);
+    float y = (float)((double)xc * T * q);
+    y = ke__self(x > 20.0f, x, y);
+    return ke__self(x < -126.0f, -0.0f, y);
+}
+
+/* ---- binary: hypot --------------------------------------------------- */
+
+/* hypot(x, y) = sqrt(x^2 + y^2) in double: both squares are exact there and
+ * cannot overflow or underflow, so the only roundings are the sum, the square
+ * root (2^-52) and the final one (<= 0.5 ulp + 2^-29).  An infinite operand
+ * gives +inf even with a NaN other (C99, PyTorch); otherwise NaN -> NaN. */
+KE__VINLINE float ke_vhypotf(float x, float y)
+{
+    double xd = (double)x, yd = (double)y;
+    float r = (float)ke__sqrtd(xd * xd + yd * yd);
+    int inf = (ke__absf(x) == __builtin_inff()) | (ke__absf(y) == __builtin_inff());
+    return ke__self(inf, __builtin_inff(), r);
 }
 
 #endif /* KILN_EAGER_VMATH_H */
