@@ -98,6 +98,7 @@ static const char hdr_prelude[] =
     "#define __builtin_nanf(s) __int_as_float(0x7fc00000)\n"
     "#define __builtin_inff() __int_as_float(0x7f800000)\n"
     "#define __builtin_fmaf(a, b, c) fmaf((a), (b), (c))\n"
+    "#define __builtin_fma(a, b, c) fma((a), (b), (c))\n"
     "#include \"kiln_vmath_impl.h\"\n";
 
 static double now_ms(void) {
