@@ -164,7 +164,7 @@ static inline double rk_var_div(int64_t n, double correction) {
         enum { L = RK_LANES(A) };                                                                     \
         const T *restrict x = x_;                                                                     \
         const A aux = OP##_AUX ? *(const A *)aux_ : (A)0;                                             \
-        const double p = at->f[0];                                                                    \
+        const double p = ke_attr_reduce_param(at);                                                                  \
         A l[L], a;                                                                                    \
         int64_t i = 0;                                                                                \
         (void)i0, (void)aux, (void)p;                                                                 \
@@ -184,7 +184,7 @@ static inline double rk_var_div(int64_t n, double correction) {
                                 int64_t i0, const void *aux_, const ke_attrs *at) {                   \
         A *restrict acc = acc_;                                                                       \
         const A *restrict auxv = aux_;                                                                \
-        const double p = at->f[0];                                                                    \
+        const double p = ke_attr_reduce_param(at);                                                                  \
         (void)i0, (void)p, (void)auxv;                                                                \
         for (int64_t r = 0; r < m; r++) {                                                             \
             const T *restrict x = (const T *)x_ + r * xs;                                             \
@@ -205,7 +205,7 @@ static inline double rk_var_div(int64_t n, double correction) {
         R *restrict v = v_;                                                                           \
         const A *restrict acc = acc_;                                                                 \
         const A *restrict auxv = aux_;                                                                \
-        const double p = at->f[0];                                                                    \
+        const double p = ke_attr_reduce_param(at);                                                                  \
         (void)idx, (void)cnt, (void)p, (void)auxv;                                                    \
         for (int64_t j = 0; j < n; j++) {                                                             \
             const A aux = OP##_AUX ? auxv[j] : (A)0;                                                  \
@@ -389,7 +389,7 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
             return ke_err(KL_ERR_DTYPE, ke_opname(c), "expects a floating-point input, got %s",
                           ke_fmt_tensor(b, sizeof b, x));
         float_only = 1;
-        no_identity = op == KE_OP_norm && (c->a.f[0] < 0 || c->a.f[0] == INFINITY);
+        no_identity = op == KE_OP_norm && (ke_attr_norm_p(&c->a) < 0 || ke_attr_norm_p(&c->a) == INFINITY);
         break;
     case KE_OP_logsumexp: /* integers promote, as torch.logsumexp does */
         od = ke_is_float(xd) ? xd : kl_get_default_dtype();
@@ -418,7 +418,7 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
             return op == KE_OP_norm
                        ? ke_err(KL_ERR_SHAPE, ke_opname(c),
                                 "cannot compute the %g norm of an empty tensor %s: the operation has no identity",
-                                c->a.f[0], ke_fmt_tensor(b, sizeof b, x))
+                                ke_attr_norm_p(&c->a), ke_fmt_tensor(b, sizeof b, x))
                        : ke_err(KL_ERR_SHAPE, ke_opname(c),
                                 "expected a reduction dim to be specified for an input with 0 elements %s",
                                 ke_fmt_tensor(b, sizeof b, x));
@@ -428,7 +428,7 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
                            ? ke_err(KL_ERR_SHAPE, ke_opname(c),
                                     "cannot compute the %g norm over dim %d of %s, which is empty: the "
                                     "operation has no identity",
-                                    c->a.f[0], d, ke_fmt_tensor(b, sizeof b, x))
+                                    ke_attr_norm_p(&c->a), d, ke_fmt_tensor(b, sizeof b, x))
                            : ke_err(KL_ERR_SHAPE, ke_opname(c),
                                     "expected reduction dim %d to have non-zero size, input %s", d,
                                     ke_fmt_tensor(b, sizeof b, x));
@@ -442,12 +442,13 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
 
 /* ---- public wrappers ------------------------------------------------------------------ */
 
-static kl_tensor *rk_reduce(int op, kl_tensor *x, int ndims, const int64_t *dims, bool keepdim, double f0) {
+/* param: var's and std's correction, norm's p; 0 for the others. */
+static kl_tensor *rk_reduce(int op, kl_tensor *x, int ndims, const int64_t *dims, bool keepdim, double param) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = op, .nin = 1, .in = in};
     if (ke_check_tensor(x, ke_ops[op].name, 1) || ke_set_list(&c, ndims, dims)) return NULL;
-    c.a.i[KE_ATTR_KEEPDIM] = keepdim;
-    c.a.f[0] = f0;
+    ke_attr_set_keepdim(&c.a, keepdim);
+    ke_attr_set_reduce_param(&c.a, param);
     return ke_call1(&c);
 }
 
@@ -502,7 +503,7 @@ static int rk_minmax_dim(int op, kl_tensor *x, int dim, bool keepdim, kl_tensor 
     ke_call c = {.op = op, .nin = 1, .in = in};
     c.a.nlist = 1;
     c.a.list[0] = dim;
-    c.a.i[KE_ATTR_KEEPDIM] = keepdim;
+    ke_attr_set_keepdim(&c.a, keepdim);
     if (ke_dispatch(&c)) return -1;
     *values = c.out[0];
     *indices = c.out[1];
