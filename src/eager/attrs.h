@@ -14,6 +14,8 @@
  * and KE_ATTRS(op, KE_A(...) KE_A(...)) generates, for each attribute,
  *   <type> ke_attr_<op>_<name>(const ke_attrs *a)        the getter
  *   void   ke_attr_set_<op>_<name>(ke_attrs *a, <type> v)  the setter
+ *   enum   ke_attr_slot_<op>_<name>                        its slot, for the
+ *          _Static_asserts of code that serves two ops with one accessor
  * (LIST: the getter returns the elements, ke_attr_<op>_<name>_len their
  * count; lists are set with ke_set_list). KE_ATTRS_AS(op, other) gives op
  * other's attributes, read through other's accessors (log_softmax reads
@@ -110,12 +112,18 @@ typedef struct ke_attr_set {
 
 /* <pfx>_attr_<op>_<name> and <pfx>_attr_set_<op>_<name>; p is (pfx, op). */
 #define KE_ATTR_GEN_OP(pfx, op, name, type, slot, def)                                   \
+    enum { pfx##_attr_slot_##op##_##name = (slot) };                                     \
     KE_ATTR_FN_##type(pfx##_attr_##op##_##name, pfx##_attr_set_##op##_##name, slot)
 #define KE_ATTR_GEN_OP_(p, name, type, slot, def)                                        \
     KE_ATTR_CALL2(KE_ATTR_GEN_OP, KE_ATTR_UNPAREN p, name, type, slot, def)
 /* <pfx>_attr_<name> and <pfx>_attr_set_<name> (the common slots); p is pfx. */
 #define KE_ATTR_GEN_COMMON(pfx, name, type, slot, def)                                   \
+    enum { pfx##_attr_slot_##name = (slot) };                                            \
     KE_ATTR_FN_##type(pfx##_attr_##name, pfx##_attr_set_##name, slot)
+
+/* For _Static_assert: x and y name the same slot (each slot constant is an
+ * enum of its own). */
+#define KE_ATTR_SAME_SLOT(x, y) ((int)ke_attr_slot_##x == (int)ke_attr_slot_##y)
 
 /* The accessors of op's attribute list `attrs` (KE_A(...) KE_A(...)), with
  * KE_A defined as KE_ATTR_TUPLE where this is expanded. */

@@ -442,7 +442,11 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
 
 /* ---- public wrappers ------------------------------------------------------------------ */
 
-/* param: var's and std's correction, norm's p; 0 for the others. */
+/* param: var's and std's correction, norm's p; 0 for the others. The
+ * reduction loops read it as the common reduce_param. */
+_Static_assert(KE_ATTR_SAME_SLOT(var_correction, reduce_param) &&
+                   KE_ATTR_SAME_SLOT(norm_p, reduce_param),
+               "the reduction loops' scalar");
 static kl_tensor *rk_reduce(int op, kl_tensor *x, int ndims, const int64_t *dims, bool keepdim, double param) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = op, .nin = 1, .in = in};
