@@ -225,7 +225,7 @@ int ag_d_where(ag_ctx *c) {
 int ag_d_clamp(ag_ctx *c) {
     if (!c->need[0]) return 0;
     kl_tensor *x = c->in[0];
-    kl_tensor *in = kl_logical_and(kl_ge_scalar(x, c->a->f[0]), kl_le_scalar(x, c->a->f[1]));
+    kl_tensor *in = kl_logical_and(kl_ge_scalar(x, ke_attr_clamp_min(c->a)), kl_le_scalar(x, ke_attr_clamp_max(c->a)));
     return put(c, 0, kl_masked_fill(c->gout[0], kl_logical_not(in), 0.0));
 }
 
@@ -238,10 +238,9 @@ int ag_d_lerp(ag_ctx *c) {
     return 0;
 }
 
-/* lerp_scalar: f0 = weight */
 int ag_d_lerp_scalar(ag_ctx *c) {
     kl_tensor *g = c->gout[0];
-    double w = c->a->f[0];
+    double w = ke_attr_lerp_scalar_weight(c->a);
     if (c->need[0] && put(c, 0, kl_mul_scalar(g, 1.0 - w))) return -1;
     if (c->need[1] && put(c, 1, kl_mul_scalar(g, w))) return -1;
     return 0;
@@ -252,9 +251,9 @@ int ag_d_masked_fill(ag_ctx *c) {
     return c->need[0] ? put(c, 0, kl_masked_fill(c->gout[0], c->in[1], 0.0)) : 0;
 }
 
-/* tril / triu: i0 = diagonal offset */
-UNARY(tril, kl_tril(g, c->a->i[0]))
-UNARY(triu, kl_triu(g, c->a->i[0]))
+/* tril / triu keep their diagonal offset (triu has tril's attributes) */
+UNARY(tril, kl_tril(g, ke_attr_tril_diagonal(c->a)))
+UNARY(triu, kl_triu(g, ke_attr_tril_diagonal(c->a)))
 
 /* ---- copies ----------------------------------------------------------------------------- */
 
