@@ -10,7 +10,8 @@
  *            DEVICE (kl_device_type in i[slot]), LIST (the integer list from
  *            element slot to nlist), LIST2 (two list elements at slot)
  *   default  the value the IR text leaves out (KE_NODEF: always printed;
- *            KE_HIDDEN: never, because the value's type already shows it)
+ *            KE_HIDDEN: never, because the value's type already shows it;
+ *            for a list, any number: the empty list is left out)
  * and KE_ATTRS(op, KE_A(...) KE_A(...)) generates, for each attribute,
  *   <type> ke_attr_<op>_<name>(const ke_attrs *a)        the getter
  *   void   ke_attr_set_<op>_<name>(ke_attrs *a, <type> v)  the setter
@@ -61,6 +62,17 @@ typedef struct ke_attr_set {
     const ke_attr_desc *attr;
     int n;
 } ke_attr_set;
+
+/* Attribute d of a by its descriptor, for code that walks declarations (the
+ * IR printer): integer-like types as int64, FLOAT as double; lists by
+ * ke_attr_list_at (their elements, count in *n). */
+static inline int64_t ke_attr_int_at(const struct ke_attrs *a, const ke_attr_desc *d) { return a->i[d->slot]; }
+static inline double ke_attr_float_at(const struct ke_attrs *a, const ke_attr_desc *d) { return a->f[d->slot]; }
+static inline const int64_t *ke_attr_list_at(const struct ke_attrs *a, const ke_attr_desc *d, int *n) {
+    int len = d->type == KE_AT_LIST2 ? 2 : a->nlist - d->slot;
+    *n = d->slot + len <= a->nlist && len > 0 ? len : 0;
+    return a->list + d->slot;
+}
 
 /* ---- the generator ---------------------------------------------------------
  * With KE_A defined as KE_ATTR_TUPLE, an attribute list becomes a comma list

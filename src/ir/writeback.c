@@ -34,7 +34,7 @@ static int contiguous(const ir_value *v) {
 /* The input position of b in kernel node kn if output j may be written
  * into it, else -1. */
 static int target_input(const ir_graph *g, const ir_node *kn, int j, int32_t b) {
-    const ir_kernel *k = g->kernels[kn->a.i[0]];
+    const ir_kernel *k = g->kernels[ir_attr_kernel_id(&kn->a)];
     const ir_value *bv = &g->values[b], *v = &g->values[kn->out[j]];
     if (k->row || bv->dtype != v->dtype || bv->ndim != v->ndim || !contiguous(bv) ||
         memcmp(bv->shape, v->shape, sizeof(int64_t) * v->ndim))
