@@ -490,6 +490,57 @@ static int plan_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int
     return out[0] ? 0 : -1;
 }
 
+/* ---- the text form of attributes ------------------------------------------------------ */
+
+static int no_pass(ir_graph *g) {
+    (void)g;
+    return 0;
+}
+
+/* one op per attribute type: lists in parts, bools, floats, reductions,
+ * defaults left out (clamp's -inf, pooling's count_include_pad, slice's step) */
+static int attrs_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_conv2d_options co = kl_conv2d_options_default();
+    co.padding[0] = co.padding[1] = 1;
+    co.groups = 2;
+    kl_tensor *y = kl_conv2d(in[0], in[1], NULL, &co);
+    kl_pool2d_options po = kl_pool2d_options_default(2);
+    po.ceil_mode = true;
+    y = kl_max_pool2d(y, &po);
+    y = kl_layer_norm(y, 2, NULL, NULL, 1e-5);
+    y = kl_softmax(kl_clamp(y, -INFINITY, 0.5), -1);
+    kl_tensor *v = kl_var(y, KL_DIMS(2, 3), 1, false);
+    kl_tensor *l = kl_cross_entropy(kl_squeeze(v, 0), in[2], KL_REDUCE_SUM, 0.25);
+    out[0] = kl_add(kl_cumsum(kl_slice(y, 3, 0, 1, 1), 2), l);
+    return out[0] ? 0 : -1;
+}
+
+static void attributes_print_by_name(void **state) {
+    (void)state;
+    kl_tensor *in[3] = {kl_rand(KL_SHAPE(1, 2, 4, 4), KL_F32), kl_rand(KL_SHAPE(2, 1, 3, 3), KL_F32),
+                        kl_zeros(KL_SHAPE(1), KL_I64)};
+    kl_tensor *v = kl_reshape(in[2], 0, NULL);
+    in[2] = v;
+    assert_string_equal(after_pass(attrs_fn, in, 3, 1, no_pass, 0),
+        "graph(%0: f32[1,2,4,4], %1: f32[2,1,3,3], %2: i64[]) {\n"
+        "  %3: f32[1,2,4,4] = conv2d(%0, %1, stride=[1,1], padding=[1,1], dilation=[1,1], groups=2, "
+        "has_bias=false)\n"
+        "  %4: f32[1,2,2,2] = max_pool2d(%3, kernel_size=[2,2], stride=[2,2], padding=[0,0], dilation=[1,1], "
+        "ceil_mode=true)\n"
+        "  %5: f32[1,2,2,2] = layer_norm(%4, normalized_ndim=2, has_weight=false, has_bias=false, eps=1e-05)\n"
+        "  %6: f32[1,2,2,2] = clamp(%5, max=0.5)\n"
+        "  %7: f32[1,2,2,2] = softmax(%6, dim=-1)\n"
+        "  %8: f32[1,2] = var(%7, dims=[2,3], correction=1)\n"
+        "  %9: f32[2] = squeeze(%8, dim=0)\n"
+        "  %10: f32[] = cross_entropy(%9, %2, reduction=sum, label_smoothing=0.25)\n"
+        "  %11: f32[1,2,2,1]{strides=8,4,2,1} = slice(%7, dim=3, start=0, end=1)\n"
+        "  %12: f32[1,2,2,1] = cumsum(%11, dim=2)\n"
+        "  %13: f32[1,2,2,1] = add(%12, %10)\n"
+        "  return (%13)\n"
+        "}\n");
+}
+
 static void plan_alone(void **state) {
     (void)state;
     kl_tensor *in[2] = {kl_reshape(seq(6, 0.5), KL_SHAPE(2, 3)), kl_zeros(KL_SHAPE(3, 2), KL_F32)};
@@ -540,6 +591,7 @@ int main(void) {
         KT_TEST(decompose_splices_primitives),
         KT_TEST(pipeline_matches_eager),
         KT_TEST(plan_alone),
+        KT_TEST(attributes_print_by_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
