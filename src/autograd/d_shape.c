@@ -64,9 +64,10 @@ static kl_tensor *pad_dim(kl_tensor *x, int d, int64_t l, int64_t r) {
 /* Reduced dims as a bit mask: the list (empty: every dim), wrapped. */
 static uint32_t rd_mask(const ke_attrs *a, int nd) {
     if (nd == 0) return 0;
-    if (a->nlist == 0) return (1u << nd) - 1;
+    int n = ke_attr_dims_len(a);
+    if (n == 0) return (1u << nd) - 1;
     uint32_t m = 0;
-    for (int i = 0; i < a->nlist; i++) m |= 1u << wrap(a->list[i], nd);
+    for (int i = 0; i < n; i++) m |= 1u << wrap(ke_attr_dims(a)[i], nd);
     return m;
 }
 
@@ -120,7 +121,7 @@ int ag_d_alias(ag_ctx *c) { return set_gin(c, 0, c->gout[0]); }
 int ag_d_permute(ag_ctx *c) {
     int nd = c->in_meta[0].ndim;
     int64_t inv[KL_MAX_DIMS];
-    for (int i = 0; i < nd; i++) inv[wrap(c->a->list[i], nd)] = i;
+    for (int i = 0; i < nd; i++) inv[wrap(ke_attr_permute_dims(c->a)[i], nd)] = i;
     return set_gin(c, 0, kl_permute(c->gout[0], nd, inv));
 }
 
@@ -224,7 +225,7 @@ static void extent(int nd, const int64_t *shape, const int64_t *stride, int64_t 
 int ag_d_as_strided(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     int ond = (int)ke_attr_as_strided_ndim(c->a);
-    const int64_t *oshape = c->a->list, *ostride = c->a->list + ond;
+    const int64_t *oshape = ke_attr_as_strided_size_stride(c->a), *ostride = oshape + ond;
     if (numel_of(m) == 0 || ke_numel(ond, oshape) == 0) return 0;
     kl_tensor *x = c->in[0], *g = c->gout[0];
     const int64_t *istride = kl_stride(x);
@@ -307,7 +308,7 @@ int ag_d_minmax_dim(ag_ctx *c) {
     kl_tensor *g = c->gout[0], *idx = c->out[1];
     if (numel_of(m) == 0) return 0;
     if (m->ndim == 0) return set_gin(c, 0, g);
-    int d = wrap(c->a->list[0], m->ndim);
+    int d = wrap(ke_attr_max_dim_dim(c->a)[0], m->ndim); /* min_dim has max_dim's attributes */
     if (!ke_attr_keepdim(c->a)) g = kl_unsqueeze(g, d), idx = kl_unsqueeze(idx, d);
     return set_gin(c, 0, kl_scatter_add(zeros_for(m, g), d, idx, g));
 }
@@ -464,12 +465,12 @@ int ag_d_cat(ag_ctx *c) {
 int ag_d_repeat(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     if (numel_of(m) == 0 || numel_of(&c->out_meta[0]) == 0) return 0;
-    int nrep = c->a->nlist, off = nrep - m->ndim;
+    int nrep = ke_attr_repeat_repeats_len(c->a), off = nrep - m->ndim;
     int64_t cur[KL_MAX_DIMS];
     memcpy(cur, c->out_meta[0].shape, sizeof(int64_t) * nrep);
     kl_tensor *g = c->gout[0];
     for (int d = 0; d < nrep; d++) {
-        int64_t r = c->a->list[d], s = d >= off ? m->shape[d - off] : 1, before = 1, after = 1;
+        int64_t r = ke_attr_repeat_repeats(c->a)[d], s = d >= off ? m->shape[d - off] : 1, before = 1, after = 1;
         if (r == 1) continue;
         for (int e = 0; e < nrep; e++) {
             if (e < d) before *= cur[e];
@@ -486,8 +487,9 @@ int ag_d_pad(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     if (numel_of(m) == 0) return 0;
     int64_t neg[KE_MAX_LIST];
-    for (int i = 0; i < c->a->nlist; i++) neg[i] = -c->a->list[i];
-    return set_gin(c, 0, kl_pad(c->gout[0], c->a->nlist, neg, 0));
+    int np = ke_attr_pad_pad_len(c->a);
+    for (int i = 0; i < np; i++) neg[i] = -ke_attr_pad_pad(c->a)[i];
+    return set_gin(c, 0, kl_pad(c->gout[0], np, neg, 0));
 }
 
 int ag_d_index_select(ag_ctx *c) {

@@ -27,14 +27,15 @@ const ke_ew_impl ke_ew_identity = {
 
 int ke_infer_create(ke_call *c, ke_outspec *out) {
     kl_dtype dt = ke_attr_dtype(&c->a);
-    if (ke_check_shape(ke_opname(c), c->a.nlist, c->a.list, dt)) return -1;
+    int nd = ke_attr_shape_len(&c->a);
+    if (ke_check_shape(ke_opname(c), nd, ke_attr_shape(&c->a), dt)) return -1;
     if ((c->op == KE_OP_rand || c->op == KE_OP_randn) && !ke_is_float(dt))
         return ke_err(KL_ERR_DTYPE, ke_opname(c), "needs a floating dtype, got %s", ke_dtypes[dt].name);
     if (c->op == KE_OP_full && ke_check_scalar_cast(ke_opname(c), ke_attr_full_value(&c->a), dt)) return -1;
     out->dtype = dt;
     c->compute = ke_compute_dtype(dt);
-    out->ndim = c->a.nlist;
-    memcpy(out->shape, c->a.list, sizeof(int64_t) * c->a.nlist);
+    out->ndim = nd;
+    memcpy(out->shape, ke_attr_shape(&c->a), sizeof(int64_t) * nd);
     return 1;
 }
 
@@ -344,7 +345,7 @@ int ke_random_reserve(ke_call *c) {
     int64_t n;
     kl_dtype dt;
     if (c->nin == 0) {
-        n = ke_numel(c->a.nlist, c->a.list);
+        n = ke_numel(ke_attr_shape_len(&c->a), ke_attr_shape(&c->a));
         dt = ke_attr_dtype(&c->a);
     } else {
         n = ke_numel(c->in[0]->ndim, c->in[0]->shape);

@@ -194,7 +194,7 @@ kl_dtype ke_result_type(int n, kl_tensor *const *ts);
 int ke_broadcast_shapes(const char *op, int n, kl_tensor *const *ts, int *ndim, int64_t *shape);
 /* Strides of t viewed as broadcast to (ndim, shape): 0 on broadcast dims. */
 void ke_broadcast_strides(const kl_tensor *t, int ndim, const int64_t *shape, int64_t *stride);
-/* Reduction dims from c->a.list into mask (bit per dim); -1 on bad dim. */
+/* The reduction's dims (ke_attr_dims) as a mask (bit per dim); -1 on bad dim. */
 int ke_reduce_mask(ke_call *c, int ndim, uint32_t *mask);
 
 #endif /* KE_DISPATCH_H */

@@ -306,7 +306,8 @@ int ke_decomp_chunk(ke_call *c) {
 int ke_infer_repeat(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0];
-    int nrep = c->a.nlist, off = nrep - x->ndim;
+    int nrep = ke_attr_repeat_repeats_len(&c->a), off = nrep - x->ndim;
+    const int64_t *rep = ke_attr_repeat_repeats(&c->a);
     char b1[200], b2[256];
     if (nrep < x->ndim)
         return ke_err(KL_ERR_SHAPE, op, "%d repeats for %s: give at least one per dim", nrep,
@@ -314,12 +315,12 @@ int ke_infer_repeat(ke_call *c, ke_outspec *out) {
     if (nrep > KL_MAX_DIMS)
         return ke_err(KL_ERR_SHAPE, op, "%d repeats would give more than %d dims", nrep, KL_MAX_DIMS);
     for (int d = 0; d < nrep; d++) {
-        int64_t r = c->a.list[d], s = d >= off ? x->shape[d - off] : 1;
+        int64_t r = rep[d], s = d >= off ? x->shape[d - off] : 1;
         if (r < 0)
-            return ke_err(KL_ERR_ARG, op, "repeats %s has a negative count", ke_fmt_shape(b1, sizeof b1, nrep, c->a.list));
+            return ke_err(KL_ERR_ARG, op, "repeats %s has a negative count", ke_fmt_shape(b1, sizeof b1, nrep, rep));
         if (__builtin_mul_overflow(s, r, &out->shape[d]))
             return ke_err(KL_ERR_OVERFLOW, op, "repeating %s by %s overflows", ke_fmt_tensor(b2, sizeof b2, x),
-                          ke_fmt_shape(b1, sizeof b1, nrep, c->a.list));
+                          ke_fmt_shape(b1, sizeof b1, nrep, rep));
     }
     out->ndim = nrep;
     out->dtype = (kl_dtype)x->dtype;
@@ -338,7 +339,7 @@ int ke_cpu_repeat(ke_call *c) {
     int64_t shape[KE_ROWS_MAXD], ds[KE_ROWS_MAXD], ss[KE_ROWS_MAXD];
     for (int d = 0; d < o->ndim; d++) {
         int64_t s = d >= off ? x->shape[d - off] : 1, xs = d >= off ? x->stride[d - off] : 0;
-        shape[nd] = c->a.list[d], ds[nd] = s * o->stride[d], ss[nd++] = 0;
+        shape[nd] = ke_attr_repeat_repeats(&c->a)[d], ds[nd] = s * o->stride[d], ss[nd++] = 0;
         shape[nd] = s, ds[nd] = o->stride[d], ss[nd++] = xs;
     }
     ke_copy_nd(nd, shape, ke_data(o), (kl_dtype)o->dtype, ds, ke_data(x), (kl_dtype)x->dtype, ss);
@@ -351,19 +352,20 @@ int ke_cpu_repeat(ke_call *c) {
 static void pads_of(const ke_call *c, int ndim, int d, int64_t *l, int64_t *r) {
     int i = ndim - 1 - d;
     *l = *r = 0;
-    if (2 * i + 1 < c->a.nlist) *l = c->a.list[2 * i], *r = c->a.list[2 * i + 1];
+    const int64_t *pad = ke_attr_pad_pad(&c->a);
+    if (2 * i + 1 < ke_attr_pad_pad_len(&c->a)) *l = pad[2 * i], *r = pad[2 * i + 1];
 }
 
 static int any_positive_pad(const ke_call *c) {
-    for (int i = 0; i < c->a.nlist; i++)
-        if (c->a.list[i] > 0) return 1;
+    for (int i = 0; i < ke_attr_pad_pad_len(&c->a); i++)
+        if (ke_attr_pad_pad(&c->a)[i] > 0) return 1;
     return 0;
 }
 
 int ke_infer_pad(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0];
-    int np = c->a.nlist, nd = x->ndim;
+    int np = ke_attr_pad_pad_len(&c->a), nd = x->ndim;
     char b[256];
     if (np % 2) return ke_err(KL_ERR_ARG, op, "needs a (before, after) pair per dim, got %d pad values", np);
     if (np / 2 > nd)

@@ -414,7 +414,7 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
         uint32_t mask;
         if (ke_reduce_mask(c, x->ndim, &mask)) return -1;
         int64_t numel = ke_numel(x->ndim, x->shape);
-        if (c->a.nlist == 0 && numel == 0)
+        if (ke_attr_dims_len(&c->a) == 0 && numel == 0)
             return op == KE_OP_norm
                        ? ke_err(KL_ERR_SHAPE, ke_opname(c),
                                 "cannot compute the %g norm of an empty tensor %s: the operation has no identity",
@@ -505,8 +505,8 @@ static int rk_minmax_dim(int op, kl_tensor *x, int dim, bool keepdim, kl_tensor 
     if (!values || !indices) return ke_err(KL_ERR_NULL_ARG, ke_ops[op].name, "values and indices must not be NULL");
     kl_tensor *in[1] = {x};
     ke_call c = {.op = op, .nin = 1, .in = in};
-    c.a.nlist = 1;
-    c.a.list[0] = dim;
+    int64_t d = dim;
+    ke_set_list(&c, 1, &d);
     ke_attr_set_keepdim(&c.a, keepdim);
     if (ke_dispatch(&c)) return -1;
     *values = c.out[0];

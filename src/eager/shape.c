@@ -161,11 +161,13 @@ int ke_infer_broadcast(ke_call *c, ke_outspec *out) {
 
 int ke_reduce_mask(ke_call *c, int ndim, uint32_t *mask) {
     uint32_t m = 0;
-    if (c->a.nlist == 0) {
+    int n = ke_attr_dims_len(&c->a);
+    const int64_t *dims = ke_attr_dims(&c->a);
+    if (n == 0) {
         m = ndim ? (1u << ndim) - 1 : 0;
     } else {
-        for (int i = 0; i < c->a.nlist; i++) {
-            int d = ke_wrap_dim(ke_opname(c), c->a.list[i], ndim);
+        for (int i = 0; i < n; i++) {
+            int d = ke_wrap_dim(ke_opname(c), dims[i], ndim);
             if (d < 0) return -1;
             if (ndim == 0) continue;
             if (m & (1u << d))

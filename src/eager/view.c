@@ -82,10 +82,10 @@ static int infer_size(const char *op, const kl_tensor *x, int ndim, int64_t *sha
 
 int ke_view_view(ke_call *c) {
     const kl_tensor *x = c->in[0];
-    int nd = c->a.nlist;
+    int nd = ke_attr_view_shape_len(&c->a);
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     if (nd > KL_MAX_DIMS) return ke_err(KL_ERR_SHAPE, ke_opname(c), "%d dims requested; at most %d", nd, KL_MAX_DIMS);
-    memcpy(shape, c->a.list, sizeof(int64_t) * nd);
+    memcpy(shape, ke_attr_view_shape(&c->a), sizeof(int64_t) * nd);
     if (infer_size(ke_opname(c), x, nd, shape)) return -1;
     if (view_strides(x, nd, shape, stride)) {
         char b1[200], b2[256];
@@ -98,12 +98,14 @@ int ke_view_view(ke_call *c) {
 
 int ke_view_permute(ke_call *c) {
     const kl_tensor *x = c->in[0];
-    if (c->a.nlist != x->ndim)
-        return ke_err(KL_ERR_ARG, ke_opname(c), "got %d dims for a tensor with %d dims", c->a.nlist, x->ndim);
+    const int64_t *dims = ke_attr_permute_dims(&c->a);
+    if (ke_attr_permute_dims_len(&c->a) != x->ndim)
+        return ke_err(KL_ERR_ARG, ke_opname(c), "got %d dims for a tensor with %d dims",
+                      ke_attr_permute_dims_len(&c->a), x->ndim);
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     unsigned seen = 0;
     for (int i = 0; i < x->ndim; i++) {
-        int d = ke_wrap_dim(ke_opname(c), c->a.list[i], x->ndim);
+        int d = ke_wrap_dim(ke_opname(c), dims[i], x->ndim);
         if (d < 0) return -1;
         if (seen & (1u << d)) return ke_err(KL_ERR_ARG, ke_opname(c), "dim %d repeated in the permutation", d);
         seen |= 1u << d;
@@ -129,20 +131,21 @@ int ke_view_transpose(ke_call *c) {
 
 int ke_view_expand(ke_call *c) {
     const kl_tensor *x = c->in[0];
-    int nd = c->a.nlist;
+    int nd = ke_attr_expand_shape_len(&c->a);
+    const int64_t *to = ke_attr_expand_shape(&c->a);
     char b1[200], b2[256];
     if (nd < x->ndim || nd > KL_MAX_DIMS)
         return ke_err(KL_ERR_SHAPE, ke_opname(c), "cannot expand %s to %s", ke_fmt_tensor(b2, sizeof b2, x),
-                      ke_fmt_shape(b1, sizeof b1, nd, c->a.list));
+                      ke_fmt_shape(b1, sizeof b1, nd, to));
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     int off = nd - x->ndim;
     for (int d = 0; d < nd; d++) {
-        int64_t want = c->a.list[d];
+        int64_t want = to[d];
         int sd = d - off;
         if (sd < 0) {
             if (want < 0)
                 return ke_err(KL_ERR_SHAPE, ke_opname(c), "-1 is not allowed for a new leading dim in %s",
-                              ke_fmt_shape(b1, sizeof b1, nd, c->a.list));
+                              ke_fmt_shape(b1, sizeof b1, nd, to));
             shape[d] = want;
             stride[d] = 0;
         } else if (want == -1 || want == x->shape[sd]) {
@@ -154,7 +157,7 @@ int ke_view_expand(ke_call *c) {
         } else {
             return ke_err(KL_ERR_SHAPE, ke_opname(c),
                           "cannot expand %s to %s: dim %d has size %lld, not 1", ke_fmt_tensor(b2, sizeof b2, x),
-                          ke_fmt_shape(b1, sizeof b1, nd, c->a.list), sd, (long long)x->shape[sd]);
+                          ke_fmt_shape(b1, sizeof b1, nd, to), sd, (long long)x->shape[sd]);
         }
     }
     if (ke_check_shape(ke_opname(c), nd, shape, (kl_dtype)x->dtype)) return -1;
@@ -241,9 +244,9 @@ int ke_view_as_strided(ke_call *c) {
     const kl_tensor *x = c->in[0];
     int nd = (int)ke_attr_as_strided_ndim(&c->a);
     int64_t offset = ke_attr_as_strided_offset(&c->a);
-    if (nd < 0 || nd > KL_MAX_DIMS || c->a.nlist != 2 * nd)
+    if (nd < 0 || nd > KL_MAX_DIMS || ke_attr_as_strided_size_stride_len(&c->a) != 2 * nd)
         return ke_err(KL_ERR_ARG, ke_opname(c), "bad dims count %d", nd);
-    const int64_t *shape = c->a.list, *stride = c->a.list + nd;
+    const int64_t *shape = ke_attr_as_strided_size_stride(&c->a), *stride = shape + nd;
     if (ke_check_shape(ke_opname(c), nd, shape, (kl_dtype)x->dtype)) return -1;
     if (offset < 0) return ke_err(KL_ERR_ARG, ke_opname(c), "negative storage offset %lld", (long long)offset);
     /* The furthest element must lie inside the storage: never read out of bounds. */
@@ -274,10 +277,10 @@ int ke_view_alias(ke_call *c) {
 
 int ke_decomp_reshape(ke_call *c) {
     kl_tensor *x = c->in[0];
-    int nd = c->a.nlist;
+    int nd = ke_attr_reshape_shape_len(&c->a);
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     if (nd > KL_MAX_DIMS) return ke_err(KL_ERR_SHAPE, ke_opname(c), "%d dims requested; at most %d", nd, KL_MAX_DIMS);
-    memcpy(shape, c->a.list, sizeof(int64_t) * nd);
+    memcpy(shape, ke_attr_reshape_shape(&c->a), sizeof(int64_t) * nd);
     if (infer_size(ke_opname(c), x, nd, shape)) return -1;
     if (view_strides(x, nd, shape, stride) == 0) return ke_set_out1(c, kl_view(x, nd, shape));
     kl_scope_begin();

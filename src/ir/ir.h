@@ -151,7 +151,7 @@ int ir_node_has_effect(const ir_graph *g, const ir_node *n);
  * number of kernels made, or -1. */
 int ir_pass_fuse(ir_graph *g);
 /* After fusion: an elementwise kernel whose output is copied back into a tensor it
- * reads at the same elements writes that tensor directly (the kernel node's a.list[j]:
+ * reads at the same elements writes that tensor directly (the kernel node's write_into[j]:
  * the input position output j is written into, -1 for a fresh output), and the copy_back
  * goes (writeback.c). Returns the number of copies removed, or -1. */
 int ir_pass_writeback(ir_graph *g);

@@ -8,7 +8,7 @@
  * optimizer step over p, m and v that is three more passes over memory than
  * the update itself needs. Here an elementwise kernel whose output j is
  * copied back into a tensor b it reads instead writes output j into b itself
- * (the kernel node's a.list[j] names the input position of b; -1 elsewhere),
+ * (the kernel node's write_into[j] names the input position of b; -1 elsewhere),
  * and the copy_back goes. That is safe when
  *  - the kernel is elementwise (no row passes) and reads b at exactly the
  *    element it writes (the same index over the domain, same dtype), and

@@ -78,8 +78,8 @@ static int run_kernel(const ir_graph *g, const ir_node *n, kl_tensor **vals, exe
     for (int i = 0; i < n->nin; i++) in[i] = vals[n->in[i]];
     for (int j = 0; j < n->nout; j++) {
         const ir_kbuf *b = &k->bufs[k->ninputs + j];
-        if (j < n->a.nlist && n->a.list[j] >= 0) {
-            vals[n->out[j]] = out[j] = in[n->a.list[j]];
+        if (j < ir_attr_kernel_write_into_len(&n->a) && ir_attr_kernel_write_into(&n->a)[j] >= 0) {
+            vals[n->out[j]] = out[j] = in[ir_attr_kernel_write_into(&n->a)[j]];
             continue;
         }
         if (slot_tensor(m, n->out[j], b, &out[j])) return -1;
