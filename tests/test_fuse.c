@@ -414,7 +414,7 @@ static void softmax_kernel_text(void **state) {
     char buf[1024];
     assert_true(kl_fn_graph_text(f, buf, sizeof buf) > 0);
     assert_string_equal(buf, "graph(%0: f32[2,3]) {\n"
-                             "  %1: f32[2,3] = kernel(%0)\n"
+                             "  %1: f32[2,3] = kernel(%0, id=0)\n"
                              "  return (%1)\n"
                              "}\n");
     kl_fn_release(f);

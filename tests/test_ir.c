@@ -114,16 +114,16 @@ static void cse_merges_only_equal_pure_nodes(void **state) {
         "graph(%0: f32[2,3]) {\n"
         "  %1: f32[2,3] = exp(%0)\n"
         "  %2: f32[2,3] = add(%1, %1)\n"
-        "  %3: f32[2,1] = sum(%0) {i0=1, list=[1]}\n"
-        "  %4: f32[1,3] = sum(%0) {i0=1, list=[0]}\n"
+        "  %3: f32[2,1] = sum(%0, dims=[1], keepdim=true)\n"
+        "  %4: f32[1,3] = sum(%0, dims=[0], keepdim=true)\n"
         "  %5: f32[2,3] = sub(%4, %3)\n"
-        "  %6: f32[3] = full() {list=[3]}\n"
-        "  %7: f32[3] = full() {list=[3]}\n"
+        "  %6: f32[3] = full(shape=[3], value=-0, dtype=f32)\n"
+        "  %7: f32[3] = full(shape=[3], value=0, dtype=f32)\n"
         "  %8: f32[3] = add(%7, %6)\n"
-        "  %9: f32[3] = rand() {slot=0, list=[3]}\n"
-        "  %10: f32[3] = rand() {slot=1, list=[3]}\n"
+        "  %9: f32[3] = rand(shape=[3], slot=0, dtype=f32)\n"
+        "  %10: f32[3] = rand(shape=[3], slot=1, dtype=f32)\n"
         "  %11: f32[3] = add(%10, %9)\n"
-        "  %12: i64[]{wrapped} = scalar() {value=2}\n"
+        "  %12: i64[]{wrapped} = scalar(value=2)\n"
         "  %13: f32[2,3] = mul(%0, %12)\n"
         "  %14: f32[2,3] = add(%13, %13)\n"
         "  %15: f32[2,3] = add(%2, %5)\n"
@@ -139,7 +139,7 @@ static void cse_merges_only_equal_pure_nodes(void **state) {
     assert_string_equal(after_pass(cse_write_fn, in, 2, 3, ir_pass_cse, 0),
         "graph(%0: f32[3], %1: f32[3]) {\n"
         "  %2: f32[3] = exp(%0)\n"
-        "  %3: i64[]{wrapped} = scalar() {value=1}\n"
+        "  %3: i64[]{wrapped} = scalar(value=1)\n"
         "  %4: f32[3] = add_(%0, %3)\n"
         "  %5: f32[3] = exp(%4)\n"
         "  %6: f32[3] = sub(%5, %2)\n"
@@ -172,25 +172,25 @@ static void fold_computes_constants_once(void **state) {
     kl_manual_seed(1);
     assert_string_equal(after_pass(fold_fn, &x, 1, 3, ir_pass_fold, 8),
         "graph(%0: f32[3]) {\n"
-        "  %1: f32[3] = captured() {i1=1}\n"
-        "  %2: f32[3] = captured() {i0=1, i1=1}\n"
-        "  %3: f32[3] = captured() {i0=2, i1=1}\n"
-        "  %4: f64[] = scalar() {value=1.5}\n"
-        "  %5: i64[]{wrapped} = scalar() {value=2}\n"
-        "  %6: f64[] = scalar() {value=3}\n"
-        "  %7: f32[3] = full() {f0=1, list=[3]}\n"
+        "  %1: f32[3] = captured(index=0, constant=true)\n"
+        "  %2: f32[3] = captured(index=1, constant=true)\n"
+        "  %3: f32[3] = captured(index=2, constant=true)\n"
+        "  %4: f64[] = scalar(value=1.5)\n"
+        "  %5: i64[]{wrapped} = scalar(value=2)\n"
+        "  %6: f64[] = scalar(value=3)\n"
+        "  %7: f32[3] = full(shape=[3], value=1, dtype=f32)\n"
         "  %8: f32[3] = add_(%7, %0)\n"
-        "  %9: f32[] = scalar() {value=2}\n"
-        "  %10: f32[3] = rand() {slot=0, list=[3]}\n"
+        "  %9: f32[] = scalar(value=2)\n"
+        "  %10: f32[3] = rand(shape=[3], slot=0, dtype=f32)\n"
         "  %11: f32[3] = mul(%10, %9)\n"
         "  %12: f32[3] = add(%0, %3)\n"
         "  %13: f32[3] = mul(%12, %6)\n"
         "  %14: f32[3] = add(%13, %8)\n"
         "  %15: f32[3] = add(%14, %11)\n"
-        "  %16: i64[3] = arange() {f1=3, f2=1, i5=5}\n"
-        "  %17: f32[3,3] = captured() {i0=3, i1=1}\n"
-        "  %18: i64[]{wrapped} = scalar() {value=0}\n"
-        "  %19: f32[3,3] = captured() {i0=4, i1=1}\n"
+        "  %16: i64[3] = arange(start=0, end=3, dtype=i64)\n"
+        "  %17: f32[3,3] = captured(index=3, constant=true)\n"
+        "  %18: i64[]{wrapped} = scalar(value=0)\n"
+        "  %19: f32[3,3] = captured(index=4, constant=true)\n"
         "  %20: f32[3,3] = add(%19, %0)\n"
         "  return (%15, %16, %20)\n"
         "}\n");
@@ -220,27 +220,27 @@ static void simplify_removes_identities(void **state) {
     kl_tensor *in[2] = {kl_reshape(seq(6, 0.5), KL_SHAPE(2, 3)), kl_to_dtype(seq(3, 1), KL_I32)};
     assert_string_equal(after_pass(simplify_fn, in, 2, 3, ir_pass_simplify, 9),
         "graph(%0: f32[2,3], %1: i32[3]) {\n"
-        "  %2: i64[]{wrapped} = scalar() {value=1}\n"
-        "  %3: i64[]{wrapped} = scalar() {value=1}\n"
-        "  %4: i64[]{wrapped} = scalar() {value=0}\n"
+        "  %2: i64[]{wrapped} = scalar(value=1)\n"
+        "  %3: i64[]{wrapped} = scalar(value=1)\n"
+        "  %4: i64[]{wrapped} = scalar(value=0)\n"
         "  %5: f32[2,3] = neg(%0)\n"
-        "  %6: f32[3,2]{strides=1,3} = transpose(%0) {i1=1}\n"
-        "  %7: f32[1,2,3] = unsqueeze(%0)\n"
-        "  %8: f32[3,2] = view(%0) {list=[3,2]}\n"
-        "  %9: f32[1,6] = view(%0) {list=[1,6]}\n"
-        "  %10: f32[4,6]{strides=0,1} = expand(%9) {list=[4,6]}\n"
-        "  %11: f32[2,4,6]{strides=0,0,1} = expand(%9) {list=[2,4,6]}\n"
-        "  %12: i64[]{wrapped} = scalar() {value=0}\n"
+        "  %6: f32[3,2]{strides=1,3} = transpose(%0, dim0=0, dim1=1)\n"
+        "  %7: f32[1,2,3] = unsqueeze(%0, dim=0)\n"
+        "  %8: f32[3,2] = view(%0, shape=[3,2])\n"
+        "  %9: f32[1,6] = view(%0, shape=[1,6])\n"
+        "  %10: f32[4,6]{strides=0,1} = expand(%9, shape=[4,6])\n"
+        "  %11: f32[2,4,6]{strides=0,0,1} = expand(%9, shape=[2,4,6])\n"
+        "  %12: i64[]{wrapped} = scalar(value=0)\n"
         "  %13: f32[2,3] = mul(%0, %12)\n"
-        "  %14: i64[]{wrapped} = scalar() {value=0}\n"
+        "  %14: i64[]{wrapped} = scalar(value=0)\n"
         "  %15: f32[2,3] = add(%0, %14)\n"
         "  %16: f32[2,3] = add(%15, %13)\n"
         "  %17: f32[2,3] = add(%0, %16)\n"
-        "  %18: f32[6] = view(%17) {list=[6]}\n"
+        "  %18: f32[6] = view(%17, shape=[6])\n"
         "  %19: f32[2,4,6] = add(%11, %18)\n"
-        "  %20: f32[] = full() {f0=1}\n"
+        "  %20: f32[] = full(shape=[], value=1, dtype=f32)\n"
         "  %21: f32[3] = mul(%1, %20)\n"
-        "  %22: i64[]{wrapped} = scalar() {value=0}\n"
+        "  %22: i64[]{wrapped} = scalar(value=0)\n"
         "  %23: f32[3] = add(%1, %21)\n"
         "  %24: f32[2,3] = neg(%0)\n"
         "  %25: f32[2,3] = neg(%24)\n"
@@ -283,13 +283,13 @@ static void functionalize_makes_writes_pure(void **state) {
     kl_tensor *in[3] = {seq(4, 1), seq(4, 0.5), seq(4, 0.25)};
     assert_string_equal(after_pass(sgd_fn, in, 3, 2, ir_pass_functionalize, 4),
         "graph(%0: f32[4], %1: f32[4], %2: f32[4]) {\n"
-        "  %3: f64[]{wrapped} = scalar() {value=0.90000000000000002}\n"
+        "  %3: f64[]{wrapped} = scalar(value=0.9)\n"
         "  %4: f32[4] = mul(%2, %3)\n"
         "  %5: f32[4] = add(%4, %1)\n"
-        "  %6: f64[]{wrapped} = scalar() {value=0.10000000000000001}\n"
+        "  %6: f64[]{wrapped} = scalar(value=0.1)\n"
         "  %7: f32[4] = mul(%5, %6)\n"
         "  %8: f32[4] = sub(%0, %7)\n"
-        "  %9: i64[]{wrapped} = scalar() {value=2}\n"
+        "  %9: i64[]{wrapped} = scalar(value=2)\n"
         "  %10: f32[4] = mul(%1, %9)\n"
         "  %11: f32[4] = exp(%10)\n"
         "  copy_back(%0, %8)\n"
@@ -300,11 +300,11 @@ static void functionalize_makes_writes_pure(void **state) {
     kl_tensor *k[3] = {seq(4, 1), seq(4, 0.5), kl_to_dtype(seq(4, 0.3), KL_F64)};
     assert_string_equal(after_pass(kept_fn, k, 3, 1, ir_pass_functionalize, 0),
         "graph(%0: f32[4], %1: f32[4], %2: f64[4]) {\n"
-        "  %3: f32[2] = slice(%0) {i2=2, i3=1}\n"
-        "  %4: i64[]{wrapped} = scalar() {value=1}\n"
+        "  %3: f32[2] = slice(%0, dim=0, start=0, end=2)\n"
+        "  %4: i64[]{wrapped} = scalar(value=1)\n"
         "  %5: f32[2] = add_(%3, %4)\n"
         "  %6: f32[4] = add_(%1, %2)\n"
-        "  %7: f64[]{wrapped} = scalar() {value=3}\n"
+        "  %7: f64[]{wrapped} = scalar(value=3)\n"
         "  %8: f64[4] = copy_(%2, %7)\n"
         "  %9: f32[4] = mul(%0, %6)\n"
         "  return (%9)\n"
@@ -349,10 +349,10 @@ static void dce_keeps_writes_seen_through_views(void **state) {
     assert_string_equal(after_pass(view_write_fn, &x, 1, 1, ir_pass_dce, 0),
         "graph(%0: f32[4]) {\n"
         "  %1: f32[4] = exp(%0)\n"
-        "  %2: f32[2] = slice(%1) {i2=2, i3=1}\n"
-        "  %3: i64[]{wrapped} = scalar() {value=1}\n"
+        "  %2: f32[2] = slice(%1, dim=0, start=0, end=2)\n"
+        "  %3: i64[]{wrapped} = scalar(value=1)\n"
         "  %4: f32[2] = add_(%2, %3)\n"
-        "  %5: i64[]{wrapped} = scalar() {value=2}\n"
+        "  %5: i64[]{wrapped} = scalar(value=2)\n"
         "  %6: f32[4] = mul(%1, %5)\n"
         "  return (%6)\n"
         "}\n");
@@ -406,10 +406,10 @@ static void decompose_splices_primitives(void **state) {
     kl_tensor *x = kl_reshape(seq(8, 0.5), KL_SHAPE(2, 4));
     assert_string_equal(after_pass(softmax_fn, &x, 1, 1, decompose_for_fusion, 1),
         "graph(%0: f32[2,4]) {\n"
-        "  %1: f32[2,1] = amax(%0) {i0=1, list=[-1]}\n"
+        "  %1: f32[2,1] = amax(%0, dims=[-1], keepdim=true)\n"
         "  %2: f32[2,4] = sub(%0, %1)\n"
         "  %3: f32[2,4] = exp(%2)\n"
-        "  %4: f32[2,1] = sum(%3) {i0=1, list=[-1]}\n"
+        "  %4: f32[2,1] = sum(%3, dims=[-1], keepdim=true)\n"
         "  %5: f32[2,4] = div(%3, %4)\n"
         "  return (%5)\n"
         "}\n");
@@ -464,13 +464,13 @@ static void pipeline_matches_eager(void **state) {
     assert_true(kl_fn_graph_text(f, buf, sizeof buf) > 0);
     assert_string_equal(buf,
         "graph(%0: f32[4], %1: f32[4], %2: f32[4]) {\n"
-        "  %3: f64[]{wrapped} = scalar() {value=0.90000000000000002}\n"
+        "  %3: f64[]{wrapped} = scalar(value=0.9)\n"
         "  %4: f32[4] = mul(%2, %3)\n"
         "  %5: f32[4] = add(%4, %1)\n"
-        "  %6: f64[]{wrapped} = scalar() {value=0.10000000000000001}\n"
+        "  %6: f64[]{wrapped} = scalar(value=0.1)\n"
         "  %7: f32[4] = mul(%5, %6)\n"
         "  %8: f32[4] = sub(%0, %7)\n"
-        "  %9: i64[]{wrapped} = scalar() {value=2}\n"
+        "  %9: i64[]{wrapped} = scalar(value=2)\n"
         "  %10: f32[4] = mul(%1, %9)\n"
         "  %11: f32[4] = exp(%10)\n"
         "  copy_back(%0, %8)\n"
@@ -490,6 +490,57 @@ static int plan_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int
     return out[0] ? 0 : -1;
 }
 
+/* ---- the text form of attributes ------------------------------------------------------ */
+
+static int no_pass(ir_graph *g) {
+    (void)g;
+    return 0;
+}
+
+/* one op per attribute type: lists in parts, bools, floats, reductions,
+ * defaults left out (clamp's -inf, pooling's count_include_pad, slice's step) */
+static int attrs_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_conv2d_options co = kl_conv2d_options_default();
+    co.padding[0] = co.padding[1] = 1;
+    co.groups = 2;
+    kl_tensor *y = kl_conv2d(in[0], in[1], NULL, &co);
+    kl_pool2d_options po = kl_pool2d_options_default(2);
+    po.ceil_mode = true;
+    y = kl_max_pool2d(y, &po);
+    y = kl_layer_norm(y, 2, NULL, NULL, 1e-5);
+    y = kl_softmax(kl_clamp(y, -INFINITY, 0.5), -1);
+    kl_tensor *v = kl_var(y, KL_DIMS(2, 3), 1, false);
+    kl_tensor *l = kl_cross_entropy(kl_squeeze(v, 0), in[2], KL_REDUCE_SUM, 0.25);
+    out[0] = kl_add(kl_cumsum(kl_slice(y, 3, 0, 1, 1), 2), l);
+    return out[0] ? 0 : -1;
+}
+
+static void attributes_print_by_name(void **state) {
+    (void)state;
+    kl_tensor *in[3] = {kl_rand(KL_SHAPE(1, 2, 4, 4), KL_F32), kl_rand(KL_SHAPE(2, 1, 3, 3), KL_F32),
+                        kl_zeros(KL_SHAPE(1), KL_I64)};
+    kl_tensor *v = kl_reshape(in[2], 0, NULL);
+    in[2] = v;
+    assert_string_equal(after_pass(attrs_fn, in, 3, 1, no_pass, 0),
+        "graph(%0: f32[1,2,4,4], %1: f32[2,1,3,3], %2: i64[]) {\n"
+        "  %3: f32[1,2,4,4] = conv2d(%0, %1, stride=[1,1], padding=[1,1], dilation=[1,1], groups=2, "
+        "has_bias=false)\n"
+        "  %4: f32[1,2,2,2] = max_pool2d(%3, kernel_size=[2,2], stride=[2,2], padding=[0,0], dilation=[1,1], "
+        "ceil_mode=true)\n"
+        "  %5: f32[1,2,2,2] = layer_norm(%4, normalized_ndim=2, has_weight=false, has_bias=false, eps=1e-05)\n"
+        "  %6: f32[1,2,2,2] = clamp(%5, max=0.5)\n"
+        "  %7: f32[1,2,2,2] = softmax(%6, dim=-1)\n"
+        "  %8: f32[1,2] = var(%7, dims=[2,3], correction=1)\n"
+        "  %9: f32[2] = squeeze(%8, dim=0)\n"
+        "  %10: f32[] = cross_entropy(%9, %2, reduction=sum, label_smoothing=0.25)\n"
+        "  %11: f32[1,2,2,1]{strides=8,4,2,1} = slice(%7, dim=3, start=0, end=1)\n"
+        "  %12: f32[1,2,2,1] = cumsum(%11, dim=2)\n"
+        "  %13: f32[1,2,2,1] = add(%12, %10)\n"
+        "  return (%13)\n"
+        "}\n");
+}
+
 static void plan_alone(void **state) {
     (void)state;
     kl_tensor *in[2] = {kl_reshape(seq(6, 0.5), KL_SHAPE(2, 3)), kl_zeros(KL_SHAPE(3, 2), KL_F32)};
@@ -501,10 +552,10 @@ static void plan_alone(void **state) {
     char *s = ir_to_string(g);
     assert_string_equal(s, "graph(%0: f32[2,3], %1: f32[3,2]) {\n"
                            "  %2: f32[2,3] = exp(%0)\n"
-                           "  %3: f32[3,2]{strides=1,3} = transpose(%2) {i1=1}\n"
+                           "  %3: f32[3,2]{strides=1,3} = transpose(%2, dim0=0, dim1=1)\n"
                            "  %4: f32[3,2] = neg(%3)\n"
                            "  %5: f32[3,2] = add_(%1, %4)\n"
-                           "  %6: i64[]{wrapped} = scalar() {value=2}\n"
+                           "  %6: i64[]{wrapped} = scalar(value=2)\n"
                            "  %7: f32[3,2] = mul(%4, %6)\n"
                            "  return (%7)\n"
                            "}\n");
@@ -540,6 +591,7 @@ int main(void) {
         KT_TEST(decompose_splices_primitives),
         KT_TEST(pipeline_matches_eager),
         KT_TEST(plan_alone),
+        KT_TEST(attributes_print_by_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -142,14 +142,14 @@ UNARY(log10, kl_div(g, kl_mul_scalar(x, LN10)))
 int ag_d_logit(ag_ctx *c) {
     if (!c->need[0]) return 0;
     kl_tensor *x = wide(c->in[0]);
-    double eps = c->a->f[0], lo = eps >= 0 ? eps : 0, hi = eps >= 0 ? 1 - eps : 1;
+    double eps = ke_attr_logit_eps(c->a), lo = eps >= 0 ? eps : 0, hi = eps >= 0 ? 1 - eps : 1;
     kl_tensor *d = kl_div(c->gout[0], kl_mul(x, kl_rsub_scalar(x, 1.0)));
     kl_tensor *out = kl_logical_not(kl_logical_and(kl_ge_scalar(x, lo), kl_le_scalar(x, hi)));
     return put(c, 0, kl_masked_fill(d, out, eps >= 0 ? 0.0 : NAN));
 }
 
 /* leaky_relu: f0 = negative_slope; leaky_relu_backward: x > 0 ? g : g * slope */
-UNARY(leaky_relu, kl_where(kl_gt_scalar(x, 0.0), g, kl_mul_scalar(g, c->a->f[0])))
+UNARY(leaky_relu, kl_where(kl_gt_scalar(x, 0.0), g, kl_mul_scalar(g, ke_attr_leaky_relu_negative_slope(c->a))))
 
 /* elu_backward with is_result false: x <= 0 (or NaN) ? g * ic * nc * exp(x * ic) : g * pc.
  * exp sees min(x, 0): where's untaken branch would otherwise overflow to inf
@@ -164,9 +164,9 @@ static int elu_grad(ag_ctx *c, double nc, double pc, double ic) {
      * vectorized elu_backward) */
     return put(c, 0, kl_where(kl_gt_scalar(x, 0.0), pos, neg));
 }
-int ag_d_elu(ag_ctx *c) { return elu_grad(c, c->a->f[0], 1.0, 1.0); }
+int ag_d_elu(ag_ctx *c) { return elu_grad(c, ke_attr_elu_alpha(c->a), 1.0, 1.0); }
 int ag_d_selu(ag_ctx *c) { return elu_grad(c, SELU_ALPHA * SELU_SCALE, SELU_SCALE, 1.0); }
-int ag_d_celu(ag_ctx *c) { return elu_grad(c, c->a->f[0], 1.0, 1.0 / c->a->f[0]); }
+int ag_d_celu(ag_ctx *c) { return elu_grad(c, ke_attr_celu_alpha(c->a), 1.0, 1.0 / ke_attr_celu_alpha(c->a)); }
 
 /* softsign = x / (|x| + 1) is a composite in PyTorch; its autograd gives
  * g (1/d - |x|/d^2), d = |x| + 1, which is NaN at +-inf (not 0): kept so. */
@@ -179,7 +179,7 @@ int ag_d_softsign(ag_ctx *c) {
 
 /* hardtanh: f0, f1 = bounds; hardtanh_backward passes strictly inside them
  * (NaN gets 0, as its vectorized loop gives) */
-UNARY(hardtanh, kl_masked_fill(g, kl_logical_not(kl_logical_and(kl_gt_scalar(x, c->a->f[0]), kl_lt_scalar(x, c->a->f[1]))), 0.0))
+UNARY(hardtanh, kl_masked_fill(g, kl_logical_not(kl_logical_and(kl_gt_scalar(x, ke_attr_hardtanh_min_val(c->a)), kl_lt_scalar(x, ke_attr_hardtanh_max_val(c->a)))), 0.0))
 /* hardsigmoid_backward: g * (1.0f / 6) (PyTorch's float constant, in every
  * dtype) strictly inside (-3, 3), else 0 (NaN too) */
 UNARY(hardsigmoid, kl_masked_fill(kl_mul_scalar(g, (double)(1.0f / 6.0f)),
@@ -350,7 +350,7 @@ int ag_d_where(ag_ctx *c) {
 int ag_d_clamp(ag_ctx *c) {
     if (!c->need[0]) return 0;
     kl_tensor *x = c->in[0];
-    kl_tensor *in = kl_logical_and(kl_ge_scalar(x, c->a->f[0]), kl_le_scalar(x, c->a->f[1]));
+    kl_tensor *in = kl_logical_and(kl_ge_scalar(x, ke_attr_clamp_min(c->a)), kl_le_scalar(x, ke_attr_clamp_max(c->a)));
     return put(c, 0, kl_masked_fill(c->gout[0], kl_logical_not(in), 0.0));
 }
 
@@ -363,10 +363,9 @@ int ag_d_lerp(ag_ctx *c) {
     return 0;
 }
 
-/* lerp_scalar: f0 = weight */
 int ag_d_lerp_scalar(ag_ctx *c) {
     kl_tensor *g = c->gout[0];
-    double w = c->a->f[0];
+    double w = ke_attr_lerp_scalar_weight(c->a);
     if (c->need[0] && put(c, 0, kl_mul_scalar(g, 1.0 - w))) return -1;
     if (c->need[1] && put(c, 1, kl_mul_scalar(g, w))) return -1;
     return 0;
@@ -377,9 +376,9 @@ int ag_d_masked_fill(ag_ctx *c) {
     return c->need[0] ? put(c, 0, kl_masked_fill(c->gout[0], c->in[1], 0.0)) : 0;
 }
 
-/* tril / triu: i0 = diagonal offset */
-UNARY(tril, kl_tril(g, c->a->i[0]))
-UNARY(triu, kl_triu(g, c->a->i[0]))
+/* tril / triu keep their diagonal offset (triu has tril's attributes) */
+UNARY(tril, kl_tril(g, ke_attr_tril_diagonal(c->a)))
+UNARY(triu, kl_triu(g, ke_attr_tril_diagonal(c->a)))
 
 /* ---- copies ----------------------------------------------------------------------------- */
 

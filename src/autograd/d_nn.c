@@ -35,7 +35,7 @@ static kl_tensor *zeros_on(int ndim, const int64_t *shape, kl_dtype dt, kl_devic
 /* The output gradient of a mean/sum/none-reduced elementwise loss spread
  * back over the n elements the loss reduced. */
 static kl_tensor *spread_reduction(const ag_ctx *c, kl_tensor *g, int64_t n) {
-    return c->a->i[0] == KL_REDUCE_MEAN ? kl_div_scalar(g, (double)n) : g;
+    return ke_attr_reduction(c->a) == KL_REDUCE_MEAN ? kl_div_scalar(g, (double)n) : g;
 }
 
 /* ---- matrix products ----------------------------------------------------------------- */
@@ -102,7 +102,7 @@ int ag_d_bmm(ag_ctx *c) {
  * stays NaN), as PyTorch's maybe_multiply does. */
 int ag_d_addmm(ag_ctx *c) {
     kl_tensor *a = c->in[1], *b = c->in[2], *g = c->gout[0];
-    double beta = c->a->f[0], alpha = c->a->f[1];
+    double beta = ke_attr_addmm_beta(c->a), alpha = ke_attr_addmm_alpha(c->a);
     if (c->need[0] && !(c->gin[0] = beta == 1 ? g : kl_mul_scalar(g, beta))) return -1;
     kl_tensor *ga = alpha == 1 ? g : kl_mul_scalar(g, alpha);
     if (c->need[1] && !(c->gin[1] = kl_mm(ga, kl_t(b)))) return -1;
@@ -139,14 +139,14 @@ int ag_d_linear(ag_ctx *c) {
  * g - exp(y) * sum(g). The saved y carries the node back under create_graph,
  * so the second derivative flows through it to x. */
 int ag_d_softmax(ag_ctx *c) {
-    int64_t d = c->a->i[0];
+    int64_t d = ke_attr_softmax_dim(c->a);
     kl_tensor *y = c->out[0], *g = c->gout[0];
     c->gin[0] = kl_mul(y, kl_sub(g, kl_sum(kl_mul(g, y), 1, &d, true)));
     return c->gin[0] ? 0 : -1;
 }
 
 int ag_d_log_softmax(ag_ctx *c) {
-    int64_t d = c->a->i[0];
+    int64_t d = ke_attr_softmax_dim(c->a); /* log_softmax has softmax's attributes */
     kl_tensor *y = c->out[0], *g = c->gout[0];
     c->gin[0] = kl_sub(g, kl_mul(kl_exp(y), kl_sum(g, 1, &d, true)));
     return c->gin[0] ? 0 : -1;
@@ -160,11 +160,13 @@ int ag_d_log_softmax(ag_ctx *c) {
  *   dweight = g * xh, dbias = g (summed over the leading dims). */
 static int norm_backward(ag_ctx *c, int rms) {
     kl_tensor *x = c->in[0], *g = c->gout[0];
-    int nd = (int)c->a->i[0], has_w = c->a->i[1] != 0, has_b = !rms && c->a->i[2] != 0;
+    /* rms_norm's attributes are layer_norm's, less has_bias (nn.c asserts the slots) */
+    int nd = (int)ke_attr_layer_norm_normalized_ndim(c->a), has_w = ke_attr_layer_norm_has_weight(c->a),
+        has_b = !rms && ke_attr_layer_norm_has_bias(c->a);
     int64_t dims[KL_MAX_DIMS];
     for (int i = 0; i < nd; i++) dims[i] = i - nd;
     kl_tensor *xc = rms ? x : kl_sub(x, kl_mean(x, nd, dims, true));
-    kl_tensor *rstd = kl_rsqrt(kl_add_scalar(kl_mean(kl_mul(xc, xc), nd, dims, true), c->a->f[0]));
+    kl_tensor *rstd = kl_rsqrt(kl_add_scalar(kl_mean(kl_mul(xc, xc), nd, dims, true), ke_attr_layer_norm_eps(c->a)));
     kl_tensor *xh = kl_mul(xc, rstd);
     if (has_w && c->need[1] && !(c->gin[1] = kl_mul(g, xh))) return -1;
     if (has_b && c->need[1 + has_w]) c->gin[1 + has_w] = g;
@@ -200,9 +202,9 @@ static int class_dim(const ag_ctx *c) { return c->in_meta[0].ndim == 1 ? 0 : 1; 
  * on ignored rows, which PyTorch never writes even when that count is 0. */
 static kl_tensor *class_row_weights(const ag_ctx *c, kl_tensor *t, kl_tensor *g) {
     kl_dtype dt = (kl_dtype)c->in_meta[0].dtype;
-    kl_tensor *valid = kl_ne_scalar(t, (double)c->a->i[1]);
+    kl_tensor *valid = kl_ne_scalar(t, (double)ke_attr_cross_entropy_ignore_index(c->a)); /* nll_loss's too */
     kl_tensor *w = g;
-    if (c->a->i[0] == KL_REDUCE_MEAN) w = kl_div(g, kl_to_dtype(kl_sum(valid, KL_ALL_DIMS, false), dt));
+    if (ke_attr_reduction(c->a) == KL_REDUCE_MEAN) w = kl_div(g, kl_to_dtype(kl_sum(valid, KL_ALL_DIMS, false), dt));
     return kl_where(valid, w, zero_scalar(dt, c->in_meta[0].device));
 }
 
@@ -223,7 +225,7 @@ int ag_d_cross_entropy(ag_ctx *c) {
     if (!c->need[0]) return 0;
     kl_tensor *x = c->in[0], *t = c->in[1], *g = c->gout[0];
     int cd = class_dim(c);
-    double ls = c->a->f[0], C = (double)c->in_meta[0].shape[cd];
+    double ls = ke_attr_cross_entropy_label_smoothing(c->a), C = (double)c->in_meta[0].shape[cd];
     kl_tensor *oh = class_one_hot(c, t);
     kl_tensor *d = kl_sub(kl_softmax(x, cd), ls > 0 ? kl_mul_scalar(oh, 1 - ls) : oh);
     if (ls > 0) d = kl_sub_scalar(d, ls / C);
@@ -362,9 +364,10 @@ int ag_d_conv2d(ag_ctx *c) {
     const ag_tmeta *xm = &c->in_meta[0], *wm = &c->in_meta[1];
     kl_tensor *g = c->gout[0];
     int batched = xm->ndim == 4;
-    const int64_t *l = c->a->list;
-    conv_params cp = {{l[0], l[1]}, {l[2], l[3]}, {l[4], l[5]}, c->a->i[0]};
-    if (c->a->i[1] && c->need[2]) {
+    const int64_t *st = ke_attr_conv2d_stride(c->a), *pad = ke_attr_conv2d_padding(c->a),
+                  *dil = ke_attr_conv2d_dilation(c->a);
+    conv_params cp = {{st[0], st[1]}, {pad[0], pad[1]}, {dil[0], dil[1]}, ke_attr_conv2d_groups(c->a)};
+    if (ke_attr_conv2d_has_bias(c->a) && c->need[2]) {
         c->gin[2] = batched ? kl_sum(g, KL_DIMS(0, 2, 3), false) : kl_sum(g, KL_DIMS(1, 2), false);
         if (!c->gin[2]) return -1;
     }
@@ -425,18 +428,20 @@ static kl_tensor *pool_inverse_divisors(int64_t out, int64_t in, int64_t k, int6
  * plane: planes become the batch). */
 int ag_d_avg_pool2d(ag_ctx *c) {
     const ag_tmeta *xm = &c->in_meta[0], *om = &c->out_meta[0];
-    int b = xm->ndim == 4, cip = c->a->i[1] != 0;
-    const int64_t *l = c->a->list;
+    /* avg_pool2d has max_pool2d's attributes */
+    int b = xm->ndim == 4, cip = ke_attr_max_pool2d_count_include_pad(c->a);
+    const int64_t *k = ke_attr_max_pool2d_kernel_size(c->a), *s = ke_attr_max_pool2d_stride(c->a),
+                  *pad = ke_attr_max_pool2d_padding(c->a);
     int64_t H = xm->shape[b + 1], W = xm->shape[b + 2], OH = om->shape[b + 1], OW = om->shape[b + 2];
     int64_t planes = (b ? xm->shape[0] : 1) * xm->shape[b];
     if (planes == 0 || H == 0 || W == 0) return 0;
     kl_tensor *g = c->gout[0];
     kl_dtype dt = kl_dtype_of(g);
-    kl_tensor *ih = pool_inverse_divisors(OH, H, l[0], l[2], l[4], cip, dt, xm->device);
-    kl_tensor *iw = pool_inverse_divisors(OW, W, l[1], l[3], l[5], cip, dt, xm->device);
+    kl_tensor *ih = pool_inverse_divisors(OH, H, k[0], s[0], pad[0], cip, dt, xm->device);
+    kl_tensor *iw = pool_inverse_divisors(OW, W, k[1], s[1], pad[1], cip, dt, xm->device);
     g = kl_mul(kl_mul(g, kl_unsqueeze(ih, 1)), iw);
-    kl_tensor *ones = kl_fill_inplace(kl_empty_on(4, (int64_t[]){1, 1, l[0], l[1]}, dt, xm->device), 1);
-    conv_params cp = {{l[2], l[3]}, {l[4], l[5]}, {1, 1}, 1};
+    kl_tensor *ones = kl_fill_inplace(kl_empty_on(4, (int64_t[]){1, 1, k[0], k[1]}, dt, xm->device), 1);
+    conv_params cp = {{s[0], s[1]}, {pad[0], pad[1]}, {1, 1}, 1};
     kl_tensor *gx = conv_input_grad(kl_reshape(g, 4, (int64_t[]){planes, 1, OH, OW}), ones, &cp,
                                     (int64_t[]){H, W}, 0);
     c->gin[0] = kl_reshape(gx, xm->ndim, xm->shape);

@@ -22,8 +22,8 @@ static int64_t numel_of(const ag_tmeta *m) { return ke_numel(m->ndim, m->shape);
 
 static kl_tensor *full_on(int nd, const int64_t *shape, double v, kl_dtype dt, kl_device dev) {
     ke_call c = {.op = KE_OP_full, .nin = 0, .device = dev};
-    c.a.f[0] = v;
-    c.a.i[KE_ATTR_DTYPE] = dt;
+    ke_attr_set_full_value(&c.a, v);
+    ke_attr_set_dtype(&c.a, dt);
     if (ke_set_list(&c, nd, shape)) return NULL;
     return ke_call1(&c);
 }
@@ -31,8 +31,10 @@ static kl_tensor *full_on(int nd, const int64_t *shape, double v, kl_dtype dt, k
 /* int64 range start, start+step, ... (end excluded). */
 static kl_tensor *range_on(int64_t start, int64_t end, int64_t step, kl_device dev) {
     ke_call c = {.op = KE_OP_arange, .nin = 0, .device = dev};
-    c.a.f[0] = (double)start, c.a.f[1] = (double)end, c.a.f[2] = (double)step;
-    c.a.i[KE_ATTR_DTYPE] = KL_I64;
+    ke_attr_set_arange_start(&c.a, (double)start);
+    ke_attr_set_arange_end(&c.a, (double)end);
+    ke_attr_set_arange_step(&c.a, (double)step);
+    ke_attr_set_dtype(&c.a, KL_I64);
     return ke_call1(&c);
 }
 
@@ -62,9 +64,10 @@ static kl_tensor *pad_dim(kl_tensor *x, int d, int64_t l, int64_t r) {
 /* Reduced dims as a bit mask: the list (empty: every dim), wrapped. */
 static uint32_t rd_mask(const ke_attrs *a, int nd) {
     if (nd == 0) return 0;
-    if (a->nlist == 0) return (1u << nd) - 1;
+    int n = ke_attr_dims_len(a);
+    if (n == 0) return (1u << nd) - 1;
     uint32_t m = 0;
-    for (int i = 0; i < a->nlist; i++) m |= 1u << wrap(a->list[i], nd);
+    for (int i = 0; i < n; i++) m |= 1u << wrap(ke_attr_dims(a)[i], nd);
     return m;
 }
 
@@ -118,12 +121,12 @@ int ag_d_alias(ag_ctx *c) { return set_gin(c, 0, c->gout[0]); }
 int ag_d_permute(ag_ctx *c) {
     int nd = c->in_meta[0].ndim;
     int64_t inv[KL_MAX_DIMS];
-    for (int i = 0; i < nd; i++) inv[wrap(c->a->list[i], nd)] = i;
+    for (int i = 0; i < nd; i++) inv[wrap(ke_attr_permute_dims(c->a)[i], nd)] = i;
     return set_gin(c, 0, kl_permute(c->gout[0], nd, inv));
 }
 
 int ag_d_transpose(ag_ctx *c) {
-    return set_gin(c, 0, kl_transpose(c->gout[0], (int)c->a->i[0], (int)c->a->i[1]));
+    return set_gin(c, 0, kl_transpose(c->gout[0], (int)ke_attr_transpose_dim0(c->a), (int)ke_attr_transpose_dim1(c->a)));
 }
 
 int ag_d_expand(ag_ctx *c) {
@@ -146,8 +149,8 @@ static void split_at(const ag_tmeta *m, int d, int64_t *pre, int64_t *post) {
 int ag_d_slice(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     if (numel_of(m) == 0 || numel_of(&c->out_meta[0]) == 0) return 0;
-    int d = wrap(c->a->i[0], m->ndim);
-    int64_t n = m->shape[d], start = c->a->i[1], step = c->a->i[3];
+    int d = wrap(ke_attr_slice_dim(c->a), m->ndim);
+    int64_t n = m->shape[d], start = ke_attr_slice_start(c->a), step = ke_attr_slice_step(c->a);
     if (start < 0) start = start < -n ? 0 : start + n; /* as the view rule clamps */
     if (start > n) start = n;
     int64_t len = c->out_meta[0].shape[d], pre, post;
@@ -164,8 +167,8 @@ int ag_d_slice(ag_ctx *c) {
 int ag_d_select(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     if (numel_of(m) == 0) return 0;
-    int d = wrap(c->a->i[0], m->ndim);
-    int64_t n = m->shape[d], i = c->a->i[1], pre, post;
+    int d = wrap(ke_attr_select_dim(c->a), m->ndim);
+    int64_t n = m->shape[d], i = ke_attr_select_index(c->a), pre, post;
     if (i < 0) i += n;
     split_at(m, d, &pre, &post);
     kl_tensor *g = kl_reshape(c->gout[0], 3, (int64_t[]){pre, 1, post});
@@ -221,12 +224,12 @@ static void extent(int nd, const int64_t *shape, const int64_t *stride, int64_t 
  * positions splits each position's gradient evenly among them. */
 int ag_d_as_strided(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
-    int ond = (int)c->a->i[0];
-    const int64_t *oshape = c->a->list, *ostride = c->a->list + ond;
+    int ond = (int)ke_attr_as_strided_ndim(c->a);
+    const int64_t *oshape = ke_attr_as_strided_size_stride(c->a), *ostride = oshape + ond;
     if (numel_of(m) == 0 || ke_numel(ond, oshape) == 0) return 0;
     kl_tensor *x = c->in[0], *g = c->gout[0];
     const int64_t *istride = kl_stride(x);
-    int64_t ioff = kl_storage_offset(x), ooff = c->a->i[1];
+    int64_t ioff = kl_storage_offset(x), ooff = ke_attr_as_strided_offset(c->a);
     int64_t ilo, ihi, olo, ohi;
     extent(m->ndim, m->shape, istride, ioff, &ilo, &ihi);
     extent(ond, oshape, ostride, ooff, &olo, &ohi);
@@ -305,8 +308,8 @@ int ag_d_minmax_dim(ag_ctx *c) {
     kl_tensor *g = c->gout[0], *idx = c->out[1];
     if (numel_of(m) == 0) return 0;
     if (m->ndim == 0) return set_gin(c, 0, g);
-    int d = wrap(c->a->list[0], m->ndim);
-    if (!c->a->i[KE_ATTR_KEEPDIM]) g = kl_unsqueeze(g, d), idx = kl_unsqueeze(idx, d);
+    int d = wrap(ke_attr_max_dim_dim(c->a)[0], m->ndim); /* min_dim has max_dim's attributes */
+    if (!ke_attr_keepdim(c->a)) g = kl_unsqueeze(g, d), idx = kl_unsqueeze(idx, d);
     return set_gin(c, 0, kl_scatter_add(zeros_for(m, g), d, idx, g));
 }
 
@@ -323,7 +326,7 @@ int ag_d_var(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     if (numel_of(m) == 0) return 0;
     uint32_t mask = rd_mask(c->a, m->ndim);
-    return set_gin(c, 0, var_backward(restore(c->gout[0], m, mask), c->in[0], m, mask, c->a->f[0]));
+    return set_gin(c, 0, var_backward(restore(c->gout[0], m, mask), c->in[0], m, mask, ke_attr_var_correction(c->a)));
 }
 
 /* std: var's gradient scaled by 1 / (2 std), zero where std is zero (PyTorch). */
@@ -334,7 +337,7 @@ int ag_d_std(ag_ctx *c) {
     kl_tensor *s = restore(c->out[0], m, mask);
     kl_tensor *g = kl_div(restore(c->gout[0], m, mask), kl_mul_scalar(s, 2));
     g = kl_masked_fill(g, kl_eq_scalar(s, 0), 0);
-    return set_gin(c, 0, var_backward(g, c->in[0], m, mask, c->a->f[0]));
+    return set_gin(c, 0, var_backward(g, c->in[0], m, mask, ke_attr_var_correction(c->a)) /* std has var's attributes */);
 }
 
 /* logsumexp: g * softmax = g * exp(x - result). */
@@ -350,7 +353,7 @@ int ag_d_logsumexp(ag_ctx *c) {
  * (p >= 1) or the element is zero (p < 1); p = 0 has a zero gradient. */
 int ag_d_norm(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
-    double p = c->a->f[0];
+    double p = ke_attr_norm_p(c->a);
     if (numel_of(m) == 0 || p == 0) return 0;
     uint32_t mask = rd_mask(c->a, m->ndim);
     kl_tensor *x = c->in[0], *g = restore(c->gout[0], m, mask), *nrm = restore(c->out[0], m, mask), *r;
@@ -380,7 +383,7 @@ int ag_d_cumsum(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     if (numel_of(m) == 0) return 0;
     if (m->ndim == 0) return set_gin(c, 0, c->gout[0]);
-    return set_gin(c, 0, rev_cumsum(c->gout[0], wrap(c->a->i[0], m->ndim), m->device));
+    return set_gin(c, 0, rev_cumsum(c->gout[0], wrap(ke_attr_cumsum_dim(c->a), m->ndim), m->device));
 }
 
 /* Under create_graph, the O(n^2) form that is exact to every order (as
@@ -421,7 +424,7 @@ int ag_d_cumprod(ag_ctx *c) {
     if (numel_of(m) == 0) return 0;
     kl_tensor *x = c->in[0], *g = c->gout[0];
     if (m->ndim == 0) return set_gin(c, 0, g);
-    int d = wrap(c->a->i[0], m->ndim);
+    int d = wrap(ke_attr_cumsum_dim(c->a), m->ndim); /* cumprod has cumsum's attributes */
     if (m->shape[d] == 1) return set_gin(c, 0, g);
     kl_device dev = m->device;
     if (ag_grad_enabled()) return set_gin(c, 0, cumprod_backward_n2(x, g, d, dev));
@@ -445,7 +448,7 @@ int ag_d_cat(ag_ctx *c) {
     for (int i = 0; i < c->nin && ref < 0; i++)
         if (!legacy_empty(&c->in_meta[i])) ref = i;
     if (ref < 0) return 0;
-    int d = wrap(c->a->i[0], c->in_meta[ref].ndim);
+    int d = wrap(ke_attr_cat_dim(c->a), c->in_meta[ref].ndim);
     int64_t at = 0;
     for (int i = 0; i < c->nin; i++) {
         const ag_tmeta *m = &c->in_meta[i];
@@ -462,12 +465,12 @@ int ag_d_cat(ag_ctx *c) {
 int ag_d_repeat(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     if (numel_of(m) == 0 || numel_of(&c->out_meta[0]) == 0) return 0;
-    int nrep = c->a->nlist, off = nrep - m->ndim;
+    int nrep = ke_attr_repeat_repeats_len(c->a), off = nrep - m->ndim;
     int64_t cur[KL_MAX_DIMS];
     memcpy(cur, c->out_meta[0].shape, sizeof(int64_t) * nrep);
     kl_tensor *g = c->gout[0];
     for (int d = 0; d < nrep; d++) {
-        int64_t r = c->a->list[d], s = d >= off ? m->shape[d - off] : 1, before = 1, after = 1;
+        int64_t r = ke_attr_repeat_repeats(c->a)[d], s = d >= off ? m->shape[d - off] : 1, before = 1, after = 1;
         if (r == 1) continue;
         for (int e = 0; e < nrep; e++) {
             if (e < d) before *= cur[e];
@@ -484,8 +487,9 @@ int ag_d_pad(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     if (numel_of(m) == 0) return 0;
     int64_t neg[KE_MAX_LIST];
-    for (int i = 0; i < c->a->nlist; i++) neg[i] = -c->a->list[i];
-    return set_gin(c, 0, kl_pad(c->gout[0], c->a->nlist, neg, 0));
+    int np = ke_attr_pad_pad_len(c->a);
+    for (int i = 0; i < np; i++) neg[i] = -ke_attr_pad_pad(c->a)[i];
+    return set_gin(c, 0, kl_pad(c->gout[0], np, neg, 0));
 }
 
 int ag_d_index_select(ag_ctx *c) {
@@ -493,7 +497,7 @@ int ag_d_index_select(ag_ctx *c) {
     kl_tensor *g = c->gout[0];
     if (numel_of(m) == 0 || numel_of(om) == 0) return 0;
     if (m->ndim == 0) return set_gin(c, 0, g);
-    int d = wrap(c->a->i[0], m->ndim);
+    int d = wrap(ke_attr_index_select_dim(c->a), m->ndim);
     int64_t s[KL_MAX_DIMS];
     for (int e = 0; e < m->ndim; e++) s[e] = e == d ? om->shape[d] : 1;
     kl_tensor *idx = kl_expand(kl_reshape(kl_to_dtype(c->in[1], KL_I64), m->ndim, s), om->ndim, om->shape);
@@ -504,7 +508,7 @@ int ag_d_gather(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     kl_tensor *g = c->gout[0];
     if (numel_of(m) == 0 || numel_of(&c->in_meta[1]) == 0) return 0;
-    return set_gin(c, 0, kl_scatter_add(zeros_for(m, g), (int)c->a->i[0], c->in[1], g));
+    return set_gin(c, 0, kl_scatter_add(zeros_for(m, g), (int)ke_attr_gather_dim(c->a), c->in[1], g));
 }
 
 /* scatter_add(x, index, src): x's gradient passes through; src's is gout
@@ -514,7 +518,7 @@ int ag_d_scatter_add(ag_ctx *c) {
     if (c->need[0] && set_gin(c, 0, g)) return -1;
     const ag_tmeta *im = &c->in_meta[1], *sm = &c->in_meta[2];
     if (!c->need[2] || numel_of(im) == 0) return 0;
-    kl_tensor *r = kl_gather(g, (int)c->a->i[0], c->in[1]);
+    kl_tensor *r = kl_gather(g, (int)ke_attr_scatter_add_dim(c->a), c->in[1]);
     if (im->ndim != sm->ndim) return set_gin(c, 2, r); /* 0-dim vs [1]: same elements */
     int64_t pad[2 * KL_MAX_DIMS];
     int np = 0, grow = 0;

@@ -29,7 +29,7 @@ kl_tensor *ag_call(int op, int nin, kl_tensor *const *in, const ke_attrs *a) {
 
 kl_tensor *ag_zeros(const ag_tmeta *m) {
     ke_call c = {.op = KE_OP_full, .nin = 0, .device = m->device};
-    c.a.i[KE_ATTR_DTYPE] = m->dtype;
+    ke_attr_set_dtype(&c.a, m->dtype);
     if (ke_set_list(&c, m->ndim, m->shape)) return NULL;
     return ke_call1(&c);
 }

@@ -39,8 +39,10 @@ static void conv_geom_of(const ke_call *c, const kl_tensor *x, const kl_tensor *
     g->N = b ? x->shape[0] : 1;
     g->C = x->shape[b], g->H = x->shape[b + 1], g->W = x->shape[b + 2];
     g->O = w->shape[0], g->kh = w->shape[2], g->kw = w->shape[3];
-    g->sh = c->a.list[0], g->sw = c->a.list[1], g->ph = c->a.list[2], g->pw = c->a.list[3];
-    g->dh = c->a.list[4], g->dw = c->a.list[5], g->G = c->a.i[0];
+    const int64_t *st = ke_attr_conv2d_stride(&c->a), *pad = ke_attr_conv2d_padding(&c->a),
+                  *dil = ke_attr_conv2d_dilation(&c->a);
+    g->sh = st[0], g->sw = st[1], g->ph = pad[0], g->pw = pad[1];
+    g->dh = dil[0], g->dw = dil[1], g->G = ke_attr_conv2d_groups(&c->a);
     g->Cg = g->C / g->G, g->Og = g->O / g->G, g->Kc = g->Cg * g->kh * g->kw;
     g->OH = oh, g->OW = ow, g->P = oh * ow;
 }
@@ -48,14 +50,16 @@ static void conv_geom_of(const ke_call *c, const kl_tensor *x, const kl_tensor *
 int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     char b1[256], b2[256];
-    if (c->nin != 2 + (c->a.i[1] != 0)) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
-    const kl_tensor *x = c->in[0], *w = c->in[1], *bias = c->a.i[1] ? c->in[2] : NULL;
+    int has_bias = ke_attr_conv2d_has_bias(&c->a);
+    if (c->nin != 2 + has_bias) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
+    const kl_tensor *x = c->in[0], *w = c->in[1], *bias = has_bias ? c->in[2] : NULL;
     for (int i = 1; i < c->nin; i++)
         if (c->in[i]->dtype != x->dtype)
             return ke_err(KL_ERR_DTYPE, op, "input %s and %s %s must have one dtype", ke_fmt_tensor(b1, sizeof b1, x),
                           i == 1 ? "weight" : "bias", ke_fmt_tensor(b2, sizeof b2, c->in[i]));
     if (x->dtype == KL_BOOL) return ke_err(KL_ERR_DTYPE, op, "not implemented for bool tensors");
-    const int64_t *st = c->a.list, *pad = c->a.list + 2, *dil = c->a.list + 4, groups = c->a.i[0];
+    const int64_t *st = ke_attr_conv2d_stride(&c->a), *pad = ke_attr_conv2d_padding(&c->a),
+                  *dil = ke_attr_conv2d_dilation(&c->a), groups = ke_attr_conv2d_groups(&c->a);
     if (c->a.nlist != 6) return ke_err(KL_ERR_INTERNAL, op, "expected 6 option values");
     if (st[0] < 1 || st[1] < 1 || pad[0] < 0 || pad[1] < 0 || dil[0] < 1 || dil[1] < 1 || groups < 1)
         return ke_err(KL_ERR_ARG, op,
@@ -211,7 +215,7 @@ static void conv_task_range(void *ctx, int64_t t0, int64_t t1) {
 
 static int conv_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     conv_ctx p = {.dt = (kl_dtype)y->dtype, .es = (int64_t)ke_dtypes[y->dtype].size, .x = ke_data(xs[0]),
-                  .w = ke_data(xs[1]), .b = c->a.i[1] ? ke_data(xs[2]) : NULL, .y = ke_data(y)};
+                  .w = ke_data(xs[1]), .b = ke_attr_conv2d_has_bias(&c->a) ? ke_data(xs[2]) : NULL, .y = ke_data(y)};
     conv_geom_of(c, xs[0], xs[1], y->shape[y->ndim - 2], y->shape[y->ndim - 1], &p.g);
     const conv_geom *g = &p.g;
     atomic_init(&p.oom, 0);
@@ -254,8 +258,8 @@ kl_tensor *kl_conv2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv2
     ke_call c = {.op = KE_OP_conv2d, .nin = bias ? 3 : 2, .in = in};
     int64_t list[6] = {o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
     ke_set_list(&c, 6, list);
-    c.a.i[0] = o.groups;
-    c.a.i[1] = bias != NULL;
+    ke_attr_set_conv2d_groups(&c.a, o.groups);
+    ke_attr_set_conv2d_has_bias(&c.a, bias != NULL);
     return ke_call1(&c);
 }
 
@@ -270,12 +274,15 @@ static int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t s, int64_t d
     return o;
 }
 
+/* avg_pool2d and max_pool2d_indices have max_pool2d's attributes
+ * (KE_ATTRS_AS), read through its accessors. */
 int ke_infer_pool2d(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     char b1[256];
     if (ke_infer_same(c, out) < 0) return -1;
     const kl_tensor *x = c->in[0];
-    const int64_t *k = c->a.list, *s = c->a.list + 2, *pad = c->a.list + 4, *dil = c->a.list + 6;
+    const int64_t *k = ke_attr_max_pool2d_kernel_size(&c->a), *s = ke_attr_max_pool2d_stride(&c->a),
+                  *pad = ke_attr_max_pool2d_padding(&c->a), *dil = ke_attr_max_pool2d_dilation(&c->a);
     if (c->a.nlist != 8) return ke_err(KL_ERR_INTERNAL, op, "expected 8 option values");
     if (k[0] < 1 || k[1] < 1 || s[0] < 1 || s[1] < 1 || dil[0] < 1 || dil[1] < 1 || pad[0] < 0 || pad[1] < 0)
         return ke_err(KL_ERR_ARG, op,
@@ -294,7 +301,7 @@ int ke_infer_pool2d(ke_call *c, ke_outspec *out) {
     int b = x->ndim == 4;
     int64_t o[2];
     for (int d = 0; d < 2; d++)
-        o[d] = pool_out(x->shape[b + 1 + d], k[d], pad[d], s[d], dil[d], c->a.i[0] != 0);
+        o[d] = pool_out(x->shape[b + 1 + d], k[d], pad[d], s[d], dil[d], ke_attr_max_pool2d_ceil_mode(&c->a));
     if (x->shape[b] == 0 || o[0] < 1 || o[1] < 1)
         return ke_err(KL_ERR_SHAPE, op, "output size %lldx%lld is too small for input %s", (long long)o[0],
                       (long long)o[1], ke_fmt_tensor(b1, sizeof b1, x));
@@ -360,9 +367,11 @@ static const ke_range_fn avg_pools[KL_NUM_DTYPES] = {[KL_F32] = avgpool_f32, [KL
 static int pool_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     const kl_tensor *x = xs[0];
     int b = x->ndim == 4;
-    const int64_t *l = c->a.list;
+    const int64_t *k = ke_attr_max_pool2d_kernel_size(&c->a), *s = ke_attr_max_pool2d_stride(&c->a),
+                  *pad = ke_attr_max_pool2d_padding(&c->a), *dil = ke_attr_max_pool2d_dilation(&c->a);
     pool_ctx p = {ke_data(x), ke_data(y), x->shape[b + 1], x->shape[b + 2], y->shape[b + 1], y->shape[b + 2],
-                  l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], (int)c->a.i[1]};
+                  k[0], k[1], s[0], s[1], pad[0], pad[1], dil[0], dil[1],
+                  ke_attr_max_pool2d_count_include_pad(&c->a)};
     int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per = p.OH * p.OW * p.kh * p.kw;
     const ke_range_fn *fns = c->op == KE_OP_max_pool2d ? max_pools : avg_pools;
     ke_parallel_for(planes, per >= 16384 ? 1 : 16384 / (per ? per : 1), fns[x->dtype], &p);
@@ -382,8 +391,8 @@ static kl_tensor *pool_call(int op, kl_tensor *x, const kl_pool2d_options *o) {
     int64_t list[8] = {o->kernel[0], o->kernel[1], o->stride[0],   o->stride[1],
                        o->padding[0], o->padding[1], o->dilation[0], o->dilation[1]};
     ke_set_list(&c, 8, list);
-    c.a.i[0] = o->ceil_mode;
-    c.a.i[1] = o->count_include_pad;
+    ke_attr_set_max_pool2d_ceil_mode(&c.a, o->ceil_mode);
+    ke_attr_set_max_pool2d_count_include_pad(&c.a, o->count_include_pad);
     return ke_call1(&c);
 }
 

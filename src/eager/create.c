@@ -26,21 +26,22 @@ const ke_ew_impl ke_ew_identity = {
 /* ---- shape rules -------------------------------------------------------------- */
 
 int ke_infer_create(ke_call *c, ke_outspec *out) {
-    kl_dtype dt = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
-    if (ke_check_shape(ke_opname(c), c->a.nlist, c->a.list, dt)) return -1;
+    kl_dtype dt = ke_attr_dtype(&c->a);
+    int nd = ke_attr_shape_len(&c->a);
+    if (ke_check_shape(ke_opname(c), nd, ke_attr_shape(&c->a), dt)) return -1;
     if ((c->op == KE_OP_rand || c->op == KE_OP_randn) && !ke_is_float(dt))
         return ke_err(KL_ERR_DTYPE, ke_opname(c), "needs a floating dtype, got %s", ke_dtypes[dt].name);
-    if (c->op == KE_OP_full && ke_check_scalar_cast(ke_opname(c), c->a.f[0], dt)) return -1;
+    if (c->op == KE_OP_full && ke_check_scalar_cast(ke_opname(c), ke_attr_full_value(&c->a), dt)) return -1;
     out->dtype = dt;
     c->compute = ke_compute_dtype(dt);
-    out->ndim = c->a.nlist;
-    memcpy(out->shape, c->a.list, sizeof(int64_t) * c->a.nlist);
+    out->ndim = nd;
+    memcpy(out->shape, ke_attr_shape(&c->a), sizeof(int64_t) * nd);
     return 1;
 }
 
 int ke_infer_arange(ke_call *c, ke_outspec *out) {
-    double start = c->a.f[0], end = c->a.f[1], step = c->a.f[2];
-    kl_dtype dt = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
+    double start = ke_attr_arange_start(&c->a), end = ke_attr_arange_end(&c->a), step = ke_attr_arange_step(&c->a);
+    kl_dtype dt = ke_attr_dtype(&c->a);
     if (!ke_dtype_valid(dt)) return ke_err(KL_ERR_DTYPE, ke_opname(c), "invalid dtype value %d", (int)dt);
     if (!isfinite(start) || !isfinite(end)) return ke_err(KL_ERR_ARG, ke_opname(c), "start and end must be finite");
     if (step == 0 || !isfinite(step)) return ke_err(KL_ERR_ARG, ke_opname(c), "step must be finite and nonzero");
@@ -57,19 +58,20 @@ int ke_infer_arange(ke_call *c, ke_outspec *out) {
 }
 
 int ke_infer_linspace(ke_call *c, ke_outspec *out) {
-    kl_dtype dt = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
+    kl_dtype dt = ke_attr_dtype(&c->a);
     if (!ke_dtype_valid(dt)) return ke_err(KL_ERR_DTYPE, ke_opname(c), "invalid dtype value %d", (int)dt);
-    if (c->a.i[0] < 0) return ke_err(KL_ERR_ARG, ke_opname(c), "number of steps must be non-negative");
+    if (ke_attr_linspace_steps(&c->a) < 0)
+        return ke_err(KL_ERR_ARG, ke_opname(c), "number of steps must be non-negative");
     out->dtype = dt;
     c->compute = ke_compute_dtype(dt);
     out->ndim = 1;
-    out->shape[0] = c->a.i[0];
+    out->shape[0] = ke_attr_linspace_steps(&c->a);
     return ke_check_shape(ke_opname(c), 1, out->shape, dt) ? -1 : 1;
 }
 
 int ke_infer_eye(ke_call *c, ke_outspec *out) {
-    kl_dtype dt = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
-    int64_t n = c->a.i[0], m = c->a.i[1] < 0 ? n : c->a.i[1];
+    kl_dtype dt = ke_attr_dtype(&c->a);
+    int64_t n = ke_attr_eye_n(&c->a), m = ke_attr_eye_m(&c->a) < 0 ? n : ke_attr_eye_m(&c->a);
     if (n < 0) return ke_err(KL_ERR_ARG, ke_opname(c), "n must be non-negative, got %lld", (long long)n);
     out->dtype = dt;
     c->compute = ke_compute_dtype(dt);
@@ -137,14 +139,14 @@ static void fill_bytes(kl_tensor *t, const void *val) {
 
 int ke_cpu_full(ke_call *c) {
     char val[8];
-    ke_store_f64(val, (kl_dtype)c->out[0]->dtype, 0, c->a.f[0]);
+    ke_store_f64(val, (kl_dtype)c->out[0]->dtype, 0, ke_attr_full_value(&c->a));
     fill_bytes(c->out[0], val);
     return 0;
 }
 
 int ke_cpu_arange(ke_call *c) {
     kl_tensor *o = c->out[0];
-    double start = c->a.f[0], step = c->a.f[2];
+    double start = ke_attr_arange_start(&c->a), step = ke_attr_arange_step(&c->a);
     for (int64_t i = 0; i < o->shape[0]; i++) ke_store_f64(ke_data(o), (kl_dtype)o->dtype, i, start + (double)i * step);
     return 0;
 }
@@ -152,7 +154,7 @@ int ke_cpu_arange(ke_call *c) {
 int ke_cpu_linspace(ke_call *c) {
     kl_tensor *o = c->out[0];
     int64_t n = o->shape[0];
-    double a = c->a.f[0], b = c->a.f[1], step = n > 1 ? (b - a) / (double)(n - 1) : 0;
+    double a = ke_attr_linspace_start(&c->a), b = ke_attr_linspace_end(&c->a), step = n > 1 ? (b - a) / (double)(n - 1) : 0;
     if (n == 1) { /* one step is the start, as PyTorch */
         ke_store_f64(ke_data(o), (kl_dtype)o->dtype, 0, a);
         return 0;
@@ -209,7 +211,8 @@ static void rand_range(void *ctx_, int64_t begin, int64_t end) {
         case KE_PHILOX_NORMAL_F32: ke_philox_normal_f32(r->seed, r->offset, tgt, b, e, 0.f, 1.f); break;
         case KE_PHILOX_NORMAL_F64: ke_philox_normal_f64(r->seed, r->offset, tgt, b, e, 0., 1.); break;
         default:
-            ke_philox_randint_i64(r->seed, r->offset, tgt, b, e, r->c->a.i[2], r->c->a.i[3]);
+            ke_philox_randint_i64(r->seed, r->offset, tgt, b, e, ke_attr_randint_low(&r->c->a),
+                                  ke_attr_randint_high(&r->c->a));
             break;
         }
         if (!direct) ke_convert(dst + b * (int64_t)ke_dtypes[dt].size, dt, buf, tdt, n);
@@ -217,7 +220,7 @@ static void rand_range(void *ctx_, int64_t begin, int64_t end) {
 }
 
 static int run_random(ke_call *c, kl_tensor *o, int kind) {
-    rand_ctx r = {c, o, kind, (uint64_t)c->a.i[0], (uint64_t)c->a.i[1]};
+    rand_ctx r = {c, o, kind, (uint64_t)ke_attr_seed(&c->a), (uint64_t)ke_attr_offset(&c->a)};
     ke_parallel_for(ke_numel(o->ndim, o->shape), 1 << 16, rand_range, &r);
     return 0;
 }
@@ -262,7 +265,7 @@ int ke_cpu_copy(ke_call *c) {
 
 int ke_decomp_to_device(ke_call *c) {
     kl_tensor *x = c->in[0];
-    kl_device from = x->storage->device, to = {(kl_device_type)c->a.i[0], (int)c->a.i[1]};
+    kl_device from = x->storage->device, to = {ke_attr_to_device_device(&c->a), (int)ke_attr_to_device_index(&c->a)};
     kl_tensor *y = NULL;
     if (from.type == to.type && from.index == to.index) {
         y = ke_unary(KE_OP_alias, x, 0);
@@ -278,12 +281,13 @@ int ke_decomp_to_device(ke_call *c) {
 
 /* ---- public wrappers ---------------------------------------------------------- */
 
-static kl_tensor *create_call(int op, int ndim, const int64_t *shape, kl_dtype dt, kl_device dev, double f0) {
+/* value: full's fill value (empty has none) */
+static kl_tensor *create_call(int op, int ndim, const int64_t *shape, kl_dtype dt, kl_device dev, double value) {
     ke_call c = {.op = op, .nin = 0, .device = dev};
     if (ke_check_shape(ke_opname(&c), ndim, shape, dt)) return NULL;
     ke_set_list(&c, ndim, shape);
-    c.a.f[0] = f0;
-    c.a.i[KE_ATTR_DTYPE] = dt;
+    if (op == KE_OP_full) ke_attr_set_full_value(&c.a, value);
+    ke_attr_set_dtype(&c.a, dt);
     return ke_call1(&c);
 }
 
@@ -302,21 +306,25 @@ kl_tensor *kl_scalar_tensor(double value, kl_dtype dt) { return kl_full(0, NULL,
 
 kl_tensor *kl_arange(double start, double end, double step, kl_dtype dt) {
     ke_call c = {.op = KE_OP_arange, .device = ke_tls_state.default_device};
-    c.a.f[0] = start, c.a.f[1] = end, c.a.f[2] = step;
-    c.a.i[KE_ATTR_DTYPE] = dt;
+    ke_attr_set_arange_start(&c.a, start);
+    ke_attr_set_arange_end(&c.a, end);
+    ke_attr_set_arange_step(&c.a, step);
+    ke_attr_set_dtype(&c.a, dt);
     return ke_call1(&c);
 }
 kl_tensor *kl_linspace(double start, double end, int64_t steps, kl_dtype dt) {
     ke_call c = {.op = KE_OP_linspace, .device = ke_tls_state.default_device};
-    c.a.f[0] = start, c.a.f[1] = end;
-    c.a.i[0] = steps;
-    c.a.i[KE_ATTR_DTYPE] = dt;
+    ke_attr_set_linspace_start(&c.a, start);
+    ke_attr_set_linspace_end(&c.a, end);
+    ke_attr_set_linspace_steps(&c.a, steps);
+    ke_attr_set_dtype(&c.a, dt);
     return ke_call1(&c);
 }
 kl_tensor *kl_eye(int64_t n, int64_t m, kl_dtype dt) {
     ke_call c = {.op = KE_OP_eye, .device = ke_tls_state.default_device};
-    c.a.i[0] = n, c.a.i[1] = m;
-    c.a.i[KE_ATTR_DTYPE] = dt;
+    ke_attr_set_eye_n(&c.a, n);
+    ke_attr_set_eye_m(&c.a, m);
+    ke_attr_set_dtype(&c.a, dt);
     return ke_call1(&c);
 }
 
@@ -330,15 +338,15 @@ kl_tensor *kl_ones_like(const kl_tensor *t) { return like(t, KE_OP_full, 1, "one
 kl_tensor *kl_full_like(const kl_tensor *t, double value) { return like(t, KE_OP_full, value, "full_like"); }
 
 /* Random ops reserve their Philox counters at the call, so the seed and offset
- * are attributes (i0, i1): a trace records them, and a replay of the trace
+ * are attributes (seed, offset): a trace records them, and a replay of the trace
  * calls this again for fresh numbers. The counters used depend on the op, the
  * element count and the dtype; this is the one place that knows how. */
 int ke_random_reserve(ke_call *c) {
     int64_t n;
     kl_dtype dt;
     if (c->nin == 0) {
-        n = ke_numel(c->a.nlist, c->a.list);
-        dt = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
+        n = ke_numel(ke_attr_shape_len(&c->a), ke_attr_shape(&c->a));
+        dt = ke_attr_dtype(&c->a);
     } else {
         n = ke_numel(c->in[0]->ndim, c->in[0]->shape);
         dt = (kl_dtype)c->in[0]->dtype;
@@ -353,8 +361,8 @@ int ke_random_reserve(ke_call *c) {
     default: return ke_err(KL_ERR_INTERNAL, ke_opname(c), "is not a random op");
     }
     uint64_t seed, off = ke_generator_reserve_seeded(ke_default_generator(), ke_philox_counters_used(n, kind), &seed);
-    c->a.i[0] = (int64_t)seed;
-    c->a.i[1] = (int64_t)off;
+    ke_attr_set_seed(&c->a, (int64_t)seed);
+    ke_attr_set_offset(&c->a, (int64_t)off);
     return 0;
 }
 
@@ -363,8 +371,8 @@ static kl_tensor *random_call(int op, int ndim, const int64_t *shape, kl_dtype d
     ke_call c = {.op = op, .device = dev};
     if (ke_check_shape(ke_opname(&c), ndim, shape, dt)) return NULL;
     ke_set_list(&c, ndim, shape);
-    c.a.i[2] = lo, c.a.i[3] = hi;
-    c.a.i[KE_ATTR_DTYPE] = dt;
+    if (op == KE_OP_randint) ke_attr_set_randint_low(&c.a, lo), ke_attr_set_randint_high(&c.a, hi);
+    ke_attr_set_dtype(&c.a, dt);
     if (ke_random_reserve(&c)) return NULL;
     return ke_call1(&c);
 }
@@ -404,14 +412,15 @@ kl_tensor *kl_to_dtype(kl_tensor *t, kl_dtype dt) {
     if (t->dtype == dt) return ke_unary(KE_OP_alias, t, 0);
     kl_tensor *in[1] = {t};
     ke_call c = {.op = KE_OP_to_dtype, .nin = 1, .in = in};
-    c.a.i[KE_ATTR_DTYPE] = dt;
+    ke_attr_set_dtype(&c.a, dt);
     return ke_call1(&c);
 }
 
 kl_tensor *kl_to_device(kl_tensor *t, kl_device dev) {
     kl_tensor *in[1] = {t};
     ke_call c = {.op = KE_OP_to_device, .nin = 1, .in = in};
-    c.a.i[0] = dev.type, c.a.i[1] = dev.index;
+    ke_attr_set_to_device_device(&c.a, dev.type);
+    ke_attr_set_to_device_index(&c.a, dev.index);
     return ke_call1(&c);
 }
 

@@ -11,7 +11,10 @@
  * row's shape/dtype rule, allocate outputs and call the row's kernel.
  *
  * The same ke_call (op + attributes) is what the tracer records as an IR node,
- * so attributes are plain data: scalars, integers and one integer list.
+ * so attributes are plain data: scalars, integers and one integer list. Each
+ * op names its attributes in ops_attrs.def, which generates typed accessors
+ * (ke_attr_softmax_dim(&c->a), ke_attr_set_softmax_dim(&c.a, dim)); code
+ * reads and writes attributes only through them (attrs.h).
  */
 #ifndef KE_DISPATCH_H
 #define KE_DISPATCH_H
@@ -36,7 +39,7 @@ typedef enum ke_dtype_rule {
     KE_DT_BOOL,      /* bool output; inputs compared in their promoted type */
     KE_DT_I64,       /* int64 output (indices) */
     KE_DT_FIRST,     /* dtype of input 0 */
-    KE_DT_ATTR,      /* dtype given by attribute i[KE_ATTR_DTYPE] */
+    KE_DT_ATTR,      /* dtype given by the dtype attribute */
     KE_DT_CUSTOM     /* the infer function sets it */
 } ke_dtype_rule;
 
@@ -60,17 +63,34 @@ enum ke_op_flags {
 #define KE_MAX_OUT 4
 #define KE_MAX_LIST (2 * KL_MAX_DIMS)
 
-/* Attributes: scalars f[], integers i[], one integer list. What each slot
- * means is op-specific and documented at the op's row. */
+/* Attributes: scalars f[], integers i[], one integer list. Which slot holds
+ * which named attribute of an op is declared in ops_attrs.def; read them
+ * through the accessors generated below, never by index. */
 typedef struct ke_attrs {
     double f[4];
     int64_t i[6];
     int32_t nlist;
     int64_t list[KE_MAX_LIST];
 } ke_attrs;
-/* Conventional slots shared by many ops. */
+/* Conventional slots shared by many ops (ke_attr_keepdim, ke_attr_dtype, ...). */
 #define KE_ATTR_KEEPDIM 0   /* i[0] for reductions */
 #define KE_ATTR_DTYPE 5     /* i[5] for creation ops and KE_DT_ATTR */
+#define KE_ATTR_SEED 0      /* i[0] of random ops (KE_F_RANDOM) */
+#define KE_ATTR_OFFSET 1    /* i[1] of random ops */
+
+#include "attrs.h"
+
+/* ke_attr_<op>_<name>(a) / ke_attr_set_<op>_<name>(a, v) for every declared
+ * attribute, and ke_attr_<name> for the common ones. */
+#define KE_A KE_ATTR_TUPLE
+#define KE_ATTRS(op, attrs) KE_ATTR_ACCESSORS(ke, op, attrs)
+#define KE_ATTRS_AS(op, other)
+#define KE_ATTRS_COMMON(attrs) KE_ATTR_COMMON_ACCESSORS(ke, attrs)
+#include "ops_attrs.def"
+#undef KE_A
+#undef KE_ATTRS
+#undef KE_ATTRS_AS
+#undef KE_ATTRS_COMMON
 
 typedef struct ke_outspec {
     kl_dtype dtype;
@@ -125,6 +145,8 @@ typedef enum ke_op {
 } ke_op;
 
 extern const ke_op_info ke_ops[KE_OP_COUNT];
+/* The declared attributes of each op (n = 0: none), in declaration order. */
+extern const ke_attr_set ke_op_attrs[KE_OP_COUNT];
 
 /* Handlers per dispatch key. Backends share one generic handler; Trace and
  * Autograd are their layers', installed through ke_hooks (core.h). */
@@ -152,8 +174,8 @@ static inline int ke_set_out1(ke_call *c, kl_tensor *t) {
     c->nout = 1;
     return 0;
 }
-/* A random op (KE_F_RANDOM) reserves fresh Philox counters for c: seed and
- * offset into a.i[0], a.i[1] (create.c). Calls and replays of traces use it. */
+/* A random op (KE_F_RANDOM) reserves fresh Philox counters for c into its
+ * seed and offset attributes (create.c). Calls and replays of traces use it. */
 int ke_random_reserve(ke_call *c);
 /* Fills c->a.list/nlist from (n, dims); KL_ERR_ARG if too many. */
 int ke_set_list(ke_call *c, int n, const int64_t *v);
@@ -163,7 +185,7 @@ static inline const char *ke_opname(const ke_call *c) { return ke_ops[c->op].nam
 /* Shared shape/dtype rules (shape.c). */
 int ke_infer_same(ke_call *c, ke_outspec *out);        /* one input, same shape */
 int ke_infer_broadcast(ke_call *c, ke_outspec *out);   /* n inputs broadcast */
-int ke_infer_reduce(ke_call *c, ke_outspec *out);      /* list = dims, i[0] = keepdim */
+int ke_infer_reduce(ke_call *c, ke_outspec *out);      /* attributes dims, keepdim */
 /* dtype of the op's rule over its inputs, or -1 (error recorded). */
 int ke_rule_dtype(ke_call *c, kl_dtype *out);
 /* PyTorch's result_type over tensors (dimensioned > 0-dim > wrapped scalar). */
@@ -172,7 +194,7 @@ kl_dtype ke_result_type(int n, kl_tensor *const *ts);
 int ke_broadcast_shapes(const char *op, int n, kl_tensor *const *ts, int *ndim, int64_t *shape);
 /* Strides of t viewed as broadcast to (ndim, shape): 0 on broadcast dims. */
 void ke_broadcast_strides(const kl_tensor *t, int ndim, const int64_t *shape, int64_t *stride);
-/* Reduction dims from c->a.list into mask (bit per dim); -1 on bad dim. */
+/* The reduction's dims (ke_attr_dims) as a mask (bit per dim); -1 on bad dim. */
 int ke_reduce_mask(ke_call *c, int ndim, uint32_t *mask);
 
 #endif /* KE_DISPATCH_H */

@@ -105,8 +105,8 @@ static inline uint8_t clamp_bound_uint8_t(double v) {
                       int *err) {                                                                 \
         T *restrict o = (T *)o_;                                                                  \
         const T *restrict X = (const T *)in[0];                                                   \
-        const T lo = BOUND(a->f[0]), hi = BOUND(a->f[1]);                                         \
-        const int both = a->f[0] != -INFINITY && a->f[1] != INFINITY;                             \
+        const T lo = BOUND(ke_attr_clamp_min(a)), hi = BOUND(ke_attr_clamp_max(a));               \
+        const int both = ke_attr_clamp_min(a) != -INFINITY && ke_attr_clamp_max(a) != INFINITY;   \
         (void)bc, (void)err;                                                                      \
         for (int64_t i = 0; i < n; i++) {                                                         \
             T t = (X[i] < lo || (both && lo != lo)) ? lo : X[i];                                  \
@@ -129,7 +129,7 @@ static int integral(double v) { return isfinite(v) && v == trunc(v) && fabs(v) <
  * becomes the default float with a fractional one; bool x with a bound is int64. */
 int ke_infer_clamp(ke_call *c, ke_outspec *out) {
     const kl_tensor *x = c->in[0];
-    double bound[2] = {c->a.f[0], c->a.f[1]};
+    double bound[2] = {ke_attr_clamp_min(&c->a), ke_attr_clamp_max(&c->a)};
     /* stand-ins for wrapped scalars: result_type reads only dtype, flags, ndim */
     kl_tensor fake[2];
     kl_tensor *ts[3] = {c->in[0]};
@@ -157,9 +157,9 @@ KE_EW_TERNARY(lerp_f32, float, float, LERP(float, x, y, z))
 KE_EW_TERNARY(lerp_f64, double, double, LERP(double, x, y, z))
 const ke_ew_impl ke_ew_lerp = {.loop = {KE_LOOPS_F(lerp)}};
 
-/* lerp_scalar: f0 = weight */
-KE_EW_BINARY(lerp_scalar_f32, float, float, LERP(float, x, y, (float)a->f[0]))
-KE_EW_BINARY(lerp_scalar_f64, double, double, LERP(double, x, y, a->f[0]))
+/* lerp_scalar: the weight is an attribute */
+KE_EW_BINARY(lerp_scalar_f32, float, float, LERP(float, x, y, (float)ke_attr_lerp_scalar_weight(a)))
+KE_EW_BINARY(lerp_scalar_f64, double, double, LERP(double, x, y, ke_attr_lerp_scalar_weight(a)))
 const ke_ew_impl ke_ew_lerp_scalar = {.loop = {KE_LOOPS_F(lerp_scalar)}, .bcast_ok = 3};
 
 /* For lerp and lerp_scalar: floating inputs of one dtype (PyTorch does not
@@ -181,12 +181,12 @@ int ke_infer_lerp(ke_call *c, ke_outspec *out) {
     return 1;
 }
 
-/* ---- masked_fill(x, mask, value): f0 = value ------------------------------------------ */
+/* ---- masked_fill(x, mask, value): value is an attribute ------------------------------------------ */
 
 /* The value in x's compute dtype: integers truncate (NaN -> 0), bool is value != 0. */
-#define MF_FLOAT(T) ((T)a->f[0])
-#define MF_INT(T) ((T)(uint64_t)ke_ew_f2i(a->f[0]))
-#define MF_BOOL(T) ((T)(a->f[0] != 0))
+#define MF_FLOAT(T) ((T)ke_attr_masked_fill_value(a))
+#define MF_INT(T) ((T)(uint64_t)ke_ew_f2i(ke_attr_masked_fill_value(a)))
+#define MF_BOOL(T) ((T)(ke_attr_masked_fill_value(a) != 0))
 #define MASKED_FILL_LOOP(fname, T, VALUE)                                                           \
     static void fname(int64_t n, void *o_, const void *const *in, unsigned bc, const ke_attrs *a,   \
                       int *err) {                                                                 \
@@ -209,7 +209,7 @@ const ke_ew_impl ke_ew_masked_fill = {.loop = {KE_LOOPS_ALL(masked_fill)}, .bool
  * grow x; the in-place form may not, which the in-place check enforces). */
 int ke_infer_masked_fill(ke_call *c, ke_outspec *out) {
     if (need_bool(c, 1, "mask")) return -1;
-    if (ke_check_scalar_cast(ke_opname(c), c->a.f[0], (kl_dtype)c->in[0]->dtype)) return -1;
+    if (ke_check_scalar_cast(ke_opname(c), ke_attr_masked_fill_value(&c->a), (kl_dtype)c->in[0]->dtype)) return -1;
     if (ke_broadcast_shapes(ke_opname(c), 2, c->in, &out->ndim, out->shape)) return -1;
     out->dtype = (kl_dtype)c->in[0]->dtype;
     c->compute = ke_compute_dtype(out->dtype);
@@ -290,7 +290,7 @@ static int tri_run(ke_call *c, int upper) {
     if (n == 0) return 0;
     const int64_t R = x->shape[x->ndim - 2], C = x->shape[x->ndim - 1];
     /* beyond +-(R + C) every k gives the same result; clamping keeps i + k in range */
-    int64_t k = c->a.i[0];
+    int64_t k = ke_attr_tril_diagonal(&c->a); /* triu has tril's attributes */
     k = k < -(R + C) ? -(R + C) : k > R + C ? R + C : k;
     tri_ctx t = {.x = x, .o = c->out[0], .k = k, .upper = upper};
     ke_parallel_for(n / C, 1 + 32768 / C, tri_rows, &t);
@@ -311,8 +311,8 @@ kl_tensor *kl_where(kl_tensor *cond, kl_tensor *a, kl_tensor *b) {
 static kl_tensor *clamp_call(kl_tensor *x, double lo, double hi, int inplace) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = KE_OP_clamp, .inplace = (uint8_t)inplace, .nin = 1, .in = in};
-    c.a.f[0] = lo;
-    c.a.f[1] = hi;
+    ke_attr_set_clamp_min(&c.a, lo);
+    ke_attr_set_clamp_max(&c.a, hi);
     return ke_call1(&c);
 }
 kl_tensor *kl_clamp(kl_tensor *x, double lo, double hi) { return clamp_call(x, lo, hi, 0); }
@@ -327,7 +327,7 @@ kl_tensor *kl_lerp(kl_tensor *a, kl_tensor *b, kl_tensor *w) {
 static kl_tensor *lerp_scalar_call(kl_tensor *a, kl_tensor *b, double w, int inplace) {
     kl_tensor *in[2] = {a, b};
     ke_call c = {.op = KE_OP_lerp_scalar, .inplace = (uint8_t)inplace, .nin = 2, .in = in};
-    c.a.f[0] = w;
+    ke_attr_set_lerp_scalar_weight(&c.a, w);
     return ke_call1(&c);
 }
 kl_tensor *kl_lerp_scalar(kl_tensor *a, kl_tensor *b, double w) { return lerp_scalar_call(a, b, w, 0); }
@@ -336,7 +336,7 @@ kl_tensor *kl_lerp_scalar_inplace(kl_tensor *a, kl_tensor *b, double w) { return
 static kl_tensor *masked_fill_call(kl_tensor *x, kl_tensor *mask, double value, int inplace) {
     kl_tensor *in[2] = {x, mask};
     ke_call c = {.op = KE_OP_masked_fill, .inplace = (uint8_t)inplace, .nin = 2, .in = in};
-    c.a.f[0] = value;
+    ke_attr_set_masked_fill_value(&c.a, value);
     return ke_call1(&c);
 }
 kl_tensor *kl_masked_fill(kl_tensor *x, kl_tensor *mask, double value) { return masked_fill_call(x, mask, value, 0); }
@@ -347,7 +347,7 @@ kl_tensor *kl_masked_fill_inplace(kl_tensor *x, kl_tensor *mask, double value) {
 static kl_tensor *tri_call(int op, kl_tensor *x, int64_t k) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = op, .nin = 1, .in = in};
-    c.a.i[0] = k;
+    ke_attr_set_tril_diagonal(&c.a, k);
     return ke_call1(&c);
 }
 kl_tensor *kl_tril(kl_tensor *x, int64_t k) { return tri_call(KE_OP_tril, x, k); }

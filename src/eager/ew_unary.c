@@ -129,21 +129,25 @@ KE_UNARY_MATH(log10, ke_vlog10f(x), log10(x))
 /* logit: f0 = eps; PyTorch clamps x to [eps, 1 - eps] (bounds in the compute
  * dtype; max then min, so eps > 1/2 gives 1 - eps) when eps >= 0 and treats a
  * negative eps as None. NaN passes. */
-#define LOGIT_CLAMP(T, x) (a->f[0] >= 0 ? HARDTANH(T, x, (T)a->f[0], (T)1 - (T)a->f[0]) : (x))
+#define LOGIT_EPS ke_attr_logit_eps(a)
+#define LOGIT_CLAMP(T, x) (LOGIT_EPS >= 0 ? HARDTANH(T, x, (T)LOGIT_EPS, (T)1 - (T)LOGIT_EPS) : (x))
 KE_UNARY_MATH(logit, ke_vlogitf(LOGIT_CLAMP(float, x)), log(LOGIT_CLAMP(double, x) / (1.0 - LOGIT_CLAMP(double, x))))
 
 /* leaky_relu: f0 = negative_slope (PyTorch: x > 0 ? x : x * slope) */
-KE_UNARY_MATH(leaky_relu, x > 0 ? x : x * (float)a->f[0], x > 0 ? x : x * a->f[0])
+#define LEAKY_SLOPE ke_attr_leaky_relu_negative_slope(a)
+KE_UNARY_MATH(leaky_relu, x > 0 ? x : x * (float)LEAKY_SLOPE, x > 0 ? x : x * LEAKY_SLOPE)
 
 /* PyTorch's elu kernel, x <= 0 ? expm1(x * ic) * nc : x * pc, with its
  * coefficients: elu (f0 = alpha) nc = alpha; selu nc = alpha * scale and
  * pc = scale (each rounded to the compute dtype first); celu (f0 = alpha)
  * nc = alpha, ic = 1/alpha computed in double. */
 #define ELU_D(x, nc, pc, ic) ((x) <= 0 ? expm1((x) * (ic)) * (nc) : (x) * (pc))
-KE_UNARY_MATH(elu, ke_veluf(x, (float)a->f[0], 1.0f, 1.0f), ELU_D(x, a->f[0], 1.0, 1.0))
+#define ELU_ALPHA ke_attr_elu_alpha(a)
+KE_UNARY_MATH(elu, ke_veluf(x, (float)ELU_ALPHA, 1.0f, 1.0f), ELU_D(x, ELU_ALPHA, 1.0, 1.0))
 KE_UNARY_MATH(selu, ke_veluf(x, (float)KE__SELU_ALPHA * (float)KE__SELU_SCALE, (float)KE__SELU_SCALE, 1.0f),
               ELU_D(x, KE__SELU_ALPHA * KE__SELU_SCALE, KE__SELU_SCALE, 1.0))
-KE_UNARY_MATH(celu, ke_veluf(x, (float)a->f[0], 1.0f, (float)(1.0 / a->f[0])), ELU_D(x, a->f[0], 1.0, 1.0 / a->f[0]))
+#define CELU_ALPHA ke_attr_celu_alpha(a)
+KE_UNARY_MATH(celu, ke_veluf(x, (float)CELU_ALPHA, 1.0f, (float)(1.0 / CELU_ALPHA)), ELU_D(x, CELU_ALPHA, 1.0, 1.0 / CELU_ALPHA))
 
 /* softsign(x) = x / (|x| + 1), PyTorch's composite (integers compute as floats) */
 KE_UNARY_MATH(softsign, x / (fabsf(x) + 1.0f), x / (fabs(x) + 1.0))
@@ -163,9 +167,11 @@ KE_UNARY_MATH(mish, NAN_AT_NEG_INF(x, ke_vmishf(x)), x * tanh(log1p(exp(x))))
 static inline int64_t ht_bound(double v, int64_t lo, int64_t hi) {
     return v != v ? 0 : v <= (double)lo ? lo : v >= (double)hi ? hi : (int64_t)v;
 }
-#define HT_F(T) HARDTANH(T, x, (T)a->f[0], (T)a->f[1])
+#define HT_MIN ke_attr_hardtanh_min_val(a)
+#define HT_MAX ke_attr_hardtanh_max_val(a)
+#define HT_F(T) HARDTANH(T, x, (T)HT_MIN, (T)HT_MAX)
 #define HT_I(T, U, MIN, MAX) \
-    HARDTANH(T, x, (T)ht_bound(a->f[0], MIN, MAX), (T)ht_bound(a->f[1], MIN, MAX))
+    HARDTANH(T, x, (T)ht_bound(HT_MIN, MIN, MAX), (T)ht_bound(HT_MAX, MIN, MAX))
 #define HT_I32(T, U) HT_I(T, U, INT32_MIN, INT32_MAX)
 #define HT_I64(T, U) HT_I(T, U, INT64_MIN, INT64_MAX)
 #define HT_U8(T, U) HT_I(T, U, 0, 255)
@@ -233,15 +239,16 @@ int ke_infer_square(ke_call *c, ke_outspec *out) {
  * is refused, as in PyTorch. */
 int ke_infer_hardtanh(ke_call *c, ke_outspec *out) {
     /* the bounds as integers (truncated), as PyTorch checks them */
-    if (c->in[0]->dtype == KL_U8 && (trunc(c->a.f[0]) < 0 || trunc(c->a.f[1]) < 0))
+    const double lo = ke_attr_hardtanh_min_val(&c->a), hi = ke_attr_hardtanh_max_val(&c->a);
+    if (c->in[0]->dtype == KL_U8 && (trunc(lo) < 0 || trunc(hi) < 0))
         return ke_err(KL_ERR_ARG, ke_opname(c), "cannot do hardtanh on an unsigned type with negative limits (%g, %g)",
-                      c->a.f[0], c->a.f[1]);
+                      lo, hi);
     return ke_infer_ew_same(c, out);
 }
 
 /* celu divides by alpha: PyTorch raises "ZeroDivisionError: alpha cannot be 0". */
 int ke_infer_celu(ke_call *c, ke_outspec *out) {
-    if (c->a.f[0] == 0) return ke_err(KL_ERR_ARG, ke_opname(c), "alpha cannot be 0 for CELU (ZeroDivisionError)");
+    if (ke_attr_celu_alpha(&c->a) == 0) return ke_err(KL_ERR_ARG, ke_opname(c), "alpha cannot be 0 for CELU (ZeroDivisionError)");
     return ke_infer_ew_same(c, out);
 }
 
@@ -255,24 +262,32 @@ KL_UNARY_OPS(KE_UNARY_WRAPPER)
 KL_UNARY_INPLACE_OPS(KE_UNARY_INPLACE_WRAPPER)
 
 /* Unary ops with float attributes (rows in ops_unary.def name the slots). */
-static kl_tensor *unary_attr(int op, kl_tensor *x, int inplace, double f0, double f1) {
+static kl_tensor *unary_attr(int op, kl_tensor *x, int inplace, const ke_attrs *a) {
     kl_tensor *in[1] = {x};
-    ke_call c = {.op = op, .inplace = (uint8_t)inplace, .nin = 1, .in = in};
-    c.a.f[0] = f0;
-    c.a.f[1] = f1;
+    ke_call c = {.op = op, .inplace = (uint8_t)inplace, .nin = 1, .in = in, .a = *a};
     return ke_call1(&c);
 }
-kl_tensor *kl_logit(kl_tensor *x, double eps) { return unary_attr(KE_OP_logit, x, 0, eps, 0); }
-kl_tensor *kl_logit_inplace(kl_tensor *x, double eps) { return unary_attr(KE_OP_logit, x, 1, eps, 0); }
-kl_tensor *kl_leaky_relu(kl_tensor *x, double slope) { return unary_attr(KE_OP_leaky_relu, x, 0, slope, 0); }
-kl_tensor *kl_leaky_relu_inplace(kl_tensor *x, double slope) { return unary_attr(KE_OP_leaky_relu, x, 1, slope, 0); }
-kl_tensor *kl_elu(kl_tensor *x, double alpha) { return unary_attr(KE_OP_elu, x, 0, alpha, 0); }
-kl_tensor *kl_elu_inplace(kl_tensor *x, double alpha) { return unary_attr(KE_OP_elu, x, 1, alpha, 0); }
-kl_tensor *kl_celu(kl_tensor *x, double alpha) { return unary_attr(KE_OP_celu, x, 0, alpha, 0); }
-kl_tensor *kl_celu_inplace(kl_tensor *x, double alpha) { return unary_attr(KE_OP_celu, x, 1, alpha, 0); }
+#define UNARY_ATTR1(op, name, x, ip, v) \
+    ke_attrs a = {0};                   \
+    ke_attr_set_##op##_##name(&a, v);   \
+    return unary_attr(KE_OP_##op, x, ip, &a)
+kl_tensor *kl_logit(kl_tensor *x, double eps) { UNARY_ATTR1(logit, eps, x, 0, eps); }
+kl_tensor *kl_logit_inplace(kl_tensor *x, double eps) { UNARY_ATTR1(logit, eps, x, 1, eps); }
+kl_tensor *kl_leaky_relu(kl_tensor *x, double slope) { UNARY_ATTR1(leaky_relu, negative_slope, x, 0, slope); }
+kl_tensor *kl_leaky_relu_inplace(kl_tensor *x, double slope) { UNARY_ATTR1(leaky_relu, negative_slope, x, 1, slope); }
+kl_tensor *kl_elu(kl_tensor *x, double alpha) { UNARY_ATTR1(elu, alpha, x, 0, alpha); }
+kl_tensor *kl_elu_inplace(kl_tensor *x, double alpha) { UNARY_ATTR1(elu, alpha, x, 1, alpha); }
+kl_tensor *kl_celu(kl_tensor *x, double alpha) { UNARY_ATTR1(celu, alpha, x, 0, alpha); }
+kl_tensor *kl_celu_inplace(kl_tensor *x, double alpha) { UNARY_ATTR1(celu, alpha, x, 1, alpha); }
 kl_tensor *kl_hardtanh(kl_tensor *x, double min_val, double max_val) {
-    return unary_attr(KE_OP_hardtanh, x, 0, min_val, max_val);
+    ke_attrs a = {0};
+    ke_attr_set_hardtanh_min_val(&a, min_val);
+    ke_attr_set_hardtanh_max_val(&a, max_val);
+    return unary_attr(KE_OP_hardtanh, x, 0, &a);
 }
 kl_tensor *kl_hardtanh_inplace(kl_tensor *x, double min_val, double max_val) {
-    return unary_attr(KE_OP_hardtanh, x, 1, min_val, max_val);
+    ke_attrs a = {0};
+    ke_attr_set_hardtanh_min_val(&a, min_val);
+    ke_attr_set_hardtanh_max_val(&a, max_val);
+    return unary_attr(KE_OP_hardtanh, x, 1, &a);
 }

@@ -128,7 +128,7 @@ int ke_infer_index_select(ke_call *c, ke_outspec *out) {
     if (!is_index_dtype((kl_dtype)index->dtype, 1)) return bad_index_dtype(op, "index", index, 1);
     if (index->ndim > 1)
         return ke_err(KL_ERR_SHAPE, op, "index must be a vector (1-D or 0-dim), got %s", ke_fmt_tensor(b, sizeof b, index));
-    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(op, ke_attr_index_select_dim(&c->a), x->ndim);
     if (d < 0) return -1;
     out->dtype = (kl_dtype)x->dtype;
     c->compute = ke_compute_dtype(out->dtype);
@@ -142,7 +142,7 @@ int ke_cpu_index_select(ke_call *c) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0], *index = c->in[1];
     kl_tensor *o = c->out[0];
-    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(op, ke_attr_index_select_dim(&c->a), x->ndim);
     int64_t n = ke_numel(index->ndim, index->shape), *owned;
     if (d < 0) return -1;
     const int64_t *idx = index_values(index, &owned, op);
@@ -194,9 +194,9 @@ int ke_cpu_embedding(ke_call *c) {
 
 /* ---- gather ---------------------------------------------------------------------------- */
 
-/* take_along_dim runs as gather and asks for its own name in messages (i1). */
+/* take_along_dim runs as gather and asks for its own name in messages (caller). */
 static const char *gather_name(const ke_call *c) {
-    int64_t h = c->a.i[1];
+    int64_t h = ke_attr_gather_caller(&c->a);
     return h > 0 && h <= KE_OP_COUNT ? ke_ops[h - 1].name : ke_opname(c);
 }
 
@@ -205,7 +205,7 @@ int ke_infer_gather(ke_call *c, ke_outspec *out) {
     const kl_tensor *x = c->in[0], *index = c->in[1];
     char b1[256], b2[256];
     if (index->dtype != KL_I64) return bad_index_dtype(op, "index", index, 0);
-    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(op, ke_attr_gather_dim(&c->a), x->ndim);
     if (d < 0) return -1;
     if (ndim_ne(index) != ndim_ne(x))
         return ke_err(KL_ERR_SHAPE, op, "index %s must have as many dims as the input %s",
@@ -247,7 +247,7 @@ int ke_cpu_gather(ke_call *c) {
     const char *op = gather_name(c);
     const kl_tensor *x = c->in[0], *index = c->in[1];
     kl_tensor *o = c->out[0];
-    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(op, ke_attr_gather_dim(&c->a), x->ndim);
     int64_t n = ke_numel(index->ndim, index->shape), *owned;
     if (d < 0) return -1;
     if (n == 0) return 0;
@@ -280,7 +280,7 @@ int ke_infer_scatter_add(ke_call *c, ke_outspec *out) {
     if (src->dtype != x->dtype)
         return ke_err(KL_ERR_DTYPE, op, "src %s must have the dtype of self %s", ke_fmt_tensor(b1, sizeof b1, src),
                       ke_fmt_tensor(b2, sizeof b2, x));
-    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(op, ke_attr_scatter_add_dim(&c->a), x->ndim);
     if (d < 0) return -1;
     /* PyTorch skips the shape checks for an empty index */
     if (ke_numel(index->ndim, index->shape) > 0) {
@@ -377,7 +377,7 @@ int ke_cpu_scatter_add(ke_call *c) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0], *index = c->in[1], *src = c->in[2];
     kl_tensor *o = c->out[0];
-    int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(op, ke_attr_scatter_add_dim(&c->a), x->ndim);
     if (d < 0) return -1;
     int64_t n = ke_numel(index->ndim, index->shape), *owned = NULL;
     const int64_t *idx = NULL;
@@ -431,8 +431,8 @@ int ke_cpu_scatter_add(ke_call *c) {
 static kl_tensor *gather_as(int op, kl_tensor *x, int dim, kl_tensor *index) {
     kl_tensor *in[2] = {x, index};
     ke_call g = {.op = KE_OP_gather, .nin = 2, .in = in};
-    g.a.i[0] = dim;
-    g.a.i[1] = op + 1;
+    ke_attr_set_gather_dim(&g.a, dim);
+    ke_attr_set_gather_caller(&g.a, op + 1);
     return ke_call1(&g);
 }
 
@@ -449,7 +449,7 @@ int ke_decomp_take_along_dim(ke_call *c) {
     char b1[256], b2[256];
     if (index->dtype != KL_I64) return bad_index_dtype(op, "indices", index, 0);
     kl_tensor *y = NULL;
-    if (c->a.i[0] == KL_DIM_NONE) {
+    if (ke_attr_take_along_dim_dim(&c->a) == KL_DIM_NONE) {
         kl_scope_begin();
         y = gather_as(c->op, flat(x), 0, flat(index));
         kl_keep(y);
@@ -460,8 +460,8 @@ int ke_decomp_take_along_dim(ke_call *c) {
                           ke_fmt_tensor(b1, sizeof b1, x), ke_fmt_tensor(b2, sizeof b2, index));
         if (x->ndim == 0)
             return ke_err(KL_ERR_INDEX, op, "dim %lld given for 0-dim tensors (KL_DIM_NONE takes them flattened)",
-                          (long long)c->a.i[0]);
-        int d = ke_wrap_dim(op, c->a.i[0], x->ndim);
+                          (long long)ke_attr_take_along_dim_dim(&c->a));
+        int d = ke_wrap_dim(op, ke_attr_take_along_dim_dim(&c->a), x->ndim);
         if (d < 0) return -1;
         int64_t xs[KL_MAX_DIMS], is[KL_MAX_DIMS];
         for (int e = 0; e < x->ndim; e++) {
@@ -489,7 +489,13 @@ int ke_decomp_take_along_dim(ke_call *c) {
 static kl_tensor *index_call(int op, int nin, kl_tensor *a, kl_tensor *b, kl_tensor *s, int64_t dim, int inplace) {
     kl_tensor *in[3] = {a, b, s};
     ke_call c = {.op = op, .inplace = (uint8_t)inplace, .nin = nin, .in = in};
-    c.a.i[0] = dim;
+    switch (op) {
+    case KE_OP_index_select: ke_attr_set_index_select_dim(&c.a, dim); break;
+    case KE_OP_gather: ke_attr_set_gather_dim(&c.a, dim); break;
+    case KE_OP_scatter_add: ke_attr_set_scatter_add_dim(&c.a, dim); break;
+    case KE_OP_take_along_dim: ke_attr_set_take_along_dim_dim(&c.a, dim); break;
+    default: break; /* embedding: no attributes */
+    }
     return ke_call1(&c);
 }
 

@@ -162,7 +162,7 @@ int ke_infer_cat(ke_call *c, ke_outspec *out) {
         return 1;
     }
     const kl_tensor *r = ts[ref];
-    int d = ke_wrap_dim(op, c->a.i[0], r->ndim);
+    int d = ke_wrap_dim(op, ke_attr_cat_dim(&c->a), r->ndim);
     if (d < 0) return -1;
     int64_t total = 0;
     for (int i = 0; i < c->nin; i++) {
@@ -192,7 +192,7 @@ int ke_infer_cat(ke_call *c, ke_outspec *out) {
 int ke_cpu_cat(ke_call *c) {
     kl_tensor *o = c->out[0];
     if (ke_numel(o->ndim, o->shape) == 0) return 0;
-    int d = ke_wrap_dim(ke_opname(c), c->a.i[0], o->ndim);
+    int d = ke_wrap_dim(ke_opname(c), ke_attr_cat_dim(&c->a), o->ndim);
     if (d < 0) return -1;
     const int64_t es = (int64_t)ke_dtypes[o->dtype].size;
     int64_t at = 0;
@@ -229,7 +229,7 @@ int ke_decomp_stack(ke_call *c) {
     if (r->ndim >= KL_MAX_DIMS)
         return ke_err(KL_ERR_SHAPE, op, "stacking tensors of %d dims would need more than %d dims", r->ndim,
                       KL_MAX_DIMS);
-    int d = ke_wrap_dim(op, c->a.i[0], r->ndim + 1);
+    int d = ke_wrap_dim(op, ke_attr_stack_dim(&c->a), r->ndim + 1);
     if (d < 0) return -1;
     kl_tensor **u = malloc(sizeof *u * (size_t)n);
     if (!u) return ke_err(KL_ERR_OOM, op, "out of memory for %d tensor pointers", n);
@@ -245,13 +245,18 @@ int ke_decomp_stack(ke_call *c) {
     return ke_set_out1(c, y);
 }
 
-/* Emits pieces i2 .. i2+i3-1 of `total` narrows of x along d, piece k at
- * k*step with length step (the last one: what is left), and reports total
- * in i4 (see ops_index.def). */
+/* chunk is read through split's accessors where they share code. */
+_Static_assert(KE_ATTR_SAME_SLOT(split_dim, chunk_dim) && KE_ATTR_SAME_SLOT(split_first, chunk_first) &&
+                   KE_ATTR_SAME_SLOT(split_count, chunk_count) && KE_ATTR_SAME_SLOT(split_total, chunk_total),
+               "chunk's piece window is split's");
+
+/* Emits pieces first .. first+count-1 of `total` narrows of x along d, piece
+ * k at k*step with length step (the last one: what is left), and reports
+ * total in the total attribute (see ops_attrs.def). */
 static int emit_pieces(ke_call *c, kl_tensor *x, int d, int64_t step, int64_t total) {
     const char *op = ke_opname(c);
     if (total > INT_MAX) return ke_err(KL_ERR_OVERFLOW, op, "%lld pieces are more than an int counts", (long long)total);
-    int64_t first = c->a.i[2], lim = c->a.i[3], size = x->shape[d];
+    int64_t first = ke_attr_split_first(&c->a), lim = ke_attr_split_count(&c->a), size = x->shape[d];
     if (first < 0 || lim < 0 || lim > KE_MAX_OUT)
         return ke_err(KL_ERR_INTERNAL, op, "bad piece window %lld + %lld", (long long)first, (long long)lim);
     int k = 0;
@@ -260,18 +265,18 @@ static int emit_pieces(ke_call *c, kl_tensor *x, int d, int64_t step, int64_t to
         if (!(c->out[k] = kl_narrow(x, d, start, len))) return -1;
     }
     c->nout = k;
-    c->a.i[4] = total;
+    ke_attr_set_split_total(&c->a, total);
     return 0;
 }
 
 static int split_dim(ke_call *c, const kl_tensor *x) {
     if (x->ndim == 0) return ke_err(KL_ERR_SHAPE, ke_opname(c), "expects a tensor with at least 1 dim, got a 0-dim one");
-    return ke_wrap_dim(ke_opname(c), c->a.i[1], x->ndim);
+    return ke_wrap_dim(ke_opname(c), ke_attr_split_dim(&c->a), x->ndim);
 }
 
 int ke_decomp_split(ke_call *c) {
     kl_tensor *x = c->in[0];
-    int64_t ss = c->a.i[0];
+    int64_t ss = ke_attr_split_split_size(&c->a);
     int d = split_dim(c, x);
     if (d < 0) return -1;
     int64_t size = x->shape[d];
@@ -286,7 +291,7 @@ int ke_decomp_split(ke_call *c) {
 
 int ke_decomp_chunk(ke_call *c) {
     kl_tensor *x = c->in[0];
-    int64_t chunks = c->a.i[0];
+    int64_t chunks = ke_attr_chunk_chunks(&c->a);
     int d = split_dim(c, x);
     if (d < 0) return -1;
     if (chunks <= 0) return ke_err(KL_ERR_ARG, ke_opname(c), "chunks must be positive, got %lld", (long long)chunks);
@@ -301,7 +306,8 @@ int ke_decomp_chunk(ke_call *c) {
 int ke_infer_repeat(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0];
-    int nrep = c->a.nlist, off = nrep - x->ndim;
+    int nrep = ke_attr_repeat_repeats_len(&c->a), off = nrep - x->ndim;
+    const int64_t *rep = ke_attr_repeat_repeats(&c->a);
     char b1[200], b2[256];
     if (nrep < x->ndim)
         return ke_err(KL_ERR_SHAPE, op, "%d repeats for %s: give at least one per dim", nrep,
@@ -309,12 +315,12 @@ int ke_infer_repeat(ke_call *c, ke_outspec *out) {
     if (nrep > KL_MAX_DIMS)
         return ke_err(KL_ERR_SHAPE, op, "%d repeats would give more than %d dims", nrep, KL_MAX_DIMS);
     for (int d = 0; d < nrep; d++) {
-        int64_t r = c->a.list[d], s = d >= off ? x->shape[d - off] : 1;
+        int64_t r = rep[d], s = d >= off ? x->shape[d - off] : 1;
         if (r < 0)
-            return ke_err(KL_ERR_ARG, op, "repeats %s has a negative count", ke_fmt_shape(b1, sizeof b1, nrep, c->a.list));
+            return ke_err(KL_ERR_ARG, op, "repeats %s has a negative count", ke_fmt_shape(b1, sizeof b1, nrep, rep));
         if (__builtin_mul_overflow(s, r, &out->shape[d]))
             return ke_err(KL_ERR_OVERFLOW, op, "repeating %s by %s overflows", ke_fmt_tensor(b2, sizeof b2, x),
-                          ke_fmt_shape(b1, sizeof b1, nrep, c->a.list));
+                          ke_fmt_shape(b1, sizeof b1, nrep, rep));
     }
     out->ndim = nrep;
     out->dtype = (kl_dtype)x->dtype;
@@ -333,7 +339,7 @@ int ke_cpu_repeat(ke_call *c) {
     int64_t shape[KE_ROWS_MAXD], ds[KE_ROWS_MAXD], ss[KE_ROWS_MAXD];
     for (int d = 0; d < o->ndim; d++) {
         int64_t s = d >= off ? x->shape[d - off] : 1, xs = d >= off ? x->stride[d - off] : 0;
-        shape[nd] = c->a.list[d], ds[nd] = s * o->stride[d], ss[nd++] = 0;
+        shape[nd] = ke_attr_repeat_repeats(&c->a)[d], ds[nd] = s * o->stride[d], ss[nd++] = 0;
         shape[nd] = s, ds[nd] = o->stride[d], ss[nd++] = xs;
     }
     ke_copy_nd(nd, shape, ke_data(o), (kl_dtype)o->dtype, ds, ke_data(x), (kl_dtype)x->dtype, ss);
@@ -346,19 +352,20 @@ int ke_cpu_repeat(ke_call *c) {
 static void pads_of(const ke_call *c, int ndim, int d, int64_t *l, int64_t *r) {
     int i = ndim - 1 - d;
     *l = *r = 0;
-    if (2 * i + 1 < c->a.nlist) *l = c->a.list[2 * i], *r = c->a.list[2 * i + 1];
+    const int64_t *pad = ke_attr_pad_pad(&c->a);
+    if (2 * i + 1 < ke_attr_pad_pad_len(&c->a)) *l = pad[2 * i], *r = pad[2 * i + 1];
 }
 
 static int any_positive_pad(const ke_call *c) {
-    for (int i = 0; i < c->a.nlist; i++)
-        if (c->a.list[i] > 0) return 1;
+    for (int i = 0; i < ke_attr_pad_pad_len(&c->a); i++)
+        if (ke_attr_pad_pad(&c->a)[i] > 0) return 1;
     return 0;
 }
 
 int ke_infer_pad(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0];
-    int np = c->a.nlist, nd = x->ndim;
+    int np = ke_attr_pad_pad_len(&c->a), nd = x->ndim;
     char b[256];
     if (np % 2) return ke_err(KL_ERR_ARG, op, "needs a (before, after) pair per dim, got %d pad values", np);
     if (np / 2 > nd)
@@ -385,7 +392,7 @@ int ke_infer_pad(ke_call *c, ke_outspec *out) {
     out->ndim = nd;
     out->dtype = (kl_dtype)x->dtype;
     c->compute = ke_compute_dtype(out->dtype);
-    if (ke_check_scalar_cast(op, c->a.f[0], out->dtype)) return -1;
+    if (ke_check_scalar_cast(op, ke_attr_pad_value(&c->a), out->dtype)) return -1;
     return ke_check_shape(op, nd, out->shape, out->dtype) ? -1 : 1;
 }
 
@@ -400,7 +407,7 @@ int ke_cpu_pad(ke_call *c) {
     if (any_positive_pad(c)) {
         _Alignas(8) char val[8];
         int64_t zero[KL_MAX_DIMS] = {0};
-        ke_store_f64(val, (kl_dtype)o->dtype, 0, c->a.f[0]);
+        ke_store_f64(val, (kl_dtype)o->dtype, 0, ke_attr_pad_value(&c->a));
         ke_copy_nd(o->ndim, o->shape, ke_data(o), (kl_dtype)o->dtype, o->stride, val, (kl_dtype)o->dtype, zero);
     }
     int64_t shape[KL_MAX_DIMS], xoff = 0, ooff = 0;
@@ -420,11 +427,12 @@ int ke_cpu_pad(ke_call *c) {
 
 /* ---- public wrappers ------------------------------------------------------------- */
 
-static kl_tensor *list_call(int op, kl_tensor *x, int n, const int64_t *v, double f0) {
+/* value: pad's fill value (repeat has none) */
+static kl_tensor *list_call(int op, kl_tensor *x, int n, const int64_t *v, double value) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = op, .nin = 1, .in = in};
     if (ke_check_tensor(x, ke_ops[op].name, 1) || ke_set_list(&c, n, v)) return NULL;
-    c.a.f[0] = f0;
+    if (op == KE_OP_pad) ke_attr_set_pad_value(&c.a, value);
     return ke_call1(&c);
 }
 
@@ -438,7 +446,10 @@ static kl_tensor *join_call(int op, int n, kl_tensor *const *ts, int dim) {
         ke_err(KL_ERR_NULL_ARG, ke_opname(&c), "tensor list pointer is NULL");
         return NULL;
     }
-    c.a.i[0] = dim;
+    if (op == KE_OP_cat)
+        ke_attr_set_cat_dim(&c.a, dim);
+    else
+        ke_attr_set_stack_dim(&c.a, dim);
     return ke_call1(&c);
 }
 
@@ -455,6 +466,7 @@ kl_tensor *kl_pad(kl_tensor *x, int npad, const int64_t *pad, double value) {
 
 /* Pieces come out KE_MAX_OUT at a time (a call's output slots); only the
  * pieces that fit in out are made. Returns the total count. */
+/* p0: split_size (split) or chunks (chunk). */
 static int pieces_call(int op, kl_tensor *x, int64_t p0, int dim, kl_tensor **out, int max_out) {
     const char *name = ke_ops[op].name;
     if (ke_check_tensor(x, name, 1)) return -1;
@@ -464,10 +476,15 @@ static int pieces_call(int op, kl_tensor *x, int64_t p0, int dim, kl_tensor **ou
     do {
         kl_tensor *in[1] = {x};
         ke_call c = {.op = op, .nin = 1, .in = in};
-        c.a.i[0] = p0, c.a.i[1] = dim, c.a.i[2] = first;
-        c.a.i[3] = max_out - first < KE_MAX_OUT ? max_out - first : KE_MAX_OUT;
+        if (op == KE_OP_split)
+            ke_attr_set_split_split_size(&c.a, p0);
+        else
+            ke_attr_set_chunk_chunks(&c.a, p0);
+        ke_attr_set_split_dim(&c.a, dim);
+        ke_attr_set_split_first(&c.a, first);
+        ke_attr_set_split_count(&c.a, max_out - first < KE_MAX_OUT ? max_out - first : KE_MAX_OUT);
         if (ke_dispatch(&c)) return -1;
-        total = c.a.i[4];
+        total = ke_attr_split_total(&c.a);
         for (int k = 0; k < c.nout; k++) out[first + k] = c.out[k];
         if (c.nout == 0) break;
         first += c.nout;

@@ -234,7 +234,7 @@ int ke_infer_addmm(ke_call *c, ke_outspec *out) {
 int ke_infer_linear(ke_call *c, ke_outspec *out) {
     const kl_tensor *x = c->in[0], *w = c->in[1];
     char b1[256];
-    if (c->nin != 2 + (c->a.i[0] != 0))
+    if (c->nin != 2 + ke_attr_linear_has_bias(&c->a))
         return ke_err(KL_ERR_INTERNAL, ke_opname(c), "bias flag and input count disagree");
     if (check_dtypes(c)) return -1;
     if (w->ndim != 1 && w->ndim != 2)
@@ -254,7 +254,7 @@ int ke_infer_linear(ke_call *c, ke_outspec *out) {
     for (int d = 0; d < x->ndim - 1; d++) out->shape[out->ndim++] = x->shape[d];
     if (w->ndim == 2) out->shape[out->ndim++] = w->shape[0];
     out->dtype = (kl_dtype)x->dtype;
-    if (c->a.i[0] && check_bias(c, c->in[2], out)) return -1;
+    if (ke_attr_linear_has_bias(&c->a) && check_bias(c, c->in[2], out)) return -1;
     return 1;
 }
 
@@ -413,12 +413,14 @@ static int mm_run(ke_call *c, kl_tensor *a, kl_tensor *b, kl_tensor *bias, doubl
 
 int ke_cpu_matmul(ke_call *c) { return mm_run(c, c->in[0], c->in[1], NULL, 1, 0); }
 
-int ke_cpu_addmm(ke_call *c) { return mm_run(c, c->in[1], c->in[2], c->in[0], c->a.f[1], c->a.f[0]); }
+int ke_cpu_addmm(ke_call *c) {
+    return mm_run(c, c->in[1], c->in[2], c->in[0], ke_attr_addmm_alpha(&c->a), ke_attr_addmm_beta(&c->a));
+}
 
 int ke_cpu_linear(ke_call *c) {
     kl_scope_begin();
     kl_tensor *wt = kl_t(c->in[1]);
-    int rc = wt ? mm_run(c, c->in[0], wt, c->a.i[0] ? c->in[2] : NULL, 1, 1) : -1;
+    int rc = wt ? mm_run(c, c->in[0], wt, ke_attr_linear_has_bias(&c->a) ? c->in[2] : NULL, 1, 1) : -1;
     kl_scope_end();
     return rc;
 }
@@ -428,7 +430,7 @@ int ke_decomp_linear(ke_call *c) {
     if (ke_infer_linear(c, &spec) < 0) return -1;
     kl_scope_begin();
     kl_tensor *y = kl_matmul(c->in[0], kl_t(c->in[1]));
-    if (c->a.i[0]) y = kl_add(y, c->in[2]);
+    if (ke_attr_linear_has_bias(&c->a)) y = kl_add(y, c->in[2]);
     kl_keep(y);
     kl_scope_end();
     return ke_set_out1(c, y);
@@ -443,14 +445,14 @@ kl_tensor *kl_bmm(kl_tensor *a, kl_tensor *b) { return ke_binary(KE_OP_bmm, a, b
 kl_tensor *kl_addmm(kl_tensor *bias, kl_tensor *a, kl_tensor *b, double beta, double alpha) {
     kl_tensor *in[3] = {bias, a, b};
     ke_call c = {.op = KE_OP_addmm, .nin = 3, .in = in};
-    c.a.f[0] = beta;
-    c.a.f[1] = alpha;
+    ke_attr_set_addmm_beta(&c.a, beta);
+    ke_attr_set_addmm_alpha(&c.a, alpha);
     return ke_call1(&c);
 }
 
 kl_tensor *kl_linear(kl_tensor *x, kl_tensor *w, kl_tensor *bias) {
     kl_tensor *in[3] = {x, w, bias};
     ke_call c = {.op = KE_OP_linear, .nin = bias ? 3 : 2, .in = in};
-    c.a.i[0] = bias != NULL;
+    ke_attr_set_linear_has_bias(&c.a, bias != NULL);
     return ke_call1(&c);
 }

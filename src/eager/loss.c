@@ -18,8 +18,12 @@
 #define KE_IGNORE_INDEX (-100)
 
 
+/* nll_loss is read through cross_entropy's accessors (same slots). */
+_Static_assert(KE_ATTR_SAME_SLOT(cross_entropy_ignore_index, nll_loss_ignore_index),
+               "nll_loss's ignore_index is cross_entropy's");
+
 static int check_reduction(ke_call *c) {
-    int64_t r = c->a.i[0];
+    int64_t r = ke_attr_reduction(&c->a);
     if (r != KL_REDUCE_NONE && r != KL_REDUCE_MEAN && r != KL_REDUCE_SUM)
         return ke_err(KL_ERR_ARG, ke_opname(c), "invalid reduction %lld (expected KL_REDUCE_NONE, MEAN or SUM)",
                       (long long)r);
@@ -52,18 +56,18 @@ int ke_infer_class_loss(ke_call *c, ke_outspec *out) {
         return ke_err(KL_ERR_SHAPE, op, "target %s does not match input %s (expected target shape %s)",
                       ke_fmt_shape(b1, sizeof b1, t->ndim, t->shape), ke_fmt_tensor(b2, sizeof b2, x),
                       ke_fmt_shape(b3, sizeof b3, nd, want));
-    double ls = c->a.f[0];
+    double ls = ke_attr_cross_entropy_label_smoothing(&c->a);
     if (c->op == KE_OP_cross_entropy && !(ls >= 0 && ls <= 1))
         return ke_err(KL_ERR_ARG, op, "label_smoothing must be between 0 and 1, got %g", ls);
     out->dtype = (kl_dtype)x->dtype;
     c->compute = ke_compute_dtype(out->dtype);
-    out->ndim = c->a.i[0] == KL_REDUCE_NONE ? nd : 0;
+    out->ndim = ke_attr_reduction(&c->a) == KL_REDUCE_NONE ? nd : 0;
     memcpy(out->shape, want, sizeof(int64_t) * (size_t)out->ndim);
     return 1;
 }
 
 static int check_targets(ke_call *c, const int64_t *t, int64_t m, int64_t nclass) {
-    int64_t ig = c->a.i[1];
+    int64_t ig = ke_attr_cross_entropy_ignore_index(&c->a);
     for (int64_t i = 0; i < m; i++)
         if (t[i] != ig && (t[i] < 0 || t[i] >= nclass))
             return ke_err(KL_ERR_INDEX, ke_opname(c), "target %lld is out of bounds for %lld classes (element %lld)",
@@ -75,17 +79,19 @@ static int check_targets(ke_call *c, const int64_t *t, int64_t m, int64_t nclass
  * the mean divides by the rows not ignored (0/0 = NaN if there are none). */
 static void reduce_rows(ke_call *c, const double *loss, const int64_t *t, int64_t m) {
     kl_tensor *out = c->out[0];
-    if (c->a.i[0] == KL_REDUCE_NONE) {
+    if (ke_attr_reduction(&c->a) == KL_REDUCE_NONE) {
         ke_convert(ke_data(out), (kl_dtype)out->dtype, loss, KL_F64, m);
         return;
     }
     double sum = 0;
     int64_t count = 0;
+    int64_t ig = ke_attr_cross_entropy_ignore_index(&c->a);
     for (int64_t i = 0; i < m; i++) {
         sum += loss[i];
-        count += t[i] != c->a.i[1];
+        count += t[i] != ig;
     }
-    ke_store_f64(ke_data(out), (kl_dtype)out->dtype, 0, c->a.i[0] == KL_REDUCE_MEAN ? sum / (double)count : sum);
+    ke_store_f64(ke_data(out), (kl_dtype)out->dtype, 0,
+                 ke_attr_reduction(&c->a) == KL_REDUCE_MEAN ? sum / (double)count : sum);
 }
 
 typedef struct ce_ctx {
@@ -136,7 +142,8 @@ int ke_cpu_cross_entropy(ke_call *c) {
     int64_t C = x->shape[class_dim(x)], m = ke_numel(c->in[1]->ndim, c->in[1]->shape);
     kl_tensor *loss = kl_empty_on(1, &m, KL_F64, KL_DEVICE_CPU);
     if (xc && tc && loss && !check_targets(c, (const int64_t *)ke_data(tc), m, C)) {
-        ce_ctx p = {ke_data(xc), (const int64_t *)ke_data(tc), (double *)ke_data(loss), C, c->a.i[1], c->a.f[0]};
+        ce_ctx p = {ke_data(xc), (const int64_t *)ke_data(tc), (double *)ke_data(loss), C,
+                    ke_attr_cross_entropy_ignore_index(&c->a), ke_attr_cross_entropy_label_smoothing(&c->a)};
         int64_t per = C > 0 ? C : 1;
         ke_parallel_for(m, per >= 32768 ? 1 : 32768 / per, xc->dtype == KL_F64 ? ce_range_f64 : ce_range_f32, &p);
         reduce_rows(c, p.loss, p.t, m);
@@ -170,7 +177,7 @@ int ke_cpu_nll_loss(ke_call *c) {
         double *l = (double *)ke_data(loss);
         for (int64_t i = 0; i < m; i++) {
             int64_t off = row_offset(x, i) + t[i] * x->stride[cd];
-            l[i] = t[i] == c->a.i[1] ? 0 : -ke_load_f64(ke_data(x), (kl_dtype)x->dtype, off);
+            l[i] = t[i] == ke_attr_nll_loss_ignore_index(&c->a) ? 0 : -ke_load_f64(ke_data(x), (kl_dtype)x->dtype, off);
         }
         reduce_rows(c, l, t, m);
         rc = 0;
@@ -190,7 +197,7 @@ static kl_tensor *reduce_loss(int red, kl_tensor *loss, kl_tensor *valid) {
 static kl_tensor *picked_nll(ke_call *c, kl_tensor *logp, kl_tensor **valid) {
     kl_tensor *t = c->in[1];
     int cd = class_dim(logp);
-    kl_tensor *ign = kl_eq_scalar(t, (double)c->a.i[1]);
+    kl_tensor *ign = kl_eq_scalar(t, (double)ke_attr_cross_entropy_ignore_index(&c->a));
     kl_tensor *idx = kl_unsqueeze(kl_masked_fill(t, ign, 0), cd);
     kl_tensor *nll = kl_neg(kl_squeeze(kl_gather(logp, cd, idx), cd));
     *valid = kl_logical_not(ign);
@@ -202,7 +209,7 @@ int ke_decomp_nll_loss(ke_call *c) {
     if (ke_infer_class_loss(c, &spec) < 0) return -1;
     kl_scope_begin();
     kl_tensor *valid = NULL, *nll = picked_nll(c, c->in[0], &valid);
-    kl_tensor *y = nll ? reduce_loss((int)c->a.i[0], nll, valid) : NULL;
+    kl_tensor *y = nll ? reduce_loss(ke_attr_reduction(&c->a), nll, valid) : NULL;
     kl_keep(y);
     kl_scope_end();
     return ke_set_out1(c, y);
@@ -222,7 +229,7 @@ static kl_tensor *ce_row_loss(ke_call *c, kl_tensor *x) {
     int cd = class_dim(x);
     int64_t C = x->shape[cd];
     kl_dtype dt = (kl_dtype)x->dtype;
-    double ls = c->a.f[0];
+    double ls = ke_attr_cross_entropy_label_smoothing(&c->a);
     if (x->ndim > 2) { /* [N, C, d...] -> [N, d..., C] */
         int64_t perm[KL_MAX_DIMS];
         int n = 0;
@@ -241,7 +248,7 @@ static kl_tensor *ce_row_loss(ke_call *c, kl_tensor *x) {
         kl_tensor *smooth = kl_sub(kl_mul_scalar(lse, (double)C), kl_sum(sh, KL_DIMS(-1), true));
         loss = kl_add(kl_mul_scalar(loss, 1 - ls), kl_mul_scalar(smooth, ls / (double)C));
     }
-    kl_tensor *valid = kl_ne_scalar(tl, (double)c->a.i[1]);
+    kl_tensor *valid = kl_ne_scalar(tl, (double)ke_attr_cross_entropy_ignore_index(&c->a));
     kl_tensor *in_range = kl_logical_and(kl_ge_scalar(tl, 0), kl_lt_scalar(tl, (double)C));
     loss = kl_where(valid, loss, zero);
     return kl_where(kl_logical_or(in_range, kl_logical_not(valid)), loss, kl_full(0, NULL, NAN, dt));
@@ -251,7 +258,7 @@ int ke_decomp_cross_entropy(ke_call *c) {
     ke_outspec spec;
     if (ke_infer_class_loss(c, &spec) < 0) return -1;
     kl_tensor *t = c->in[1];
-    int red = (int)c->a.i[0];
+    int red = ke_attr_reduction(&c->a);
     int64_t m = ke_numel(t->ndim, t->shape);
     kl_scope_begin();
     kl_tensor *loss = ce_row_loss(c, c->in[0]), *y;
@@ -261,7 +268,7 @@ int ke_decomp_cross_entropy(ke_call *c) {
         /* the rows as one row: a last-dim reduction like every other */
         kl_tensor *s = kl_sum(kl_reshape(loss, KL_SHAPE(1, m)), KL_DIMS(-1), true);
         if (red == KL_REDUCE_MEAN) {
-            kl_tensor *valid = kl_ne_scalar(kl_reshape(t, KL_SHAPE(1, m)), (double)c->a.i[1]);
+            kl_tensor *valid = kl_ne_scalar(kl_reshape(t, KL_SHAPE(1, m)), (double)ke_attr_cross_entropy_ignore_index(&c->a));
             s = kl_div(s, kl_sum(valid, KL_DIMS(-1), true));
         }
         y = kl_reshape(s, 0, NULL);
@@ -274,9 +281,9 @@ int ke_decomp_cross_entropy(ke_call *c) {
 static kl_tensor *class_loss_call(int op, kl_tensor *x, kl_tensor *target, kl_reduction red, double ls) {
     kl_tensor *in[2] = {x, target};
     ke_call c = {.op = op, .nin = 2, .in = in};
-    c.a.i[0] = red;
-    c.a.i[1] = KE_IGNORE_INDEX;
-    c.a.f[0] = ls;
+    ke_attr_set_reduction(&c.a, red);
+    ke_attr_set_cross_entropy_ignore_index(&c.a, KE_IGNORE_INDEX);
+    if (op == KE_OP_cross_entropy) ke_attr_set_cross_entropy_label_smoothing(&c.a, ls);
     return ke_call1(&c);
 }
 
@@ -301,7 +308,7 @@ int ke_infer_pair_loss(ke_call *c, ke_outspec *out) {
         return ke_err(KL_ERR_SHAPE, ke_opname(c), "target shape %s must equal the input's shape %s",
                       ke_fmt_shape(b1, sizeof b1, y->ndim, y->shape), ke_fmt_shape(b2, sizeof b2, x->ndim, x->shape));
     }
-    if (c->a.i[0] != KL_REDUCE_NONE) out->ndim = 0;
+    if (ke_attr_reduction(&c->a) != KL_REDUCE_NONE) out->ndim = 0;
     return 1;
 }
 
@@ -316,7 +323,7 @@ int ke_decomp_mse_loss(ke_call *c) {
     if (ke_infer_pair_loss(c, &spec) < 0) return -1;
     kl_scope_begin();
     kl_tensor *d = kl_sub(c->in[0], c->in[1]);
-    kl_tensor *y = reduce_pair((int)c->a.i[0], kl_mul(d, d));
+    kl_tensor *y = reduce_pair(ke_attr_reduction(&c->a), kl_mul(d, d));
     kl_keep(y);
     kl_scope_end();
     return ke_set_out1(c, y);
@@ -333,7 +340,7 @@ int ke_decomp_bce_logits(ke_call *c) {
     kl_tensor *m = kl_relu(kl_neg(x));
     kl_tensor *l = kl_add(kl_add(kl_mul(kl_rsub_scalar(t, 1), x), m),
                           kl_log(kl_add(kl_exp(kl_neg(m)), kl_exp(kl_sub(kl_neg(x), m)))));
-    kl_tensor *y = reduce_pair((int)c->a.i[0], l);
+    kl_tensor *y = reduce_pair(ke_attr_reduction(&c->a), l);
     kl_keep(y);
     kl_scope_end();
     return ke_set_out1(c, y);
@@ -342,7 +349,7 @@ int ke_decomp_bce_logits(ke_call *c) {
 static kl_tensor *pair_loss_call(int op, kl_tensor *a, kl_tensor *b, kl_reduction red) {
     kl_tensor *in[2] = {a, b};
     ke_call c = {.op = op, .nin = 2, .in = in};
-    c.a.i[0] = red;
+    ke_attr_set_reduction(&c.a, red);
     return ke_call1(&c);
 }
 

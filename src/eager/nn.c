@@ -64,7 +64,7 @@ static int64_t grain_for(int64_t per_item) {
 
 int ke_infer_softmax(ke_call *c, ke_outspec *out) {
     if (ke_infer_same(c, out) < 0) return -1;
-    return ke_wrap_dim(ke_opname(c), c->a.i[0], c->in[0]->ndim) < 0 ? -1 : 1;
+    return ke_wrap_dim(ke_opname(c), ke_attr_softmax_dim(&c->a), c->in[0]->ndim) < 0 ? -1 : 1;
 }
 
 typedef struct softmax_ctx {
@@ -109,7 +109,7 @@ int ke_with_compute_dtype(ke_call *c, ke_compute_fn fn) {
 
 static int softmax_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     const kl_tensor *x = xs[0];
-    int d = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(ke_opname(c), ke_attr_softmax_dim(&c->a), x->ndim);
     if (d < 0) return -1;
     softmax_ctx p = {ke_data(x), ke_data(y), x->ndim ? x->shape[d] : 1, 1, 1, c->op == KE_OP_log_softmax};
     int64_t outer = 1;
@@ -131,7 +131,7 @@ int ke_cpu_softmax(ke_call *c) { return ke_with_compute_dtype(c, softmax_compute
 int ke_decomp_softmax(ke_call *c) {
     ke_outspec spec;
     if (ke_infer_softmax(c, &spec) < 0) return -1;
-    int64_t d = c->a.i[0];
+    int64_t d = ke_attr_softmax_dim(&c->a);
     kl_tensor *x = c->in[0];
     kl_scope_begin();
     kl_tensor *z = kl_sub(x, kl_amax(x, 1, &d, true));
@@ -145,33 +145,43 @@ int ke_decomp_softmax(ke_call *c) {
 kl_tensor *kl_softmax(kl_tensor *x, int dim) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = KE_OP_softmax, .nin = 1, .in = in};
-    c.a.i[0] = dim;
+    ke_attr_set_softmax_dim(&c.a, dim);
     return ke_call1(&c);
 }
 
 kl_tensor *kl_log_softmax(kl_tensor *x, int dim) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = KE_OP_log_softmax, .nin = 1, .in = in};
-    c.a.i[0] = dim;
+    ke_attr_set_softmax_dim(&c.a, dim);
     return ke_call1(&c);
 }
 
 /* ---- layer_norm / rms_norm --------------------------------------------------------------- */
 
-/* Inputs: x, then weight if i1, then bias if i2 (layer_norm only). */
-static kl_tensor *norm_weight(const ke_call *c, kl_tensor *const *in) { return c->a.i[1] ? in[1] : NULL; }
+/* rms_norm is read through layer_norm's accessors: it has the same
+ * attributes in the same slots, less has_bias. */
+_Static_assert(KE_ATTR_SAME_SLOT(layer_norm_normalized_ndim, rms_norm_normalized_ndim) &&
+                   KE_ATTR_SAME_SLOT(layer_norm_has_weight, rms_norm_has_weight) &&
+                   KE_ATTR_SAME_SLOT(layer_norm_eps, rms_norm_eps),
+               "rms_norm's attributes are layer_norm's");
+/* Inputs: x, then weight if has_weight, then bias if has_bias (layer_norm only). */
+static kl_tensor *norm_weight(const ke_call *c, kl_tensor *const *in) {
+    return ke_attr_layer_norm_has_weight(&c->a) ? in[1] : NULL;
+}
 static kl_tensor *norm_bias(const ke_call *c, kl_tensor *const *in) {
-    return c->op == KE_OP_layer_norm && c->a.i[2] ? in[1 + (c->a.i[1] != 0)] : NULL;
+    return c->op == KE_OP_layer_norm && ke_attr_layer_norm_has_bias(&c->a)
+               ? in[1 + ke_attr_layer_norm_has_weight(&c->a)]
+               : NULL;
 }
 
 int ke_infer_norm(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
-    int has_b = c->op == KE_OP_layer_norm && c->a.i[2];
-    if (c->nin != 1 + (c->a.i[1] != 0) + has_b)
+    int has_b = c->op == KE_OP_layer_norm && ke_attr_layer_norm_has_bias(&c->a);
+    if (c->nin != 1 + ke_attr_layer_norm_has_weight(&c->a) + has_b)
         return ke_err(KL_ERR_INTERNAL, op, "weight/bias flags and input count disagree");
     if (ke_infer_same(c, out) < 0) return -1;
     const kl_tensor *x = c->in[0];
-    int64_t nd = c->a.i[0];
+    int64_t nd = ke_attr_layer_norm_normalized_ndim(&c->a);
     char b1[256], b2[200];
     if (nd < 1 || nd > x->ndim)
         return ke_err(KL_ERR_ARG, op, "normalized_ndim %lld is out of range for input %s (1 to %d)", (long long)nd,
@@ -234,8 +244,8 @@ KE_NORM(double, f64)
 static int norm_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     const kl_tensor *x = xs[0], *w = norm_weight(c, xs), *b = norm_bias(c, xs);
     int64_t n = 1;
-    for (int d = x->ndim - (int)c->a.i[0]; d < x->ndim; d++) n *= x->shape[d];
-    norm_ctx p = {ke_data(x), w ? ke_data(w) : NULL, b ? ke_data(b) : NULL, ke_data(y), n, c->a.f[0],
+    for (int d = x->ndim - (int)ke_attr_layer_norm_normalized_ndim(&c->a); d < x->ndim; d++) n *= x->shape[d];
+    norm_ctx p = {ke_data(x), w ? ke_data(w) : NULL, b ? ke_data(b) : NULL, ke_data(y), n, ke_attr_layer_norm_eps(&c->a),
                   c->op == KE_OP_rms_norm};
     int64_t rows = ke_numel(x->ndim, x->shape) / n;
     ke_parallel_for(rows, grain_for(n), x->dtype == KL_F64 ? norm_range_f64 : norm_range_f32, &p);
@@ -247,7 +257,7 @@ int ke_cpu_rms_norm(ke_call *c) { return ke_with_compute_dtype(c, norm_compute);
 
 /* The last normalized_ndim dims, as a dim list. */
 static int norm_dims(const ke_call *c, int64_t *dims) {
-    int nd = (int)c->a.i[0];
+    int nd = (int)ke_attr_layer_norm_normalized_ndim(&c->a);
     for (int i = 0; i < nd; i++) dims[i] = -nd + i;
     return nd;
 }
@@ -261,7 +271,7 @@ int ke_decomp_layer_norm(ke_call *c) {
     kl_scope_begin();
     kl_tensor *xc = kl_sub(x, kl_mean(x, nd, dims, true));
     kl_tensor *var = kl_mean(kl_mul(xc, xc), nd, dims, true);
-    kl_tensor *y = kl_mul(xc, kl_rsqrt(kl_add_scalar(var, c->a.f[0])));
+    kl_tensor *y = kl_mul(xc, kl_rsqrt(kl_add_scalar(var, ke_attr_layer_norm_eps(&c->a))));
     if (w) y = kl_mul(y, w);
     if (b) y = kl_add(y, b);
     kl_keep(y);
@@ -277,7 +287,7 @@ int ke_decomp_rms_norm(ke_call *c) {
     kl_tensor *x = c->in[0], *w = norm_weight(c, c->in);
     kl_scope_begin();
     kl_tensor *ms = kl_mean(kl_mul(x, x), nd, dims, true);
-    kl_tensor *y = kl_mul(x, kl_rsqrt(kl_add_scalar(ms, c->a.f[0])));
+    kl_tensor *y = kl_mul(x, kl_rsqrt(kl_add_scalar(ms, ke_attr_rms_norm_eps(&c->a))));
     if (w) y = kl_mul(y, w);
     kl_keep(y);
     kl_scope_end();
@@ -290,10 +300,10 @@ static kl_tensor *norm_call(int op, kl_tensor *x, int normalized_ndim, kl_tensor
     ke_call c = {.op = op, .nin = 1, .in = in};
     if (weight) in[c.nin++] = weight;
     if (bias) in[c.nin++] = bias;
-    c.a.i[0] = normalized_ndim;
-    c.a.i[1] = weight != NULL;
-    c.a.i[2] = bias != NULL;
-    c.a.f[0] = eps;
+    ke_attr_set_layer_norm_normalized_ndim(&c.a, normalized_ndim);
+    ke_attr_set_layer_norm_has_weight(&c.a, weight != NULL);
+    ke_attr_set_layer_norm_has_bias(&c.a, bias != NULL);
+    ke_attr_set_layer_norm_eps(&c.a, eps);
     return ke_call1(&c);
 }
 
@@ -355,8 +365,8 @@ int ke_cpu_dropout(ke_call *c) {
     kl_scope_begin();
     kl_tensor *x = kl_contiguous(c->in[0]);
     if (x) {
-        dropout_ctx p = {ke_data(x), ke_data(out), (kl_dtype)out->dtype, (uint64_t)c->a.i[0], (uint64_t)c->a.i[1],
-                         c->a.f[0]};
+        dropout_ctx p = {ke_data(x), ke_data(out), (kl_dtype)out->dtype, (uint64_t)ke_attr_seed(&c->a),
+                         (uint64_t)ke_attr_offset(&c->a), ke_attr_dropout_p(&c->a)};
         ke_parallel_for(ke_numel(out->ndim, out->shape), 1 << 16, dropout_range, &p);
     }
     kl_scope_end();
@@ -373,7 +383,7 @@ kl_tensor *kl_dropout(kl_tensor *x, double p, bool training) {
     if (!training || p == 0 || n == 0) return ke_unary(KE_OP_alias, x, 0);
     kl_tensor *in[1] = {x};
     ke_call c = {.op = KE_OP_dropout, .nin = 1, .in = in};
-    c.a.f[0] = p;
+    ke_attr_set_dropout_p(&c.a, p);
     if (ke_random_reserve(&c)) return NULL;
     return ke_call1(&c);
 }
@@ -384,8 +394,9 @@ kl_tensor *kl_dropout(kl_tensor *x, double p, bool training) {
  * batch dims broadcast as in matmul; the mask broadcasts to [..., L, S]. */
 int ke_infer_sdpa(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
-    if (c->nin != 3 + (c->a.i[1] != 0)) return ke_err(KL_ERR_INTERNAL, op, "mask flag and input count disagree");
-    kl_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2], *mask = c->a.i[1] ? c->in[3] : NULL;
+    if (c->nin != 3 + ke_attr_scaled_dot_product_attention_has_mask(&c->a))
+        return ke_err(KL_ERR_INTERNAL, op, "mask flag and input count disagree");
+    kl_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2], *mask = ke_attr_scaled_dot_product_attention_has_mask(&c->a) ? c->in[3] : NULL;
     char b1[256], b2[256], b3[256];
     if (!ke_is_float((kl_dtype)q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype)
         return ke_err(KL_ERR_DTYPE, op, "q, k and v must share one floating dtype, got %s, %s and %s",
@@ -417,7 +428,7 @@ int ke_infer_sdpa(ke_call *c, ke_outspec *out) {
         }
     }
     if (mask) {
-        if (c->a.i[0])
+        if (ke_attr_scaled_dot_product_attention_causal(&c->a))
             return ke_err(KL_ERR_ARG, op, "pass either an explicit mask or causal = true, not both");
         if (mask->dtype != KL_BOOL && mask->dtype != q->dtype)
             return ke_err(KL_ERR_DTYPE, op, "mask must be bool or %s, got %s", ke_dtypes[q->dtype].name,
@@ -448,11 +459,11 @@ int ke_infer_sdpa(ke_call *c, ke_outspec *out) {
 int ke_decomp_sdpa(ke_call *c) {
     ke_outspec spec;
     if (ke_infer_sdpa(c, &spec) < 0) return -1;
-    kl_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2], *mask = c->a.i[1] ? c->in[3] : NULL;
+    kl_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2], *mask = ke_attr_scaled_dot_product_attention_has_mask(&c->a) ? c->in[3] : NULL;
     kl_scope_begin();
-    kl_tensor *s = kl_mul_scalar(kl_matmul(q, kl_transpose(k, -2, -1)), c->a.f[0]);
+    kl_tensor *s = kl_mul_scalar(kl_matmul(q, kl_transpose(k, -2, -1)), ke_attr_scaled_dot_product_attention_scale(&c->a));
     kl_tensor *keep = mask && mask->dtype == KL_BOOL ? mask : NULL;
-    if (c->a.i[0]) {
+    if (ke_attr_scaled_dot_product_attention_causal(&c->a)) {
         int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2];
         keep = kl_ge(kl_unsqueeze(kl_arange(0, (double)L, 1, KL_I64), 1),
                      kl_unsqueeze(kl_arange(0, (double)S, 1, KL_I64), 0));
@@ -473,8 +484,8 @@ kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor
     ke_call c = {.op = KE_OP_scaled_dot_product_attention, .nin = mask ? 4 : 3, .in = in};
     if (ke_check_tensor(q, "scaled_dot_product_attention", 1)) return NULL;
     if (!(scale > 0)) scale = q->ndim ? 1 / sqrt((double)q->shape[q->ndim - 1]) : 1;
-    c.a.f[0] = scale;
-    c.a.i[0] = causal;
-    c.a.i[1] = mask != NULL;
+    ke_attr_set_scaled_dot_product_attention_scale(&c.a, scale);
+    ke_attr_set_scaled_dot_product_attention_causal(&c.a, causal);
+    ke_attr_set_scaled_dot_product_attention_has_mask(&c.a, mask != NULL);
     return ke_call1(&c);
 }

@@ -67,9 +67,11 @@ int ke_cpu_max_pool2d_indices(ke_call *c) {
     kl_tensor *x = kl_contiguous(kl_to_dtype(c->in[0], c->compute));
     if (x) {
         int b = x->ndim == 4;
-        const int64_t *l = c->a.list;
+        /* max_pool2d_indices has max_pool2d's attributes */
+        const int64_t *k = ke_attr_max_pool2d_kernel_size(&c->a), *s = ke_attr_max_pool2d_stride(&c->a),
+                      *pad = ke_attr_max_pool2d_padding(&c->a), *dil = ke_attr_max_pool2d_dilation(&c->a);
         pidx_ctx p = {ke_data(x), (int64_t *)ke_data(out), x->shape[b + 1], x->shape[b + 2], out->shape[b + 1],
-                      out->shape[b + 2], l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7]};
+                      out->shape[b + 2], k[0], k[1], s[0], s[1], pad[0], pad[1], dil[0], dil[1]};
         int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per = p.OH * p.OW * p.kh * p.kw;
         ke_parallel_for(planes, per >= 16384 ? 1 : 16384 / (per ? per : 1),
                         x->dtype == KL_F64 ? pidx_f64 : pidx_f32, &p);

@@ -9,6 +9,8 @@
 #include "kernels_nn.h"
 #include "kernels_reduce.h"
 
+#include <math.h>
+
 const ke_op_info ke_ops[KE_OP_COUNT] = {
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_)               \
     [KE_OP_##name_] = {.name = #name_,                                                                        \
@@ -27,3 +29,23 @@ const ke_op_info ke_ops[KE_OP_COUNT] = {
 #undef KE_OP
 };
 _Static_assert(sizeof ke_ops / sizeof ke_ops[0] == KE_OP_COUNT, "op table length");
+
+/* The attribute descriptors: one array per op line, then the table. */
+#define KE_A KE_ATTR_DESC
+#define KE_ATTRS(op, attrs) static const ke_attr_desc ke_attrs_of_##op[] = {attrs};
+#define KE_ATTRS_AS(op, other)
+#define KE_ATTRS_COMMON(attrs)
+#include "ops_attrs.def"
+#undef KE_ATTRS
+#undef KE_ATTRS_AS
+#define KE_ATTRS_SET(op) {ke_attrs_of_##op, (int)(sizeof ke_attrs_of_##op / sizeof ke_attrs_of_##op[0])}
+#define KE_ATTRS(op, attrs) [KE_OP_##op] = KE_ATTRS_SET(op),
+#define KE_ATTRS_AS(op, other) [KE_OP_##op] = KE_ATTRS_SET(other),
+const ke_attr_set ke_op_attrs[KE_OP_COUNT] = {
+#include "ops_attrs.def"
+};
+#undef KE_A
+#undef KE_ATTRS
+#undef KE_ATTRS_AS
+#undef KE_ATTRS_COMMON
+#undef KE_ATTRS_SET

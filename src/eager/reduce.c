@@ -429,7 +429,7 @@ static void rk_inf_to_zero(void *v, kl_dtype dt, int64_t n) {
 }
 
 int ke_cpu_reduce(ke_call *c) {
-    const ke_rd_op *op = c->op == KE_OP_norm ? ke_rd_norm_op(c->a.f[0]) : (const ke_rd_op *)ke_ops[c->op].impl;
+    const ke_rd_op *op = c->op == KE_OP_norm ? ke_rd_norm_op(ke_attr_norm_p(&c->a)) : (const ke_rd_op *)ke_ops[c->op].impl;
     const kl_tensor *x = c->in[0];
     kl_dtype ldt = c->compute;
     uint32_t mask;

@@ -144,7 +144,7 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
             return ke_err(KL_ERR_DTYPE, ke_opname(c), "expects a floating-point input, got %s",
                           ke_fmt_tensor(b, sizeof b, x));
         float_only = 1;
-        no_identity = op == KE_OP_norm && (c->a.f[0] < 0 || c->a.f[0] == INFINITY);
+        no_identity = op == KE_OP_norm && (ke_attr_norm_p(&c->a) < 0 || ke_attr_norm_p(&c->a) == INFINITY);
         break;
     case KE_OP_logsumexp: /* integers promote, as torch.logsumexp does */
         od = ke_is_float(xd) ? xd : kl_get_default_dtype();
@@ -169,11 +169,11 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
         uint32_t mask;
         if (ke_reduce_mask(c, x->ndim, &mask)) return -1;
         int64_t numel = ke_numel(x->ndim, x->shape);
-        if (c->a.nlist == 0 && numel == 0)
+        if (ke_attr_dims_len(&c->a) == 0 && numel == 0)
             return op == KE_OP_norm
                        ? ke_err(KL_ERR_SHAPE, ke_opname(c),
                                 "cannot compute the %g norm of an empty tensor %s: the operation has no identity",
-                                c->a.f[0], ke_fmt_tensor(b, sizeof b, x))
+                                ke_attr_norm_p(&c->a), ke_fmt_tensor(b, sizeof b, x))
                        : ke_err(KL_ERR_SHAPE, ke_opname(c),
                                 "expected a reduction dim to be specified for an input with 0 elements %s",
                                 ke_fmt_tensor(b, sizeof b, x));
@@ -183,7 +183,7 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
                            ? ke_err(KL_ERR_SHAPE, ke_opname(c),
                                     "cannot compute the %g norm over dim %d of %s, which is empty: the "
                                     "operation has no identity",
-                                    c->a.f[0], d, ke_fmt_tensor(b, sizeof b, x))
+                                    ke_attr_norm_p(&c->a), d, ke_fmt_tensor(b, sizeof b, x))
                            : ke_err(KL_ERR_SHAPE, ke_opname(c),
                                     "expected reduction dim %d to have non-zero size, input %s", d,
                                     ke_fmt_tensor(b, sizeof b, x));
@@ -197,12 +197,17 @@ int ke_infer_rd(ke_call *c, ke_outspec *out) {
 
 /* ---- public wrappers ------------------------------------------------------------------ */
 
-static kl_tensor *rk_reduce(int op, kl_tensor *x, int ndims, const int64_t *dims, bool keepdim, double f0) {
+/* param: var's and std's correction, norm's p; 0 for the others. The
+ * reduction loops read it as the common reduce_param. */
+_Static_assert(KE_ATTR_SAME_SLOT(var_correction, reduce_param) &&
+                   KE_ATTR_SAME_SLOT(norm_p, reduce_param),
+               "the reduction loops' scalar");
+static kl_tensor *rk_reduce(int op, kl_tensor *x, int ndims, const int64_t *dims, bool keepdim, double param) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = op, .nin = 1, .in = in};
     if (ke_check_tensor(x, ke_ops[op].name, 1) || ke_set_list(&c, ndims, dims)) return NULL;
-    c.a.i[KE_ATTR_KEEPDIM] = keepdim;
-    c.a.f[0] = f0;
+    ke_attr_set_keepdim(&c.a, keepdim);
+    ke_attr_set_reduce_param(&c.a, param);
     return ke_call1(&c);
 }
 
@@ -255,9 +260,9 @@ static int rk_minmax_dim(int op, kl_tensor *x, int dim, bool keepdim, kl_tensor 
     if (!values || !indices) return ke_err(KL_ERR_NULL_ARG, ke_ops[op].name, "values and indices must not be NULL");
     kl_tensor *in[1] = {x};
     ke_call c = {.op = op, .nin = 1, .in = in};
-    c.a.nlist = 1;
-    c.a.list[0] = dim;
-    c.a.i[KE_ATTR_KEEPDIM] = keepdim;
+    int64_t d = dim;
+    ke_set_list(&c, 1, &d);
+    ke_attr_set_keepdim(&c.a, keepdim);
     if (ke_dispatch(&c)) return -1;
     *values = c.out[0];
     *indices = c.out[1];

@@ -150,7 +150,7 @@ static void sc_tiles(void *ctx, int64_t b, int64_t e) {
 
 int ke_infer_scan(ke_call *c, ke_outspec *out) {
     const kl_tensor *x = c->in[0];
-    if (ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim) < 0) return -1;
+    if (ke_wrap_dim(ke_opname(c), ke_attr_cumsum_dim(&c->a), x->ndim) < 0) return -1;
     kl_dtype xd = (kl_dtype)x->dtype;
     out->dtype = ke_is_float(xd) ? xd : KL_I64;
     c->compute = ke_is_float(xd) ? KL_F64 : KL_I64;
@@ -162,7 +162,7 @@ int ke_infer_scan(ke_call *c, ke_outspec *out) {
 int ke_cpu_scan(ke_call *c) {
     const kl_tensor *x = c->in[0];
     kl_tensor *out = c->out[0];
-    int d = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(ke_opname(c), ke_attr_cumsum_dim(&c->a), x->ndim);
     if (d < 0) return -1;
     int64_t numel = ke_numel(x->ndim, x->shape);
     if (numel == 0) return 0;
@@ -193,7 +193,7 @@ int ke_cpu_scan(ke_call *c) {
 static kl_tensor *sc_call(int op, kl_tensor *x, int dim) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = op, .nin = 1, .in = in};
-    c.a.i[0] = dim;
+    ke_attr_set_cumsum_dim(&c.a, dim);
     return ke_call1(&c);
 }
 

@@ -88,7 +88,7 @@ int ke_rule_dtype(ke_call *c, kl_dtype *out) {
     case KE_DT_I64: *out = KL_I64; c->compute = ke_compute_dtype(c->nin ? (kl_dtype)c->in[0]->dtype : r); break;
     case KE_DT_FIRST: *out = (kl_dtype)c->in[0]->dtype; c->compute = ke_compute_dtype(*out); break;
     case KE_DT_ATTR: {
-        kl_dtype d = (kl_dtype)c->a.i[KE_ATTR_DTYPE];
+        kl_dtype d = ke_attr_dtype(&c->a);
         if (!ke_dtype_valid(d)) return ke_err(KL_ERR_DTYPE, op->name, "invalid dtype value %d", (int)d);
         *out = d;
         c->compute = ke_compute_dtype(d);
@@ -161,11 +161,13 @@ int ke_infer_broadcast(ke_call *c, ke_outspec *out) {
 
 int ke_reduce_mask(ke_call *c, int ndim, uint32_t *mask) {
     uint32_t m = 0;
-    if (c->a.nlist == 0) {
+    int n = ke_attr_dims_len(&c->a);
+    const int64_t *dims = ke_attr_dims(&c->a);
+    if (n == 0) {
         m = ndim ? (1u << ndim) - 1 : 0;
     } else {
-        for (int i = 0; i < c->a.nlist; i++) {
-            int d = ke_wrap_dim(ke_opname(c), c->a.list[i], ndim);
+        for (int i = 0; i < n; i++) {
+            int d = ke_wrap_dim(ke_opname(c), dims[i], ndim);
             if (d < 0) return -1;
             if (ndim == 0) continue;
             if (m & (1u << d))
@@ -182,7 +184,7 @@ int ke_infer_reduce(ke_call *c, ke_outspec *out) {
     uint32_t mask;
     if (ke_reduce_mask(c, x->ndim, &mask)) return -1;
     if (ke_ops[c->op].dtype_rule != KE_DT_CUSTOM && ke_rule_dtype(c, &out->dtype)) return -1;
-    int keep = c->a.i[KE_ATTR_KEEPDIM] != 0, nd = 0;
+    int keep = ke_attr_keepdim(&c->a), nd = 0;
     for (int d = 0; d < x->ndim; d++) {
         if (mask & (1u << d)) {
             if (keep) out->shape[nd++] = 1;

@@ -82,10 +82,10 @@ static int infer_size(const char *op, const kl_tensor *x, int ndim, int64_t *sha
 
 int ke_view_view(ke_call *c) {
     const kl_tensor *x = c->in[0];
-    int nd = c->a.nlist;
+    int nd = ke_attr_view_shape_len(&c->a);
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     if (nd > KL_MAX_DIMS) return ke_err(KL_ERR_SHAPE, ke_opname(c), "%d dims requested; at most %d", nd, KL_MAX_DIMS);
-    memcpy(shape, c->a.list, sizeof(int64_t) * nd);
+    memcpy(shape, ke_attr_view_shape(&c->a), sizeof(int64_t) * nd);
     if (infer_size(ke_opname(c), x, nd, shape)) return -1;
     if (view_strides(x, nd, shape, stride)) {
         char b1[200], b2[256];
@@ -98,12 +98,14 @@ int ke_view_view(ke_call *c) {
 
 int ke_view_permute(ke_call *c) {
     const kl_tensor *x = c->in[0];
-    if (c->a.nlist != x->ndim)
-        return ke_err(KL_ERR_ARG, ke_opname(c), "got %d dims for a tensor with %d dims", c->a.nlist, x->ndim);
+    const int64_t *dims = ke_attr_permute_dims(&c->a);
+    if (ke_attr_permute_dims_len(&c->a) != x->ndim)
+        return ke_err(KL_ERR_ARG, ke_opname(c), "got %d dims for a tensor with %d dims",
+                      ke_attr_permute_dims_len(&c->a), x->ndim);
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     unsigned seen = 0;
     for (int i = 0; i < x->ndim; i++) {
-        int d = ke_wrap_dim(ke_opname(c), c->a.list[i], x->ndim);
+        int d = ke_wrap_dim(ke_opname(c), dims[i], x->ndim);
         if (d < 0) return -1;
         if (seen & (1u << d)) return ke_err(KL_ERR_ARG, ke_opname(c), "dim %d repeated in the permutation", d);
         seen |= 1u << d;
@@ -115,8 +117,8 @@ int ke_view_permute(ke_call *c) {
 
 int ke_view_transpose(ke_call *c) {
     const kl_tensor *x = c->in[0];
-    int d0 = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim), d1;
-    if (d0 < 0 || (d1 = ke_wrap_dim(ke_opname(c), c->a.i[1], x->ndim)) < 0) return -1;
+    int d0 = ke_wrap_dim(ke_opname(c), ke_attr_transpose_dim0(&c->a), x->ndim), d1;
+    if (d0 < 0 || (d1 = ke_wrap_dim(ke_opname(c), ke_attr_transpose_dim1(&c->a), x->ndim)) < 0) return -1;
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     memcpy(stride, x->stride, sizeof stride);
@@ -129,20 +131,21 @@ int ke_view_transpose(ke_call *c) {
 
 int ke_view_expand(ke_call *c) {
     const kl_tensor *x = c->in[0];
-    int nd = c->a.nlist;
+    int nd = ke_attr_expand_shape_len(&c->a);
+    const int64_t *to = ke_attr_expand_shape(&c->a);
     char b1[200], b2[256];
     if (nd < x->ndim || nd > KL_MAX_DIMS)
         return ke_err(KL_ERR_SHAPE, ke_opname(c), "cannot expand %s to %s", ke_fmt_tensor(b2, sizeof b2, x),
-                      ke_fmt_shape(b1, sizeof b1, nd, c->a.list));
+                      ke_fmt_shape(b1, sizeof b1, nd, to));
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     int off = nd - x->ndim;
     for (int d = 0; d < nd; d++) {
-        int64_t want = c->a.list[d];
+        int64_t want = to[d];
         int sd = d - off;
         if (sd < 0) {
             if (want < 0)
                 return ke_err(KL_ERR_SHAPE, ke_opname(c), "-1 is not allowed for a new leading dim in %s",
-                              ke_fmt_shape(b1, sizeof b1, nd, c->a.list));
+                              ke_fmt_shape(b1, sizeof b1, nd, to));
             shape[d] = want;
             stride[d] = 0;
         } else if (want == -1 || want == x->shape[sd]) {
@@ -154,7 +157,7 @@ int ke_view_expand(ke_call *c) {
         } else {
             return ke_err(KL_ERR_SHAPE, ke_opname(c),
                           "cannot expand %s to %s: dim %d has size %lld, not 1", ke_fmt_tensor(b2, sizeof b2, x),
-                          ke_fmt_shape(b1, sizeof b1, nd, c->a.list), sd, (long long)x->shape[sd]);
+                          ke_fmt_shape(b1, sizeof b1, nd, to), sd, (long long)x->shape[sd]);
         }
     }
     if (ke_check_shape(ke_opname(c), nd, shape, (kl_dtype)x->dtype)) return -1;
@@ -164,8 +167,8 @@ int ke_view_expand(ke_call *c) {
 int ke_view_squeeze(ke_call *c) {
     const kl_tensor *x = c->in[0];
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
-    int nd = 0, all = c->a.i[1] != 0, dim = -1;
-    if (!all && (dim = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim)) < 0) return -1;
+    int nd = 0, all = ke_attr_squeeze_all(&c->a), dim = -1;
+    if (!all && (dim = ke_wrap_dim(ke_opname(c), ke_attr_squeeze_dim(&c->a), x->ndim)) < 0) return -1;
     for (int d = 0; d < x->ndim; d++) {
         if (x->shape[d] == 1 && (all || d == dim)) continue;
         shape[nd] = x->shape[d];
@@ -178,7 +181,7 @@ int ke_view_unsqueeze(ke_call *c) {
     const kl_tensor *x = c->in[0];
     if (x->ndim >= KL_MAX_DIMS)
         return ke_err(KL_ERR_SHAPE, ke_opname(c), "cannot add a dim to a tensor with %d dims", x->ndim);
-    int d = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim + 1);
+    int d = ke_wrap_dim(ke_opname(c), ke_attr_unsqueeze_dim(&c->a), x->ndim + 1);
     if (d < 0) return -1;
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     for (int i = 0, j = 0; i <= x->ndim; i++) {
@@ -197,9 +200,10 @@ int ke_view_unsqueeze(ke_call *c) {
 int ke_view_slice(ke_call *c) {
     const kl_tensor *x = c->in[0];
     if (x->ndim == 0) return ke_err(KL_ERR_INDEX, ke_opname(c), "cannot slice a 0-dim tensor");
-    int d = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(ke_opname(c), ke_attr_slice_dim(&c->a), x->ndim);
     if (d < 0) return -1;
-    int64_t n = x->shape[d], start = c->a.i[1], end = c->a.i[2], step = c->a.i[3];
+    int64_t n = x->shape[d], start = ke_attr_slice_start(&c->a), end = ke_attr_slice_end(&c->a),
+            step = ke_attr_slice_step(&c->a);
     if (step <= 0) return ke_err(KL_ERR_ARG, ke_opname(c), "step must be positive, got %lld", (long long)step);
     /* Python semantics: negative indices count from the end; clamp to [0, n]. */
     if (start < 0) start = start < -n ? 0 : start + n;
@@ -218,9 +222,9 @@ int ke_view_slice(ke_call *c) {
 int ke_view_select(ke_call *c) {
     const kl_tensor *x = c->in[0];
     if (x->ndim == 0) return ke_err(KL_ERR_INDEX, ke_opname(c), "cannot select from a 0-dim tensor");
-    int d = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(ke_opname(c), ke_attr_select_dim(&c->a), x->ndim);
     if (d < 0) return -1;
-    int64_t n = x->shape[d], i = c->a.i[1];
+    int64_t n = x->shape[d], i = ke_attr_select_index(&c->a);
     if (i < -n || i >= n) {
         char b[256];
         return ke_err(KL_ERR_INDEX, ke_opname(c), "index %lld out of range for dim %d of %s", (long long)i, d,
@@ -238,11 +242,11 @@ int ke_view_select(ke_call *c) {
 
 int ke_view_as_strided(ke_call *c) {
     const kl_tensor *x = c->in[0];
-    int nd = (int)c->a.i[0];
-    int64_t offset = c->a.i[1];
-    if (nd < 0 || nd > KL_MAX_DIMS || c->a.nlist != 2 * nd)
+    int nd = (int)ke_attr_as_strided_ndim(&c->a);
+    int64_t offset = ke_attr_as_strided_offset(&c->a);
+    if (nd < 0 || nd > KL_MAX_DIMS || ke_attr_as_strided_size_stride_len(&c->a) != 2 * nd)
         return ke_err(KL_ERR_ARG, ke_opname(c), "bad dims count %d", nd);
-    const int64_t *shape = c->a.list, *stride = c->a.list + nd;
+    const int64_t *shape = ke_attr_as_strided_size_stride(&c->a), *stride = shape + nd;
     if (ke_check_shape(ke_opname(c), nd, shape, (kl_dtype)x->dtype)) return -1;
     if (offset < 0) return ke_err(KL_ERR_ARG, ke_opname(c), "negative storage offset %lld", (long long)offset);
     /* The furthest element must lie inside the storage: never read out of bounds. */
@@ -273,10 +277,10 @@ int ke_view_alias(ke_call *c) {
 
 int ke_decomp_reshape(ke_call *c) {
     kl_tensor *x = c->in[0];
-    int nd = c->a.nlist;
+    int nd = ke_attr_reshape_shape_len(&c->a);
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     if (nd > KL_MAX_DIMS) return ke_err(KL_ERR_SHAPE, ke_opname(c), "%d dims requested; at most %d", nd, KL_MAX_DIMS);
-    memcpy(shape, c->a.list, sizeof(int64_t) * nd);
+    memcpy(shape, ke_attr_reshape_shape(&c->a), sizeof(int64_t) * nd);
     if (infer_size(ke_opname(c), x, nd, shape)) return -1;
     if (view_strides(x, nd, shape, stride) == 0) return ke_set_out1(c, kl_view(x, nd, shape));
     kl_scope_begin();
@@ -289,8 +293,8 @@ int ke_decomp_reshape(ke_call *c) {
 int ke_decomp_flatten(ke_call *c) {
     kl_tensor *x = c->in[0];
     if (x->ndim == 0) return ke_set_out1(c, kl_reshape(x, 1, (int64_t[]){1}));
-    int s = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim), e;
-    if (s < 0 || (e = ke_wrap_dim(ke_opname(c), c->a.i[1], x->ndim)) < 0) return -1;
+    int s = ke_wrap_dim(ke_opname(c), ke_attr_flatten_start_dim(&c->a), x->ndim), e;
+    if (s < 0 || (e = ke_wrap_dim(ke_opname(c), ke_attr_flatten_end_dim(&c->a), x->ndim)) < 0) return -1;
     if (s > e) return ke_err(KL_ERR_ARG, ke_opname(c), "start_dim %d comes after end_dim %d", s, e);
     int64_t shape[KL_MAX_DIMS];
     int nd = 0;
@@ -305,13 +309,13 @@ int ke_decomp_flatten(ke_call *c) {
 int ke_decomp_narrow(ke_call *c) {
     kl_tensor *x = c->in[0];
     if (x->ndim == 0) return ke_err(KL_ERR_INDEX, ke_opname(c), "cannot narrow a 0-dim tensor");
-    int d = ke_wrap_dim(ke_opname(c), c->a.i[0], x->ndim);
+    int d = ke_wrap_dim(ke_opname(c), ke_attr_narrow_dim(&c->a), x->ndim);
     if (d < 0) return -1;
-    int64_t start = c->a.i[1], len = c->a.i[2], n = x->shape[d];
+    int64_t start = ke_attr_narrow_start(&c->a), len = ke_attr_narrow_length(&c->a), n = x->shape[d];
     if (start < 0) start += n;
     if (start < 0 || len < 0 || start > n || len > n - start)
         return ke_err(KL_ERR_INDEX, ke_opname(c), "start %lld and length %lld out of range for dim %d of size %lld",
-                      (long long)c->a.i[1], (long long)len, d, (long long)n);
+                      (long long)ke_attr_narrow_start(&c->a), (long long)len, d, (long long)n);
     return ke_set_out1(c, kl_slice(x, d, start, start + len, 1));
 }
 
@@ -329,7 +333,7 @@ int ke_decomp_t(ke_call *c) {
 int ke_decomp_squeeze_all(ke_call *c) {
     kl_tensor *in[1] = {c->in[0]};
     ke_call s = {.op = KE_OP_squeeze, .nin = 1, .in = in};
-    s.a.i[1] = 1;
+    ke_attr_set_squeeze_all(&s.a, true);
     return ke_set_out1(c, ke_call1(&s));
 }
 
@@ -347,15 +351,10 @@ static kl_tensor *list_call(int op, kl_tensor *x, int n, const int64_t *v) {
     return ke_call1(&c);
 }
 
-static kl_tensor *int_call(int op, kl_tensor *x, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
-    kl_tensor *in[1] = {x};
-    ke_call c = {.op = op, .nin = 1, .in = in};
-    c.a.i[0] = i0;
-    c.a.i[1] = i1;
-    c.a.i[2] = i2;
-    c.a.i[3] = i3;
-    return ke_call1(&c);
-}
+/* One-input call of op on x; the wrappers set its attributes by name. */
+#define VIEW_CALL(c, op_, x)                                                                                  \
+    kl_tensor *in_[1] = {x};                                                                                  \
+    ke_call c = {.op = op_, .nin = 1, .in = in_}
 
 kl_tensor *kl_view(kl_tensor *t, int ndim, const int64_t *shape) { return list_call(KE_OP_view, t, ndim, shape); }
 kl_tensor *kl_reshape(kl_tensor *t, int ndim, const int64_t *shape) {
@@ -368,21 +367,51 @@ kl_tensor *kl_expand(kl_tensor *t, int ndim, const int64_t *shape) {
     return list_call(KE_OP_expand, t, ndim, shape);
 }
 kl_tensor *kl_broadcast_to(kl_tensor *t, int ndim, const int64_t *shape) { return kl_expand(t, ndim, shape); }
-kl_tensor *kl_transpose(kl_tensor *t, int dim0, int dim1) { return int_call(KE_OP_transpose, t, dim0, dim1, 0, 0); }
+kl_tensor *kl_transpose(kl_tensor *t, int dim0, int dim1) {
+    VIEW_CALL(c, KE_OP_transpose, t);
+    ke_attr_set_transpose_dim0(&c.a, dim0);
+    ke_attr_set_transpose_dim1(&c.a, dim1);
+    return ke_call1(&c);
+}
 kl_tensor *kl_t(kl_tensor *t) { return ke_unary(KE_OP_t, t, 0); }
-kl_tensor *kl_squeeze(kl_tensor *t, int dim) { return int_call(KE_OP_squeeze, t, dim, 0, 0, 0); }
+kl_tensor *kl_squeeze(kl_tensor *t, int dim) {
+    VIEW_CALL(c, KE_OP_squeeze, t);
+    ke_attr_set_squeeze_dim(&c.a, dim);
+    return ke_call1(&c);
+}
 kl_tensor *kl_squeeze_all(kl_tensor *t) { return ke_unary(KE_OP_squeeze_all, t, 0); }
-kl_tensor *kl_unsqueeze(kl_tensor *t, int dim) { return int_call(KE_OP_unsqueeze, t, dim, 0, 0, 0); }
+kl_tensor *kl_unsqueeze(kl_tensor *t, int dim) {
+    VIEW_CALL(c, KE_OP_unsqueeze, t);
+    ke_attr_set_unsqueeze_dim(&c.a, dim);
+    return ke_call1(&c);
+}
 kl_tensor *kl_flatten(kl_tensor *t, int start_dim, int end_dim) {
-    return int_call(KE_OP_flatten, t, start_dim, end_dim, 0, 0);
+    VIEW_CALL(c, KE_OP_flatten, t);
+    ke_attr_set_flatten_start_dim(&c.a, start_dim);
+    ke_attr_set_flatten_end_dim(&c.a, end_dim);
+    return ke_call1(&c);
 }
 kl_tensor *kl_slice(kl_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
-    return int_call(KE_OP_slice, t, dim, start, end, step);
+    VIEW_CALL(c, KE_OP_slice, t);
+    ke_attr_set_slice_dim(&c.a, dim);
+    ke_attr_set_slice_start(&c.a, start);
+    ke_attr_set_slice_end(&c.a, end);
+    ke_attr_set_slice_step(&c.a, step);
+    return ke_call1(&c);
 }
 kl_tensor *kl_narrow(kl_tensor *t, int dim, int64_t start, int64_t length) {
-    return int_call(KE_OP_narrow, t, dim, start, length, 0);
+    VIEW_CALL(c, KE_OP_narrow, t);
+    ke_attr_set_narrow_dim(&c.a, dim);
+    ke_attr_set_narrow_start(&c.a, start);
+    ke_attr_set_narrow_length(&c.a, length);
+    return ke_call1(&c);
 }
-kl_tensor *kl_select(kl_tensor *t, int dim, int64_t index) { return int_call(KE_OP_select, t, dim, index, 0, 0); }
+kl_tensor *kl_select(kl_tensor *t, int dim, int64_t index) {
+    VIEW_CALL(c, KE_OP_select, t);
+    ke_attr_set_select_dim(&c.a, dim);
+    ke_attr_set_select_index(&c.a, index);
+    return ke_call1(&c);
+}
 kl_tensor *kl_contiguous(kl_tensor *t) { return ke_unary(KE_OP_contiguous, t, 0); }
 
 kl_tensor *kl_as_strided(kl_tensor *t, int ndim, const int64_t *shape, const int64_t *strides, int64_t offset) {
@@ -396,8 +425,8 @@ kl_tensor *kl_as_strided(kl_tensor *t, int ndim, const int64_t *shape, const int
         ke_err(KL_ERR_NULL_ARG, "as_strided", "shape or strides pointer is NULL");
         return NULL;
     }
-    c.a.i[0] = ndim;
-    c.a.i[1] = offset;
+    ke_attr_set_as_strided_ndim(&c.a, ndim);
+    ke_attr_set_as_strided_offset(&c.a, offset);
     c.a.nlist = 2 * ndim;
     for (int i = 0; i < ndim; i++) {
         c.a.list[i] = shape[i];

@@ -5,7 +5,7 @@
  * so the constant is computed by the very kernel the executor would run
  * (bitwise the same). A 0-dim result becomes a scalar node; any other result
  * becomes a graph-owned constant tensor: an IR_OP_CAPTURED node with
- * a.i[1] = 1 reading graph->captured[a.i[0]].
+ * constant = 1 reading graph->captured[index].
  *
  * A constant tensor is read-only: nothing is folded whose storage the graph
  * writes in place, or that the caller receives (directly or as a view), since
@@ -46,10 +46,12 @@ static int foldable(const ir_graph *g, const ir_node *n, const uint8_t *written)
 
 static kl_tensor *const_tensor(const ir_graph *g, int32_t id) {
     const ir_node *n = &g->nodes[g->values[id].node];
-    if (n->op == IR_OP_CAPTURED) return g->captured[n->a.i[0]];
+    if (n->op == IR_OP_CAPTURED) return g->captured[ir_attr_captured_index(&n->a)];
     /* as the executor makes it */
-    kl_tensor *t = n->a.i[0] ? ke_wrap_scalar(n->a.f[0]) : kl_scalar_tensor(n->a.f[0], (kl_dtype)n->a.i[KE_ATTR_DTYPE]);
-    if (t && n->a.i[0]) ke_scope_adopt(t);
+    int wrapped = ir_attr_scalar_wrapped(&n->a);
+    double value = ir_attr_scalar_value(&n->a);
+    kl_tensor *t = wrapped ? ke_wrap_scalar(value) : kl_scalar_tensor(value, ir_attr_scalar_dtype(&n->a));
+    if (t && wrapped) ke_scope_adopt(t);
     return t;
 }
 
@@ -100,8 +102,8 @@ static int fold_node(ir_graph *g, int32_t k) {
     double s;
     ke_attrs a = {0};
     if (as_scalar(res, &s)) {
-        a.f[0] = s;
-        a.i[KE_ATTR_DTYPE] = res->dtype;
+        ir_attr_set_scalar_value(&a, s);
+        ir_attr_set_scalar_dtype(&a, (kl_dtype)res->dtype);
         n->op = IR_OP_SCALAR;
         ke_tensor_decref(res);
     } else {
@@ -112,8 +114,8 @@ static int fold_node(ir_graph *g, int32_t k) {
         }
         g->captured = p;
         g->captured[g->ncaptured] = res; /* our reference becomes the graph's */
-        a.i[0] = g->ncaptured++;
-        a.i[1] = 1;
+        ir_attr_set_captured_index(&a, g->ncaptured++);
+        ir_attr_set_captured_constant(&a, true);
         n->op = IR_OP_CAPTURED;
         v->offset = res->offset;
         memcpy(v->stride, res->stride, sizeof(int64_t) * res->ndim);

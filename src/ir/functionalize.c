@@ -30,8 +30,8 @@ static kl_tensor *stand_in(const ir_graph *g, int32_t id) {
     const ir_value *v = &g->values[id];
     const ir_node *s = v->kind == IR_VAL_NODE ? &g->nodes[v->node] : NULL;
     kl_tensor *t;
-    if (s && s->op == IR_OP_SCALAR && s->a.i[0]) {
-        t = ke_wrap_scalar(s->a.f[0]);
+    if (s && s->op == IR_OP_SCALAR && ir_attr_scalar_wrapped(&s->a)) {
+        t = ke_wrap_scalar(ir_attr_scalar_value(&s->a));
     } else {
         ke_storage *st = ke_storage_new(0, KL_DEVICE_META, "compile");
         if (!st) return NULL;
@@ -67,14 +67,14 @@ static int user_visible(const ir_graph *g, int32_t b) {
     const ir_value *v = &g->values[b];
     if (v->kind == IR_VAL_INPUT) return 1;
     const ir_node *n = &g->nodes[v->node];
-    return n->op == IR_OP_CAPTURED && n->a.i[1] == 0;
+    return n->op == IR_OP_CAPTURED && !ir_attr_captured_constant(&n->a);
 }
 
 static int eligible(const ir_graph *g, int32_t b) {
     const ir_value *bv = &g->values[b];
     if (bv->kind == IR_VAL_NODE) {
         const ir_node *d = &g->nodes[bv->node];
-        if (d->op == IR_OP_CAPTURED ? d->a.i[1] != 0 : d->op >= KE_OP_COUNT || ke_ops[d->op].kind == KE_KIND_VIEW)
+        if (d->op == IR_OP_CAPTURED ? ir_attr_captured_constant(&d->a) : d->op >= KE_OP_COUNT || ke_ops[d->op].kind == KE_KIND_VIEW)
             return 0;
     }
     int32_t cur = b;

@@ -300,7 +300,7 @@ static int emit_kernel(fuse_state *s, int32_t G, const int32_t *members, int lo,
     kn_node->inplace = 0;
     kn_node->compute = -1;
     memset(&kn_node->a, 0, sizeof kn_node->a);
-    kn_node->a.i[0] = idx;
+    ir_attr_set_kernel_id(&kn_node->a, idx);
     kn_node->nout = nout;
     for (int j = 0; j < nout; j++) {
         kn_node->out[j] = out[j];

@@ -3,7 +3,28 @@
  */
 #include "ir.h"
 
+#include <math.h>
 #include <stdlib.h>
+
+/* The IR-only ops' attribute descriptors (ir_attrs.def), indexed from KE_OP_COUNT. */
+#define KE_A KE_ATTR_DESC
+#define IR_ATTRS(OP, op, attrs) static const ke_attr_desc ir_attrs_of_##op[] = {attrs};
+#include "ir_attrs.def"
+#undef IR_ATTRS
+#define IR_ATTRS(OP, op, attrs)                                                                          \
+    [IR_OP_##OP - KE_OP_COUNT] = {ir_attrs_of_##op, (int)(sizeof ir_attrs_of_##op / sizeof ir_attrs_of_##op[0])},
+static const ke_attr_set ir_attr_sets[IR_OP_END - KE_OP_COUNT] = {
+#include "ir_attrs.def"
+};
+#undef IR_ATTRS
+#undef KE_A
+
+const ke_attr_set *ir_op_attrs(int op) {
+    static const ke_attr_set none = {NULL, 0};
+    if (op >= 0 && op < KE_OP_COUNT) return &ke_op_attrs[op];
+    if (op >= KE_OP_COUNT && op < IR_OP_END) return &ir_attr_sets[op - KE_OP_COUNT];
+    return &none;
+}
 
 static int grow(void **p, int32_t *cap, int32_t want, size_t elem) {
     if (want <= *cap) return 0;
@@ -101,9 +122,9 @@ int32_t ir_add_node(ir_graph *g, int op, int inplace, int nin, const int32_t *in
 
 int32_t ir_add_scalar(ir_graph *g, double v, kl_dtype dt, int wrapped, kl_device device) {
     ke_attrs a = {0};
-    a.f[0] = v;
-    a.i[0] = wrapped;
-    a.i[KE_ATTR_DTYPE] = dt;
+    ir_attr_set_scalar_value(&a, v);
+    ir_attr_set_scalar_wrapped(&a, wrapped);
+    ir_attr_set_scalar_dtype(&a, dt);
     int32_t k = ir_add_node(g, IR_OP_SCALAR, 0, 0, NULL, 1, NULL, &a, device, -1);
     if (k < 0) return -1;
     ir_value *val = &g->values[g->nodes[k].out[0]];
@@ -121,7 +142,7 @@ int32_t ir_add_captured(ir_graph *g, kl_tensor *t) {
     ke_tensor_incref(t);
     g->captured[g->ncaptured] = t;
     ke_attrs a = {0};
-    a.i[0] = g->ncaptured++;
+    ir_attr_set_captured_index(&a, g->ncaptured++);
     kl_tensor *like[1] = {t};
     int32_t k = ir_add_node(g, IR_OP_CAPTURED, 0, 0, NULL, 1, like, &a, t->storage->device, -1);
     return k < 0 ? -1 : g->nodes[k].out[0];

@@ -25,22 +25,30 @@
 
 /* IR-only ops, numbered after the op table. */
 enum ir_op {
-    IR_OP_SCALAR = KE_OP_COUNT, /* 0-dim constant: a.f[0] = value, dtype of the value; wrapped (C
-                                   scalar promotion rules) if a.i[0] = 1 */
+    IR_OP_SCALAR = KE_OP_COUNT, /* 0-dim constant: value, dtype; wrapped: C scalar promotion rules */
     IR_OP_CAPTURED,             /* a tensor captured from outside the traced function, read at each
-                                   call (not baked in): graph->captured[a.i[0]] */
+                                   call (not baked in): graph->captured[index] */
     IR_OP_COPY_BACK,            /* writes in[1] into graph input in[0]'s storage (functionalization's
                                    final write-back); no outputs */
     /* ---- fusion (fuse.c, kernel.h) ---- */
-    IR_OP_KERNEL,               /* a fused kernel: graph->kernels[a.i[0]] reads in[], writes out[] */
+    IR_OP_KERNEL,               /* a fused kernel: graph->kernels[id] reads in[], writes out[] */
     IR_OP_END
 };
 
-/* Random op nodes (KE_F_RANDOM) carry a reservation in a.i[0..1]. When
- * a.i[1] == IR_RANDOM_SLOT, a.i[0] is a slot: each call reserves fresh
+/* Named attributes of the IR-only ops (ir_attrs.def): ir_attr_scalar_value(a), ... */
+#define KE_A KE_ATTR_TUPLE
+#define IR_ATTRS(OP, op, attrs) KE_ATTR_ACCESSORS(ir, op, attrs)
+#include "ir_attrs.def"
+#undef KE_A
+#undef IR_ATTRS
+/* The declared attributes of any node's op: the op table's or the IR's. */
+const ke_attr_set *ir_op_attrs(int op);
+
+/* Random op nodes (KE_F_RANDOM) carry a reservation in their seed and offset
+ * attributes. When offset == IR_RANDOM_SLOT, seed is a slot: each call reserves fresh
  * counters once per slot, in graph order, and every node of a slot draws the
  * same numbers (dropout's backward regenerates its forward's mask that way,
- * as eager does from the same attributes). Otherwise a.i[0..1] are a fixed
+ * as eager does from the same attributes). Otherwise seed and offset are a fixed
  * seed and offset reserved before tracing (a mask made outside the function). */
 #define IR_RANDOM_SLOT (-1)
 
@@ -147,7 +155,7 @@ int ir_node_has_effect(const ir_graph *g, const ir_node *n);
  * kernels made, or -1. */
 int ir_pass_fuse(ir_graph *g);
 /* After fusion: an elementwise kernel whose output is copied back into a tensor it
- * reads at the same elements writes that tensor directly (the kernel node's a.list[j]:
+ * reads at the same elements writes that tensor directly (the kernel node's write_into[j]:
  * the input position output j is written into, -1 for a fresh output), and the copy_back
  * goes (writeback.c). Returns the number of copies removed, or -1. */
 int ir_pass_writeback(ir_graph *g);
@@ -173,7 +181,7 @@ int ir_same_layout(const ir_value *a, const ir_value *b);
  * naming it now names `to`. */
 void ir_replace_uses(ir_graph *g, int32_t from, int32_t to);
 /* 1 if value id is a constant: a scalar node or a folded constant tensor (an IR_OP_CAPTURED
- * node with a.i[1] = 1, owned by the graph, never written). */
+ * node with constant = 1, owned by the graph, never written). */
 int ir_is_const(const ir_graph *g, int32_t id);
 
 /* Records that graph input i shares its storage with the earlier input j (the caller passed
@@ -186,7 +194,7 @@ void ir_alias_input(ir_graph *g, int32_t i, int32_t j);
 int ir_pass_cse(ir_graph *g);
 /* Constant folding: a pure node whose inputs are all constants runs once at compile time
  * through the dispatcher; 0-dim results become scalar nodes, others read-only constant
- * tensors (IR_OP_CAPTURED with a.i[1] = 1). */
+ * tensors (IR_OP_CAPTURED with constant = 1). */
 int ir_pass_fold(ir_graph *g);
 /* Algebraic simplification: x*1, x/1, x-0, x+0 (integers), neg(neg x), identity view
  * chains, view(view x) and expand(expand x) collapsed. */

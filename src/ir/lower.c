@@ -52,8 +52,8 @@ int ir_row_reducible(const ir_graph *g, const ir_node *n) {
     if (o->kind != KE_KIND_REDUCE || !o->impl || n->nin != 1 || n->nout != 1) return 0;
     const ir_value *x = &g->values[n->in[0]];
     /* the last dim, kept */
-    if (!on_cpu(x->device) || x->ndim == 0 || n->a.nlist != 1 || !n->a.i[KE_ATTR_KEEPDIM] ||
-        (n->a.list[0] != x->ndim - 1 && n->a.list[0] != -1))
+    if (!on_cpu(x->device) || x->ndim == 0 || ke_attr_dims_len(&n->a) != 1 || !ke_attr_keepdim(&n->a) ||
+        (ke_attr_dims(&n->a)[0] != x->ndim - 1 && ke_attr_dims(&n->a)[0] != -1))
         return 0;
     const ke_rd_op *ro = o->impl;
     if (ro->vout != 0 || ro->iout >= 0) return 0;

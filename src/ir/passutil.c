@@ -62,7 +62,7 @@ int ir_is_const(const ir_graph *g, int32_t id) {
     const ir_value *v = &g->values[id];
     if (v->kind != IR_VAL_NODE) return 0;
     const ir_node *n = &g->nodes[v->node];
-    return n->op == IR_OP_SCALAR || (n->op == IR_OP_CAPTURED && n->a.i[1] == 1);
+    return n->op == IR_OP_SCALAR || (n->op == IR_OP_CAPTURED && ir_attr_captured_constant(&n->a));
 }
 
 void ir_alias_input(ir_graph *g, int32_t i, int32_t j) {

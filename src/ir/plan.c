@@ -66,7 +66,8 @@ static int64_t value_bytes(const ir_value *v) {
 static int slot_candidate(const ir_graph *g, const ir_node *n, int j, const uint8_t *keep) {
     int32_t v = n->out[j];
     if (n->op != IR_OP_KERNEL || keep[v] || g->values[v].base != v) return 0;
-    if (j < n->a.nlist && n->a.list[j] >= 0) return 0; /* written into an input */
+    if (j < ir_attr_kernel_write_into_len(&n->a) && ir_attr_kernel_write_into(&n->a)[j] >= 0)
+        return 0; /* written into an input */
     return g->values[v].device.type == KL_CPU;
 }
 

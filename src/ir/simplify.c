@@ -33,9 +33,9 @@ static const ir_node *scalar_of(const ir_graph *g, int32_t id) {
 
 static int is_value(const ir_graph *g, int32_t id, double want, int positive_zero) {
     const ir_node *s = scalar_of(g, id);
-    if (!s || s->a.f[0] != want) return 0;
+    if (!s || ir_attr_scalar_value(&s->a) != want) return 0;
     /* a wrapped -0 becomes the integer 0 at run time; an unwrapped one stays -0 */
-    return !positive_zero || !signbit(s->a.f[0]) || s->a.i[0];
+    return !positive_zero || !signbit(ir_attr_scalar_value(&s->a)) || ir_attr_scalar_wrapped(&s->a);
 }
 
 static int is_view(const ir_graph *g, int32_t id, int op) {

@@ -8,7 +8,7 @@
  * optimizer step over p, m and v that is three more passes over memory than
  * the update itself needs. Here an elementwise kernel whose output j is
  * copied back into a tensor b it reads instead writes output j into b itself
- * (the kernel node's a.list[j] names the input position of b; -1 elsewhere),
+ * (the kernel node's write_into[j] names the input position of b; -1 elsewhere),
  * and the copy_back goes. That is safe when
  *  - the kernel is elementwise (no row passes) and reads b at exactly the
  *    element it writes (the same index over the domain, same dtype), and
@@ -34,7 +34,7 @@ static int contiguous(const ir_value *v) {
 /* The input position of b in kernel node kn if output j may be written
  * into it, else -1. */
 static int target_input(const ir_graph *g, const ir_node *kn, int j, int32_t b) {
-    const ir_kernel *k = g->kernels[kn->a.i[0]];
+    const ir_kernel *k = g->kernels[ir_attr_kernel_id(&kn->a)];
     const ir_value *bv = &g->values[b], *v = &g->values[kn->out[j]];
     if (k->row || bv->dtype != v->dtype || bv->ndim != v->ndim || !contiguous(bv) ||
         memcmp(bv->shape, v->shape, sizeof(int64_t) * v->ndim))

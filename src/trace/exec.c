@@ -70,16 +70,16 @@ int64_t tr_count_launches(const ir_graph *g) {
 }
 
 /* A fused kernel: fresh contiguous outputs, or the input an output is
- * written into (a.list, writeback.c), then the backend. */
+ * written into (write_into, writeback.c), then the backend. */
 static int run_kernel(const ir_graph *g, const ir_node *n, kl_tensor **vals, exec_mem *m) {
-    const ir_kernel *k = g->kernels[n->a.i[0]];
+    const ir_kernel *k = g->kernels[ir_attr_kernel_id(&n->a)];
     kl_tensor *in[16], *out[KE_MAX_OUT];
     if (n->nin > 16) return ke_err(KL_ERR_UNSUPPORTED, "fn_call", "a kernel with %d inputs", n->nin);
     for (int i = 0; i < n->nin; i++) in[i] = vals[n->in[i]];
     for (int j = 0; j < n->nout; j++) {
         const ir_kbuf *b = &k->bufs[k->ninputs + j];
-        if (j < n->a.nlist && n->a.list[j] >= 0) {
-            vals[n->out[j]] = out[j] = in[n->a.list[j]];
+        if (j < ir_attr_kernel_write_into_len(&n->a) && ir_attr_kernel_write_into(&n->a)[j] >= 0) {
+            vals[n->out[j]] = out[j] = in[ir_attr_kernel_write_into(&n->a)[j]];
             continue;
         }
         if (slot_tensor(m, n->out[j], b, &out[j])) return -1;
@@ -103,8 +103,8 @@ typedef struct rand_slots {
 /* Fresh counters for node n's slot at its first use in this call, the same
  * ones for every later node of the slot; fixed reservations stay. */
 static int reserve(rand_slots *r, ke_call *c) {
-    if (c->a.i[1] != IR_RANDOM_SLOT) return 0;
-    int64_t slot = c->a.i[0];
+    if (ke_attr_offset(&c->a) != IR_RANDOM_SLOT) return 0;
+    int64_t slot = ke_attr_seed(&c->a);
     if (slot >= r->cap) {
         int cap = (int)slot + 8;
         int64_t *p = r->rsv == r->small ? malloc(sizeof *p * 2 * (size_t)cap) : realloc(r->rsv, sizeof *p * 2 * (size_t)cap);
@@ -116,27 +116,28 @@ static int reserve(rand_slots *r, ke_call *c) {
     }
     if (r->rsv[2 * slot] == -1) {
         if (ke_random_reserve(c)) return -1;
-        r->rsv[2 * slot] = c->a.i[0];
-        r->rsv[2 * slot + 1] = c->a.i[1];
+        r->rsv[2 * slot] = ke_attr_seed(&c->a);
+        r->rsv[2 * slot + 1] = ke_attr_offset(&c->a);
         return 0;
     }
-    c->a.i[0] = r->rsv[2 * slot];
-    c->a.i[1] = r->rsv[2 * slot + 1];
+    ke_attr_set_seed(&c->a, r->rsv[2 * slot]);
+    ke_attr_set_offset(&c->a, r->rsv[2 * slot + 1]);
     return 0;
 }
 
 static int run_node(const ir_graph *g, const ir_node *n, kl_tensor **vals, rand_slots *rs, exec_mem *m) {
     if (n->op == IR_OP_KERNEL) return run_kernel(g, n, vals, m);
     if (n->op == IR_OP_SCALAR) {
-        kl_tensor *t = n->a.i[0] ? ke_wrap_scalar(n->a.f[0])
-                                 : kl_scalar_tensor(n->a.f[0], (kl_dtype)n->a.i[KE_ATTR_DTYPE]);
+        int wrapped = ir_attr_scalar_wrapped(&n->a);
+        double value = ir_attr_scalar_value(&n->a);
+        kl_tensor *t = wrapped ? ke_wrap_scalar(value) : kl_scalar_tensor(value, ir_attr_scalar_dtype(&n->a));
         if (!t) return -1;
-        if (n->a.i[0]) ke_scope_adopt(t);
+        if (wrapped) ke_scope_adopt(t);
         vals[n->out[0]] = t;
         return 0;
     }
     if (n->op == IR_OP_CAPTURED) {
-        vals[n->out[0]] = g->captured[n->a.i[0]];
+        vals[n->out[0]] = g->captured[ir_attr_captured_index(&n->a)];
         return 0;
     }
     if (n->op == IR_OP_COPY_BACK) return kl_copy_inplace(vals[n->in[0]], vals[n->in[1]]) ? 0 : -1;

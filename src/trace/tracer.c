@@ -91,7 +91,7 @@ static int32_t captured_id(tr_session *s, kl_tensor *t, kl_tensor **meta) {
  * reserves afresh at each call; two nodes with the same reservation share
  * it. Any other reservation was made before tracing and stays fixed. */
 static int random_slot(tr_session *s, ke_attrs *a, const ir_value *out) {
-    uint64_t seed = (uint64_t)a->i[0], off = (uint64_t)a->i[1];
+    uint64_t seed = (uint64_t)ke_attr_seed(a), off = (uint64_t)ke_attr_offset(a);
     if (seed != s->gen0.seed || off < s->gen0.offset) return 0;
     /* an empty draw reserves nothing, so the next draw starts at the same
      * offset: it is never the same reservation */
@@ -108,8 +108,8 @@ static int random_slot(tr_session *s, ke_attrs *a, const ir_value *out) {
         }
         s->rsv[s->nrsv++] = (ke_generator){seed, off};
     }
-    a->i[0] = slot;
-    a->i[1] = IR_RANDOM_SLOT;
+    ke_attr_set_seed(a, slot);
+    ke_attr_set_offset(a, IR_RANDOM_SLOT);
     return 0;
 }
 

@@ -35,14 +35,14 @@ static void RV_FN(init)(void *acc_, int64_t n) {
 static void RV_FN(row)(void *acc_, const void *x_, int64_t n, int64_t i0, const void *aux_, const ke_attrs *at) {
     const RK_A aux = RV_AUX ? *(const RK_A *)aux_ : (RK_A)0;
     (void)i0;
-    *(RK_A *)acc_ = RV_FN(fold)(*(RK_A *)acc_, n, x_, aux, at->f[0]);
+    *(RK_A *)acc_ = RV_FN(fold)(*(RK_A *)acc_, n, x_, aux, ke_attr_reduce_param(at));
 }
 
 static void RV_FN(cols)(void *acc_, const void *x_, int64_t n, int64_t m, int64_t xs, int64_t i0, const void *aux_,
                         const ke_attrs *at) {
     RK_A *restrict acc = acc_;
     const RK_A *restrict auxv = aux_;
-    const double p = at->f[0];
+    const double p = ke_attr_reduce_param(at);
     (void)i0, (void)p, (void)auxv;
     for (int64_t r = 0; r < m; r++) {
         const RK_T *restrict x = (const RK_T *)x_ + r * xs;
@@ -65,7 +65,7 @@ static void RV_FN(fin)(void *v_, int64_t *idx, const void *acc_, int64_t n, int6
     RK_R *restrict v = v_;
     const RK_A *restrict acc = acc_;
     const RK_A *restrict auxv = aux_;
-    const double p = at->f[0];
+    const double p = ke_attr_reduce_param(at);
     (void)idx, (void)cnt, (void)p, (void)auxv;
     for (int64_t j = 0; j < n; j++) {
         const RK_A aux = RV_AUX ? auxv[j] : (RK_A)0;
