@@ -71,6 +71,94 @@ static void keep_moves_one_level(void **s) {
     assert_int_equal(kl_live_tensors(), 0);
 }
 
+/* An op's output has its header and storage header in one block (tensor.c).
+ * A view may outlive the output: the output's header is dead at once, and
+ * the block is reused only after the view lets the storage go. */
+static void view_outlives_its_base(void **s) {
+    (void)s;
+    int64_t t0 = kl_live_tensors(), s0 = kl_live_storages();
+    kl_tensor *x = kl_arange(0, 6, 1, KL_F32), *y, *v;
+    kl_scope_begin();
+    y = kl_mul_scalar(x, 2);
+    v = kl_retain(kl_view(y, KL_SHAPE(2, 3)));
+    kl_scope_end();
+    assert_int_equal(kl_live_tensors(), t0 + 2); /* x and v */
+    assert_int_equal(kl_live_storages(), s0 + 2);
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(kl_ndim(y), -1); /* dead, and its block not reused by the ops below */
+        KT_EXPECT_ERROR(KL_ERR_FREED, "released");
+        kl_scope_begin();
+        for (int i = 0; i < 100; i++) kl_add_scalar(kl_exp(x), i);
+        kl_scope_end();
+    }
+    KT_VALUES(v, 0, 0, 2, 4, 6, 8, 10);
+    kl_release(v);
+    assert_int_equal(kl_live_tensors(), t0 + 1);
+    assert_int_equal(kl_live_storages(), s0 + 1);
+}
+
+/* A retained tensor may be handed to another thread, used there and released
+ * there; what that thread makes may come back and die on the first thread. */
+static kl_tensor *handed;
+static void *use_and_release(void *arg) {
+    (void)arg;
+    kl_scope_begin();
+    kl_tensor *r = kl_retain(kl_mul_scalar(handed, 3));
+    kl_scope_end();
+    kl_release(handed); /* the last reference to the header, not to its storage */
+    return r;
+}
+
+static void *make_many(void *arg) {
+    kl_tensor **out = arg;
+    for (int i = 0; i < 200; i++) {
+        kl_scope_begin();
+        out[i] = kl_retain(kl_add_scalar(handed, i));
+        kl_scope_end();
+    }
+    return NULL;
+}
+
+static void tensors_cross_threads(void **s) {
+    (void)s;
+    int64_t t0 = kl_live_tensors(), s0 = kl_live_storages();
+    kl_scope_begin();
+    kl_tensor *a = kl_retain(kl_add_scalar(kl_ones(KL_SHAPE(4), KL_F32), 1));
+    kl_tensor *av = kl_retain(kl_view(a, KL_SHAPE(2, 2)));
+    kl_scope_end();
+    handed = a;
+    pthread_t th;
+    void *r = NULL;
+    assert_int_equal(pthread_create(&th, NULL, use_and_release, NULL), 0);
+    pthread_join(th, &r);
+    assert_int_equal(kl_ndim(a), -1);
+    KT_EXPECT_ERROR(KL_ERR_FREED, "released");
+    KT_VALUES(av, 0, 2, 2, 2, 2);
+    KT_VALUES((kl_tensor *)r, 0, 6, 6, 6, 6);
+    kl_release(av);
+    kl_release((kl_tensor *)r);
+    assert_int_equal(kl_live_tensors(), t0);
+    assert_int_equal(kl_live_storages(), s0);
+
+    /* several threads at once: their outputs are all released here */
+    enum { NTH = 4, PER = 200 };
+    static kl_tensor *made[NTH][PER];
+    kl_scope_begin();
+    handed = kl_retain(kl_full(KL_SHAPE(3), 1, KL_F32));
+    kl_scope_end();
+    pthread_t ths[NTH];
+    for (int k = 0; k < NTH; k++) assert_int_equal(pthread_create(&ths[k], NULL, make_many, made[k]), 0);
+    for (int k = 0; k < NTH; k++) pthread_join(ths[k], NULL);
+    for (int k = 0; k < NTH; k++)
+        for (int i = 0; i < PER; i++) {
+            assert_true(kt_get(made[k][i], 2) == 1 + i);
+            kl_release(made[k][i]);
+        }
+    kl_release(handed);
+    assert_int_equal(kl_live_tensors(), t0);
+    assert_int_equal(kl_live_storages(), s0);
+}
+
 /* ---- errors ------------------------------------------------------------------ */
 
 static void null_propagates_first_error(void **s) {
@@ -464,7 +552,7 @@ static void rule_memo_matches_rule(void **s) {
         int64_t sh[2];
     } shp[] = {{1, {3}}, {2, {2, 3}}, {0, {0}}, {2, {4, 3}}};
     enum { ND = sizeof dts / sizeof dts[0], NS = sizeof shp / sizeof shp[0], NT = ND * NS + 2 };
-    kl_tensor *ts[NT], *wrapped[2];
+    kl_tensor *ts[NT], *wrapped[2] = {NULL, NULL};
     int nt = 0;
     for (int d = 0; d < ND; d++)
         for (int k = 0; k < NS; k++) {
@@ -547,7 +635,8 @@ static void abort_on_error_env(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(scope_frees_temporaries), KT_TEST(retain_release),     KT_TEST(release_twice_is_an_error),
-        KT_TEST(keep_moves_one_level),    KT_TEST(null_propagates_first_error), KT_TEST(status_table),
+        KT_TEST(keep_moves_one_level),    KT_TEST(view_outlives_its_base), KT_TEST(tensors_cross_threads),
+        KT_TEST(null_propagates_first_error), KT_TEST(status_table),
         KT_TEST(bad_shapes_and_dtypes),   KT_TEST(inplace_rules),      KT_TEST(promotion),
         KT_TEST(conversions),             KT_TEST(views_share_storage), KT_TEST(slice_narrow_select),
         KT_TEST(expand_squeeze_flatten),  KT_TEST(creation),           KT_TEST(blob_deleter_runs_once),

@@ -126,6 +126,7 @@ typedef enum ke_alloc_kind {
 typedef struct ke_storage {
     _Atomic int32_t refcount;
     uint8_t alloc;                 /* ke_alloc_kind */
+    uint8_t in_block;              /* shares one allocation with its first tensor (tensor.c) */
     kl_device device;
     void *data;
     size_t nbytes;
@@ -190,7 +191,8 @@ static inline int ke_alive(const kl_tensor *t) { return t && t->magic == KE_MAGI
  * refcount 1. Returns NULL (KL_ERR_OOM) on failure. */
 kl_tensor *ke_tensor_wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape,
                           const int64_t *stride, int64_t offset);
-/* A new contiguous tensor with fresh storage on dev, not in any scope. */
+/* A new contiguous tensor with fresh storage on dev, not in any scope (header
+ * and storage header in one allocation). */
 kl_tensor *ke_tensor_new(kl_dtype dt, int ndim, const int64_t *shape, kl_device dev, const char *op);
 /* A view header of base (same storage, dtype and flags except wrapped). */
 kl_tensor *ke_tensor_view(const kl_tensor *base, int ndim, const int64_t *shape,
