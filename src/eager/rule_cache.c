@@ -41,27 +41,11 @@ static inline uint64_t sig_of(const kl_tensor *t, int i) {
     return (uint64_t)(t->dtype | ((t->flags & KE_TF_WRAPPED) ? 0x80u : 0u) | (unsigned)t->ndim << 8) << (16 * i);
 }
 
-int ke_infer_cached(ke_call *c, ke_outspec *out) {
-    rc_entry *e = &tl_rules[c->op & (RC_SLOTS - 1)];
-    const int nin = c->nin;
-    uint8_t defdt = (uint8_t)kl_get_default_dtype();
-    if (e->tag == c->op + 1 && e->nin == nin && e->default_dtype == defdt) {
-        uint64_t sig = 0;
-        for (int i = 0; i < nin; i++) sig |= sig_of(c->in[i], i);
-        if (sig != e->sig) goto miss;
-        const int64_t *k = e->dims;
-        for (int i = 0; i < nin; i++) {
-            const kl_tensor *t = c->in[i];
-            for (int d = 0; d < t->ndim; d++)
-                if (k[d] != t->shape[d]) goto miss;
-            k += t->ndim;
-        }
-        *out = e->out;
-        c->compute = (kl_dtype)e->compute;
-        return 1;
-    }
-miss:;
+/* The miss: runs the rule and remembers a success (kept out of line so the
+ * hit path stays small). */
+__attribute__((noinline)) static int infer_and_remember(ke_call *c, ke_outspec *out, rc_entry *e, uint8_t defdt) {
     const ke_op_info *op = &ke_ops[c->op];
+    const int nin = c->nin;
     int r = op->infer(c, out);
     if (r != 1 || !memoizable(op) || nin > RC_MAXIN) return r;
     int nd = 0;
@@ -81,4 +65,26 @@ miss:;
     }
     e->out = *out;
     return r;
+}
+
+int ke_infer_cached(ke_call *c, ke_outspec *out) {
+    rc_entry *e = &tl_rules[c->op & (RC_SLOTS - 1)];
+    const int nin = c->nin;
+    uint8_t defdt = (uint8_t)kl_get_default_dtype();
+    if (e->tag != c->op + 1 || e->nin != nin || e->default_dtype != defdt) goto miss;
+    uint64_t sig = 0;
+    for (int i = 0; i < nin; i++) sig |= sig_of(c->in[i], i);
+    if (sig != e->sig) goto miss;
+    const int64_t *k = e->dims;
+    for (int i = 0; i < nin; i++) {
+        const kl_tensor *t = c->in[i];
+        for (int d = 0; d < t->ndim; d++)
+            if (k[d] != t->shape[d]) goto miss;
+        k += t->ndim;
+    }
+    *out = e->out;
+    c->compute = (kl_dtype)e->compute;
+    return 1;
+miss:
+    return infer_and_remember(c, out, e, defdt);
 }

@@ -282,14 +282,6 @@ void ke_storage_decref(ke_storage *s) {
 
 /* ---- headers ------------------------------------------------------------------ */
 
-ke_keyset ke_device_key(kl_device d) {
-    switch (d.type) {
-    case KL_CUDA: return KE_KS(KE_KEY_CUDA);
-    case KL_META: return KE_KS(KE_KEY_META);
-    default: return KE_KS(KE_KEY_CPU);
-    }
-}
-
 /* A live header over s, refcount 1, in no scope (s's reference is the caller's
  * business). stride NULL: contiguous. */
 static void header_init(kl_tensor *t, ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape,
@@ -383,16 +375,6 @@ void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
         stride[i] = s;
         s *= shape[i] > 1 ? shape[i] : 1;
     }
-}
-
-int ke_is_contig(const kl_tensor *t) {
-    int64_t s = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] == 0) return 1;
-        if (t->shape[i] != 1 && t->stride[i] != s) return 0;
-        s *= t->shape[i];
-    }
-    return 1;
 }
 
 int ke_check_shape(const char *op, int ndim, const int64_t *shape, kl_dtype dt) {
