@@ -232,8 +232,14 @@ static inline int ke_same_shape(int ndim, const int64_t *a, const int64_t *b) {
         if (a[i] != b[i]) return 0;
     return 1;
 }
-/* Contiguous strides for shape. */
-void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+/* Contiguous strides for shape (size-1 and size-0 dims count as 1). */
+static inline void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i] > 1 ? shape[i] : 1;
+    }
+}
 /* 1 if t's elements are laid out row-major without gaps (size-1 dims may
  * have any stride). Inline: the small-op path asks it per operand. */
 static inline int ke_is_contig(const kl_tensor *t) {

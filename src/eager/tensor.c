@@ -207,8 +207,9 @@ static void storage_init(ke_storage *s, void *data, size_t nbytes, kl_device dev
 }
 
 /* Gives the fresh header s nbytes of data on dev (inline when small). Returns
- * 0, or -1 with an error recorded (s is left for the caller to free). */
-static int storage_fill(ke_storage *s, size_t nbytes, kl_device dev, const char *op) {
+ * 0, or -1 with an error recorded (s is left for the caller to free). Inlined:
+ * every op output passes here. */
+static inline __attribute__((always_inline)) int storage_fill(ke_storage *s, size_t nbytes, kl_device dev, const char *op) {
     void *data = NULL;
     ke_alloc_kind kind = KE_ALLOC_NONE;
     if (dev.type == KL_CPU && nbytes <= KE_INLINE_BYTES && !ke_alloc_failing()) {
@@ -262,8 +263,8 @@ static inline int drop_ref(_Atomic int32_t *rc) {
     return atomic_fetch_sub_explicit(rc, 1, memory_order_acq_rel) == 1;
 }
 
-void ke_storage_decref(ke_storage *s) {
-    if (!drop_ref(&s->refcount)) return;
+/* Frees what s's data lives in; s has no reference left. */
+static inline void storage_release_data(ke_storage *s) {
     switch (s->alloc) {
     case KE_ALLOC_CPU: ke_cpu_free(s->data, s->nbytes); break;
     case KE_ALLOC_BLOB:
@@ -272,6 +273,11 @@ void ke_storage_decref(ke_storage *s) {
     case KE_ALLOC_DEVICE: device_allocators[s->device.type].free(s->data, s->nbytes, s->device.index); break;
     default: break;
     }
+}
+
+void ke_storage_decref(ke_storage *s) {
+    if (!drop_ref(&s->refcount)) return;
+    storage_release_data(s);
     if (s->in_block) {
         count_add(&my_counts()->storages, -1);
         block_free((ke_block *)s);
@@ -347,10 +353,17 @@ void ke_tensor_decref(kl_tensor *t) {
     if (!drop_ref(&t->refcount)) return;
     if (t->autograd && ke_autograd_free_hook) ke_autograd_free_hook(t);
     if (in_own_block(t)) {
-        /* dead now; the block is freed with its storage (maybe right here) */
+        /* dead now; the block is freed with its storage: here, when no view
+         * shares it (the usual case, done in one step), else by the last view */
+        ke_storage *s = t->storage;
         t->magic = KE_MAGIC_DEAD;
-        count_add(&my_counts()->tensors, -1);
-        ke_storage_decref(t->storage);
+        live_counts *c = my_counts();
+        count_add(&c->tensors, -1);
+        if (drop_ref(&s->refcount)) {
+            storage_release_data(s);
+            count_add(&c->storages, -1);
+            block_free((ke_block *)s);
+        }
         return;
     }
     ke_storage_decref(t->storage);
@@ -368,14 +381,6 @@ int ke_check_tensor(const kl_tensor *t, const char *op, int argno) {
 }
 
 /* ---- shape helpers ---------------------------------------------------------------- */
-
-void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
-    int64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-        stride[i] = s;
-        s *= shape[i] > 1 ? shape[i] : 1;
-    }
-}
 
 int ke_check_shape(const char *op, int ndim, const int64_t *shape, kl_dtype dt) {
     if (ndim < 0 || ndim > KL_MAX_DIMS)
