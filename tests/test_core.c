@@ -71,6 +71,94 @@ static void keep_moves_one_level(void **s) {
     assert_int_equal(kl_live_tensors(), 0);
 }
 
+/* An op's output has its header and storage header in one block (tensor.c).
+ * A view may outlive the output: the output's header is dead at once, and
+ * the block is reused only after the view lets the storage go. */
+static void view_outlives_its_base(void **s) {
+    (void)s;
+    int64_t t0 = kl_live_tensors(), s0 = kl_live_storages();
+    kl_tensor *x = kl_arange(0, 6, 1, KL_F32), *y, *v;
+    kl_scope_begin();
+    y = kl_mul_scalar(x, 2);
+    v = kl_retain(kl_view(y, KL_SHAPE(2, 3)));
+    kl_scope_end();
+    assert_int_equal(kl_live_tensors(), t0 + 2); /* x and v */
+    assert_int_equal(kl_live_storages(), s0 + 2);
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(kl_ndim(y), -1); /* dead, and its block not reused by the ops below */
+        KT_EXPECT_ERROR(KL_ERR_FREED, "released");
+        kl_scope_begin();
+        for (int i = 0; i < 100; i++) kl_add_scalar(kl_exp(x), i);
+        kl_scope_end();
+    }
+    KT_VALUES(v, 0, 0, 2, 4, 6, 8, 10);
+    kl_release(v);
+    assert_int_equal(kl_live_tensors(), t0 + 1);
+    assert_int_equal(kl_live_storages(), s0 + 1);
+}
+
+/* A retained tensor may be handed to another thread, used there and released
+ * there; what that thread makes may come back and die on the first thread. */
+static kl_tensor *handed;
+static void *use_and_release(void *arg) {
+    (void)arg;
+    kl_scope_begin();
+    kl_tensor *r = kl_retain(kl_mul_scalar(handed, 3));
+    kl_scope_end();
+    kl_release(handed); /* the last reference to the header, not to its storage */
+    return r;
+}
+
+static void *make_many(void *arg) {
+    kl_tensor **out = arg;
+    for (int i = 0; i < 200; i++) {
+        kl_scope_begin();
+        out[i] = kl_retain(kl_add_scalar(handed, i));
+        kl_scope_end();
+    }
+    return NULL;
+}
+
+static void tensors_cross_threads(void **s) {
+    (void)s;
+    int64_t t0 = kl_live_tensors(), s0 = kl_live_storages();
+    kl_scope_begin();
+    kl_tensor *a = kl_retain(kl_add_scalar(kl_ones(KL_SHAPE(4), KL_F32), 1));
+    kl_tensor *av = kl_retain(kl_view(a, KL_SHAPE(2, 2)));
+    kl_scope_end();
+    handed = a;
+    pthread_t th;
+    void *r = NULL;
+    assert_int_equal(pthread_create(&th, NULL, use_and_release, NULL), 0);
+    pthread_join(th, &r);
+    assert_int_equal(kl_ndim(a), -1);
+    KT_EXPECT_ERROR(KL_ERR_FREED, "released");
+    KT_VALUES(av, 0, 2, 2, 2, 2);
+    KT_VALUES((kl_tensor *)r, 0, 6, 6, 6, 6);
+    kl_release(av);
+    kl_release((kl_tensor *)r);
+    assert_int_equal(kl_live_tensors(), t0);
+    assert_int_equal(kl_live_storages(), s0);
+
+    /* several threads at once: their outputs are all released here */
+    enum { NTH = 4, PER = 200 };
+    static kl_tensor *made[NTH][PER];
+    kl_scope_begin();
+    handed = kl_retain(kl_full(KL_SHAPE(3), 1, KL_F32));
+    kl_scope_end();
+    pthread_t ths[NTH];
+    for (int k = 0; k < NTH; k++) assert_int_equal(pthread_create(&ths[k], NULL, make_many, made[k]), 0);
+    for (int k = 0; k < NTH; k++) pthread_join(ths[k], NULL);
+    for (int k = 0; k < NTH; k++)
+        for (int i = 0; i < PER; i++) {
+            assert_true(kt_get(made[k][i], 2) == 1 + i);
+            kl_release(made[k][i]);
+        }
+    kl_release(handed);
+    assert_int_equal(kl_live_tensors(), t0);
+    assert_int_equal(kl_live_storages(), s0);
+}
+
 /* ---- errors ------------------------------------------------------------------ */
 
 static void null_propagates_first_error(void **s) {
@@ -447,6 +535,92 @@ static void dispatch_keys(void **s) {
     ke_install_hooks(&saved);
 }
 
+/* The backend step answers shape/dtype rules from a per-thread memo
+ * (rule_cache.c). For every elementwise row and every signature (dtypes,
+ * shapes, 0-dim and wrapped scalars, both default dtypes) the memo must give
+ * what the rule gives, on a first call (miss) and a repeat (hit), and never
+ * hide an error. Signatures change in the outer loop, so every row's entry
+ * is replaced and rows sharing a memo slot evict each other. */
+static int same_rule_answer(int r1, const ke_call *c1, const ke_outspec *o1, const char *e1, int r2,
+                            const ke_call *c2, const ke_outspec *o2) {
+    if (r1 != r2) return 0;
+    if (r1 < 0) return kl_last_status() != KL_OK && !strcmp(e1, kl_last_error());
+    return o1->dtype == o2->dtype && o1->ndim == o2->ndim && c1->compute == c2->compute &&
+           !memcmp(o1->shape, o2->shape, sizeof(int64_t) * (size_t)o1->ndim);
+}
+
+static void rule_memo_matches_rule(void **s) {
+    (void)s;
+    const kl_dtype dts[] = {KL_F32, KL_F64, KL_I32, KL_I64, KL_BOOL, KL_F16, KL_U8};
+    const struct {
+        int nd;
+        int64_t sh[2];
+    } shp[] = {{1, {3}}, {2, {2, 3}}, {0, {0}}, {2, {4, 3}}};
+    enum { ND = sizeof dts / sizeof dts[0], NS = sizeof shp / sizeof shp[0], NT = ND * NS + 2 };
+    kl_tensor *ts[NT], *wrapped[2] = {NULL, NULL};
+    int nt = 0;
+    for (int d = 0; d < ND; d++)
+        for (int k = 0; k < NS; k++) {
+            ts[nt++] = kl_zeros(shp[k].nd, shp[k].sh, dts[d]);
+            /* a wrapped scalar right after the 0-dim tensor of its dtype: the
+             * same dtype and shape, only the flag differs */
+            if (shp[k].nd == 0 && dts[d] == KL_I64) ts[nt++] = wrapped[0] = ke_wrap_scalar(2);
+            if (shp[k].nd == 0 && dts[d] == KL_F64) ts[nt++] = wrapped[1] = ke_wrap_scalar(2.5);
+        }
+    assert_int_equal(nt, NT);
+    int checked = 0, hits = 0, errors = 0;
+    static int visits[KE_OP_COUNT];
+    for (int i = 0; i < NT; i++)
+        for (int j = 0; j < NT; j++)
+            for (int op = 0; op < KE_OP_COUNT; op++) {
+                const ke_op_info *row = &ke_ops[op];
+                if (row->kind != KE_KIND_EW || !row->infer || row->nin < 1 || row->nin > 2) continue;
+                if (row->nin == 1 && j > 0) continue;
+                /* The same signature under both default dtypes; each visit of a
+                 * row starts with the default its previous visit ended with, so
+                 * consecutive signatures differ in nothing else. */
+                for (int k = 0; k < 2; k++) {
+                    int dd = (visits[op] + k) & 1;
+                    kl_set_default_dtype(dd ? KL_F64 : KL_F32);
+                    kl_tensor *in[2] = {ts[i], ts[j]};
+                    ke_call c1, c2;
+                    memset(&c1, 0, sizeof c1);
+                    c1.op = op;
+                    c1.nin = row->nin;
+                    c1.in = in;
+                    c1.device = KL_DEVICE_CPU;
+                    c1.compute = KL_F32;
+                    c2 = c1;
+                    ke_outspec o1[KE_MAX_OUT], o2[KE_MAX_OUT];
+                    char e1[512] = "";
+                    int r1 = row->infer(&c1, o1);
+                    if (r1 < 0) snprintf(e1, sizeof e1, "%s", kl_last_error());
+                    kl_clear_error();
+                    for (int rep = 0; rep < 2; rep++) { /* a miss, then a hit (when memoizable) */
+                        c2.compute = KL_F32;
+                        memset(o2, 0, sizeof o2);
+                        int r2 = ke_infer_cached(&c2, o2);
+                        if (!same_rule_answer(r1, &c1, o1, e1, r2, &c2, o2)) {
+                            print_error("kl_%s(%s, %s) default %d rep %d: rule %d '%s', memo %d '%s'\n", row->name,
+                                        kl_dtype_name(kl_dtype_of(ts[i])), kl_dtype_name(kl_dtype_of(ts[j])), dd,
+                                        rep, r1, e1, r2, kl_last_error());
+                            kl_set_default_dtype(KL_F32);
+                            fail();
+                        }
+                        kl_clear_error();
+                        hits += rep;
+                    }
+                    checked++;
+                    errors += r1 < 0;
+                }
+                visits[op]++;
+            }
+    kl_set_default_dtype(KL_F32);
+    assert_true(checked > 10000 && errors > 100 && hits > 0);
+    ke_tensor_decref(wrapped[0]);
+    ke_tensor_decref(wrapped[1]);
+}
+
 static void abort_on_error_env(void **s) {
     (void)s;
     fflush(NULL);
@@ -466,13 +640,14 @@ static void abort_on_error_env(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(scope_frees_temporaries), KT_TEST(retain_release),     KT_TEST(release_twice_is_an_error),
-        KT_TEST(keep_moves_one_level),    KT_TEST(null_propagates_first_error), KT_TEST(status_table),
+        KT_TEST(keep_moves_one_level),    KT_TEST(view_outlives_its_base), KT_TEST(tensors_cross_threads),
+        KT_TEST(null_propagates_first_error), KT_TEST(status_table),
         KT_TEST(bad_shapes_and_dtypes),   KT_TEST(inplace_rules),      KT_TEST(promotion),
         KT_TEST(conversions),             KT_TEST(views_share_storage), KT_TEST(slice_narrow_select),
         KT_TEST(expand_squeeze_flatten),  KT_TEST(creation),           KT_TEST(blob_deleter_runs_once),
         KT_TEST(random_is_reproducible),  KT_TEST(meta_tensors),       KT_TEST(broadcast_and_strided_ew),
         KT_TEST(out_of_memory_is_reported), KT_TEST(ownership_misuse_is_reported), KT_TEST(unsupported_device),
-        KT_TEST(dispatch_keys),           KT_TEST(abort_on_error_env),
+        KT_TEST(dispatch_keys),           KT_TEST(rule_memo_matches_rule), KT_TEST(abort_on_error_env),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

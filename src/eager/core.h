@@ -126,6 +126,7 @@ typedef enum ke_alloc_kind {
 typedef struct ke_storage {
     _Atomic int32_t refcount;
     uint8_t alloc;                 /* ke_alloc_kind */
+    uint8_t in_block;              /* shares one allocation with its first tensor (tensor.c) */
     kl_device device;
     void *data;
     size_t nbytes;
@@ -208,7 +209,8 @@ static inline int ke_alive(const kl_tensor *t) { return t && t->magic == KE_MAGI
  * refcount 1. Returns NULL (KL_ERR_OOM) on failure. */
 kl_tensor *ke_tensor_wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape,
                           const int64_t *stride, int64_t offset);
-/* A new contiguous tensor with fresh storage on dev, not in any scope. */
+/* A new contiguous tensor with fresh storage on dev, not in any scope (header
+ * and storage header in one allocation). */
 kl_tensor *ke_tensor_new(kl_dtype dt, int ndim, const int64_t *shape, kl_device dev, const char *op);
 /* A view header of base (same storage, dtype and flags except wrapped). */
 kl_tensor *ke_tensor_view(const kl_tensor *base, int ndim, const int64_t *shape,
@@ -243,15 +245,42 @@ static inline int64_t ke_numel(int ndim, const int64_t *shape) {
     for (int i = 0; i < ndim; i++) n *= shape[i];
     return n;
 }
-/* Contiguous strides for shape. */
-void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
-int ke_is_contig(const kl_tensor *t);
+static inline int ke_same_shape(int ndim, const int64_t *a, const int64_t *b) {
+    for (int i = 0; i < ndim; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+/* Contiguous strides for shape (size-1 and size-0 dims count as 1). */
+static inline void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i] > 1 ? shape[i] : 1;
+    }
+}
+/* 1 if t's elements are laid out row-major without gaps (size-1 dims may
+ * have any stride). Inline: the small-op path asks it per operand. */
+static inline int ke_is_contig(const kl_tensor *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] == 0) return 1;
+        if (t->shape[i] != 1 && t->stride[i] != s) return 0;
+        s *= t->shape[i];
+    }
+    return 1;
+}
 /* Checks a shape: dims >= 0, ndim <= 8, numel * elsize fits in int64. */
 int ke_check_shape(const char *op, int ndim, const int64_t *shape, kl_dtype dt);
 /* Wraps a negative dim; records KL_ERR_INDEX and returns -1 if out of range.
  * ndim 0 accepts dim 0 and -1 as PyTorch does. */
 int ke_wrap_dim(const char *op, int64_t dim, int ndim);
-ke_keyset ke_device_key(kl_device d);
+static inline ke_keyset ke_device_key(kl_device d) {
+    switch (d.type) {
+    case KL_CUDA: return KE_KS(KE_KEY_CUDA);
+    case KL_META: return KE_KS(KE_KEY_META);
+    default: return KE_KS(KE_KEY_CPU);
+    }
+}
 
 /* A wrapped C scalar (0-dim, KE_TF_WRAPPED): integral values become i64,
  * others f64 — the dtype only says the category; promotion rules decide. */

@@ -141,7 +141,7 @@ int ke_backend_run(ke_call *c) {
     if (check_devices(c)) return -1;
     if (op->kind == KE_KIND_VIEW) return op->view(c);
     ke_outspec spec[KE_MAX_OUT];
-    int nout = op->infer(c, spec);
+    int nout = ke_infer_cached(c, spec);
     if (nout < 0) return -1;
     c->nout = nout;
     ke_kernel_fn k = NULL;

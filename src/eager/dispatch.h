@@ -161,6 +161,9 @@ int ke_dispatch(ke_call *c);
 int ke_redispatch(ke_call *c, ke_key below);
 /* Runs the backend part only (shape rule, allocation, kernel) on c->device. */
 int ke_backend_run(ke_call *c);
+/* The row's shape/dtype rule, answered from a per-thread memo when the rule
+ * reads only the inputs' dtypes, wrapped flags and shapes (rule_cache.c). */
+int ke_infer_cached(ke_call *c, ke_outspec *out);
 
 /* Helpers for the public wrappers. */
 kl_tensor *ke_call1(ke_call *c);           /* dispatch, return out[0] or NULL */

@@ -126,6 +126,7 @@ static void ew_range(void *ctx, int64_t begin, int64_t end) {
 }
 
 static int ew_error(ke_call *c, int err);
+static int ew_run_planned(ke_call *c, const ke_ew_impl *impl, kl_dtype compute, ke_ew_loop loop, int64_t n);
 
 int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute) {
     kl_tensor *out = c->out[0];
@@ -153,21 +154,31 @@ int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute) {
             in[k] = ke_data(t);
             if (t->dtype != want) {
                 ok = 0;
+            } else if (t->ndim == out->ndim && ke_same_shape(t->ndim, t->shape, out->shape) && ke_is_contig(t)) {
+                continue; /* element for element */
             } else if (ke_numel(t->ndim, t->shape) == 1) {
                 if (n == 1) continue;
                 if (impl->bcast_ok & (1u << k)) bcast |= 1u << k;
                 else ok = 0;
-            } else if (t->ndim != out->ndim || memcmp(t->shape, out->shape, sizeof(int64_t) * t->ndim) ||
-                       !ke_is_contig(t)) {
+            } else {
                 ok = 0;
             }
         }
         if (ok) {
             int err = 0;
             loop(n, ke_data(out), in, bcast, &c->a, &err);
-            return ew_error(c, err);
+            return err ? ew_error(c, err) : 0;
         }
     }
+    return ew_run_planned(c, impl, compute, loop, n);
+}
+
+/* Everything else: plan (broadcast strides, coalesced dims), then one flat
+ * run or the buffered, parallel walk. Out of line so the small case above
+ * does not pay for this frame. */
+__attribute__((noinline)) static int ew_run_planned(ke_call *c, const ke_ew_impl *impl, kl_dtype compute,
+                                                    ke_ew_loop loop, int64_t n) {
+    kl_tensor *out = c->out[0];
     ew_plan p;
     p.nops = c->nin + 1;
     p.ndim = out->ndim;

@@ -7,6 +7,7 @@
  */
 #include "core.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #define KE_MAX_SCOPES 1024
@@ -17,6 +18,25 @@ typedef struct ke_scope_stack {
 } ke_scope_stack;
 
 static _Thread_local ke_scope_stack tl_scopes;
+
+/* A thread that grew a scope's item array frees it when it exits (the arrays
+ * are kept between scopes of one depth so a loop of scopes does not realloc).
+ * Arrays still holding tensors are left: those tensors outlive the thread. */
+static pthread_key_t scope_key;
+static pthread_once_t scope_key_once = PTHREAD_ONCE_INIT;
+
+static void scope_thread_exit(void *arg) {
+    ke_scope_stack *st = arg;
+    for (int d = 0; d < KE_MAX_SCOPES; d++) {
+        ke_scope *s = &st->scopes[d];
+        if (s->items && s->live == 0) {
+            free(s->items);
+            s->items = NULL;
+            s->n = s->cap = 0;
+        }
+    }
+}
+static void scope_key_init(void) { KE_ASSERT(pthread_key_create(&scope_key, scope_thread_exit) == 0); }
 
 /* Depth of scope s on this thread, or -1 if s belongs to another thread. */
 static int scope_depth_of(const ke_scope *s) {
@@ -30,6 +50,10 @@ static void scope_push_item(ke_scope *s, kl_tensor *t) {
         int32_t cap = s->cap ? s->cap * 2 : 64;
         kl_tensor **items = realloc(s->items, (size_t)cap * sizeof *items);
         KE_ASSERT(items); /* out of memory growing a scope: cannot report through NULL here */
+        if (!s->items) {
+            pthread_once(&scope_key_once, scope_key_init);
+            pthread_setspecific(scope_key, &tl_scopes);
+        }
         s->items = items;
         s->cap = cap;
     }

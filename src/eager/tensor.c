@@ -6,6 +6,14 @@
  * Headers come from per-thread free lists and are never returned to malloc:
  * a stale pointer then reads a header whose magic says "dead" (KL_ERR_FREED)
  * instead of unmapped memory, until the header is reused.
+ *
+ * A fresh tensor (ke_tensor_new: every op output) takes its header and its
+ * storage header from one block, so an op pays one free-list pop and one
+ * push instead of two each. The block's tensor holds a reference to the
+ * block's storage like any header; when it dies it is marked dead at once,
+ * and the block goes back to a free list when the storage's last reference
+ * (the tensor's, or a view's) is dropped. Blocks are never returned to
+ * malloc either, for the same reason as headers.
  */
 #include "core.h"
 
@@ -121,6 +129,53 @@ static void storage_header_free(ke_storage *s) {
     }
 }
 
+/* A tensor header and its storage header in one allocation (see top). The
+ * storage comes first: its inline data must be 64-byte aligned. */
+typedef struct ke_block {
+    ke_storage s;
+    kl_tensor t;
+} ke_block;
+
+static _Thread_local kl_tensor *tl_free_blocks; /* linked through t.next_free */
+
+static ke_block *block_of(const kl_tensor *t) {
+    return (ke_block *)((char *)t - offsetof(ke_block, t));
+}
+/* 1 if t is the tensor of a block whose storage it still uses. */
+static inline int in_own_block(const kl_tensor *t) {
+    return (const char *)t->storage + offsetof(ke_block, t) == (const char *)t;
+}
+
+static ke_block *block_alloc(void) {
+    kl_tensor *t = tl_free_blocks;
+    if (t) {
+        tl_free_blocks = t->next_free;
+    } else {
+        /* chunks are never freed (see top) */
+        enum { CHUNK = 16 };
+        ke_block *chunk = aligned_alloc(_Alignof(ke_block), CHUNK * sizeof *chunk);
+        if (!chunk) return NULL;
+        for (int i = 1; i < CHUNK; i++) {
+            chunk[i].t.magic = KE_MAGIC_DEAD;
+            chunk[i].t.next_free = tl_free_blocks;
+            tl_free_blocks = &chunk[i].t;
+        }
+        t = &chunk[0].t;
+    }
+    live_counts *c = my_counts();
+    count_add(&c->tensors, 1);
+    count_add(&c->storages, 1);
+    return block_of(t);
+}
+
+/* The block's tensor is already dead (or never lived) and its storage has no
+ * reference left. A block freed on another thread joins that thread's list. */
+static void block_free(ke_block *b) {
+    b->t.magic = KE_MAGIC_DEAD;
+    b->t.next_free = tl_free_blocks;
+    tl_free_blocks = &b->t;
+}
+
 /* ---- storage ---------------------------------------------------------------- */
 
 static ke_device_allocator device_allocators[3];
@@ -139,6 +194,7 @@ static void storage_init(ke_storage *s, void *data, size_t nbytes, kl_device dev
     atomic_init(&s->version, 0);
     s->last_write_op = -1;
     s->alloc = (uint8_t)kind;
+    s->in_block = 0;
     s->device = dev;
     s->data = data;
     s->nbytes = nbytes;
@@ -147,38 +203,43 @@ static void storage_init(ke_storage *s, void *data, size_t nbytes, kl_device dev
     s->next_free = NULL;
 }
 
+/* Gives the fresh header s nbytes of data on dev (inline when small). Returns
+ * 0, or -1 with an error recorded (s is left for the caller to free). Inlined:
+ * every op output passes here. */
+static inline __attribute__((always_inline)) int storage_fill(ke_storage *s, size_t nbytes, kl_device dev, const char *op) {
+    void *data = NULL;
+    ke_alloc_kind kind = KE_ALLOC_NONE;
+    if (dev.type == KL_CPU && nbytes <= KE_INLINE_BYTES && !ke_alloc_failing()) {
+        storage_init(s, s->inline_data, nbytes, dev, KE_ALLOC_INLINE);
+        return 0;
+    } else if (dev.type == KL_CPU) {
+        data = ke_cpu_alloc(nbytes);
+        kind = KE_ALLOC_CPU;
+    } else if (dev.type == KL_CUDA) {
+        if (!device_allocators[KL_CUDA].alloc)
+            return ke_err(KL_ERR_DEVICE, op, "CUDA is not available in this build or on this machine");
+        data = device_allocators[KL_CUDA].alloc(nbytes, dev.index);
+        kind = KE_ALLOC_DEVICE;
+    } else {
+        storage_init(s, NULL, nbytes, dev, KE_ALLOC_NONE);
+        return 0;
+    }
+    if (!data)
+        return ke_err(KL_ERR_OOM, op, "out of memory allocating %zu bytes on %s", nbytes, ke_device_name(dev));
+    storage_init(s, data, nbytes, dev, kind);
+    return 0;
+}
+
 ke_storage *ke_storage_new(size_t nbytes, kl_device dev, const char *op) {
     ke_storage *s = storage_header_alloc();
     if (!s) {
         ke_err(KL_ERR_OOM, op, "out of memory allocating a storage header");
         return NULL;
     }
-    void *data = NULL;
-    ke_alloc_kind kind = KE_ALLOC_NONE;
-    if (dev.type == KL_CPU && nbytes <= KE_INLINE_BYTES && !ke_alloc_failing()) {
-        storage_init(s, s->inline_data, nbytes, dev, KE_ALLOC_INLINE);
-        return s;
-    } else if (dev.type == KL_CPU) {
-        data = ke_cpu_alloc(nbytes);
-        kind = KE_ALLOC_CPU;
-    } else if (dev.type == KL_CUDA) {
-        if (!device_allocators[KL_CUDA].alloc) {
-            storage_header_free(s);
-            ke_err(KL_ERR_DEVICE, op, "CUDA is not available in this build or on this machine");
-            return NULL;
-        }
-        data = device_allocators[KL_CUDA].alloc(nbytes, dev.index);
-        kind = KE_ALLOC_DEVICE;
-    } else {
-        storage_init(s, NULL, nbytes, dev, KE_ALLOC_NONE);
-        return s;
-    }
-    if (!data) {
+    if (storage_fill(s, nbytes, dev, op)) {
         storage_header_free(s);
-        ke_err(KL_ERR_OOM, op, "out of memory allocating %zu bytes on %s", nbytes, ke_device_name(dev));
         return NULL;
     }
-    storage_init(s, data, nbytes, dev, kind);
     return s;
 }
 
@@ -199,8 +260,8 @@ static inline int drop_ref(_Atomic int32_t *rc) {
     return atomic_fetch_sub_explicit(rc, 1, memory_order_acq_rel) == 1;
 }
 
-void ke_storage_decref(ke_storage *s) {
-    if (!drop_ref(&s->refcount)) return;
+/* Frees what s's data lives in; s has no reference left. */
+static inline void storage_release_data(ke_storage *s) {
     switch (s->alloc) {
     case KE_ALLOC_CPU: ke_cpu_free(s->data, s->nbytes); break;
     case KE_ALLOC_BLOB:
@@ -209,32 +270,25 @@ void ke_storage_decref(ke_storage *s) {
     case KE_ALLOC_DEVICE: device_allocators[s->device.type].free(s->data, s->nbytes, s->device.index); break;
     default: break;
     }
-    storage_header_free(s);
+}
+
+void ke_storage_decref(ke_storage *s) {
+    if (!drop_ref(&s->refcount)) return;
+    storage_release_data(s);
+    if (s->in_block) {
+        count_add(&my_counts()->storages, -1);
+        block_free((ke_block *)s);
+    } else {
+        storage_header_free(s);
+    }
 }
 
 /* ---- headers ------------------------------------------------------------------ */
 
-ke_keyset ke_device_key(kl_device d) {
-    switch (d.type) {
-    case KL_CUDA: return KE_KS(KE_KEY_CUDA);
-    case KL_META: return KE_KS(KE_KEY_META);
-    default: return KE_KS(KE_KEY_CPU);
-    }
-}
-
-static kl_tensor *wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
-                       int64_t offset, int take_ref);
-
-kl_tensor *ke_tensor_wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape,
-                          const int64_t *stride, int64_t offset) {
-    return wrap(s, dt, ndim, shape, stride, offset, 1);
-}
-
-/* take_ref = 0: the caller hands over its reference to s (fresh storage). */
-static kl_tensor *wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
-                       int64_t offset, int take_ref) {
-    kl_tensor *t = header_alloc();
-    if (!t) return NULL;
+/* A live header over s, refcount 1, in no scope (s's reference is the caller's
+ * business). stride NULL: contiguous. */
+static void header_init(kl_tensor *t, ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape,
+                        const int64_t *stride, int64_t offset) {
     t->magic = KE_MAGIC_LIVE;
     atomic_init(&t->refcount, 1);
     atomic_init(&t->user_refs, 0);
@@ -245,30 +299,43 @@ static kl_tensor *wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shap
     t->scope_slot = -1;
     t->scope = NULL;
     t->storage = s;
-    if (take_ref) atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed);
     t->offset = offset;
-    for (int i = 0; i < ndim; i++) {
-        t->shape[i] = shape[i];
-        t->stride[i] = stride[i];
-    }
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    if (stride)
+        for (int i = 0; i < ndim; i++) t->stride[i] = stride[i];
+    else
+        ke_contiguous_strides(ndim, shape, t->stride);
     t->autograd = NULL;
     t->trace_id = -1;
     t->next_free = NULL;
+}
+
+kl_tensor *ke_tensor_wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *shape,
+                          const int64_t *stride, int64_t offset) {
+    kl_tensor *t = header_alloc();
+    if (!t) return NULL;
+    header_init(t, s, dt, ndim, shape, stride, offset);
+    atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed);
     return t;
 }
 
 kl_tensor *ke_tensor_new(kl_dtype dt, int ndim, const int64_t *shape, kl_device dev, const char *op) {
-    int64_t stride[KL_MAX_DIMS];
-    ke_contiguous_strides(ndim, shape, stride);
     size_t nbytes = (size_t)ke_numel(ndim, shape) * ke_dtypes[dt].size;
-    ke_storage *s = ke_storage_new(nbytes, dev, op);
-    if (!s) return NULL;
-    kl_tensor *t = wrap(s, dt, ndim, shape, stride, 0, 0); /* the header takes s's only reference */
-    if (!t) {
-        ke_storage_decref(s);
+    ke_block *b = block_alloc();
+    if (!b) {
         ke_err(KL_ERR_OOM, op, "out of memory allocating a tensor header");
+        return NULL;
     }
-    return t;
+    if (storage_fill(&b->s, nbytes, dev, op)) {
+        live_counts *c = my_counts();
+        count_add(&c->tensors, -1);
+        count_add(&c->storages, -1);
+        block_free(b);
+        return NULL;
+    }
+    b->s.in_block = 1;
+    header_init(&b->t, &b->s, dt, ndim, shape, NULL, 0); /* the header takes the storage's only reference */
+    return &b->t;
 }
 
 kl_tensor *ke_tensor_view(const kl_tensor *base, int ndim, const int64_t *shape, const int64_t *stride,
@@ -282,6 +349,20 @@ kl_tensor *ke_tensor_view(const kl_tensor *base, int ndim, const int64_t *shape,
 void ke_tensor_decref(kl_tensor *t) {
     if (!drop_ref(&t->refcount)) return;
     if (t->autograd && ke_hook.autograd_free) ke_hook.autograd_free(t);
+    if (in_own_block(t)) {
+        /* dead now; the block is freed with its storage: here, when no view
+         * shares it (the usual case, done in one step), else by the last view */
+        ke_storage *s = t->storage;
+        t->magic = KE_MAGIC_DEAD;
+        live_counts *c = my_counts();
+        count_add(&c->tensors, -1);
+        if (drop_ref(&s->refcount)) {
+            storage_release_data(s);
+            count_add(&c->storages, -1);
+            block_free((ke_block *)s);
+        }
+        return;
+    }
     ke_storage_decref(t->storage);
     header_free(t);
 }
@@ -297,24 +378,6 @@ int ke_check_tensor(const kl_tensor *t, const char *op, int argno) {
 }
 
 /* ---- shape helpers ---------------------------------------------------------------- */
-
-void ke_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
-    int64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-        stride[i] = s;
-        s *= shape[i] > 1 ? shape[i] : 1;
-    }
-}
-
-int ke_is_contig(const kl_tensor *t) {
-    int64_t s = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] == 0) return 1;
-        if (t->shape[i] != 1 && t->stride[i] != s) return 0;
-        s *= t->shape[i];
-    }
-    return 1;
-}
 
 int ke_check_shape(const char *op, int ndim, const int64_t *shape, kl_dtype dt) {
     if (ndim < 0 || ndim > KL_MAX_DIMS)
