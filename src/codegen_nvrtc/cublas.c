@@ -35,23 +35,11 @@ static char cb_reason[512];
 static pthread_once_t cb_once = PTHREAD_ONCE_INIT;
 
 static void cb_load(void) {
-    const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-    void *h = NULL;
-    char first[256] = "";
-    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) {
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h && !first[0]) snprintf(first, sizeof first, "%s", dlerror());
-    }
-    if (!h) {
-        snprintf(cb_reason, sizeof cb_reason, "cuBLAS not available: %s", first);
-        return;
-    }
-#define KU_CB_LOAD_(name, sym, params)                                                    \
-    *(void **)&cb.name = dlsym(h, sym);                                                   \
-    if (!cb.name) {                                                                       \
-        snprintf(cb_reason, sizeof cb_reason, "cuBLAS not available: no symbol %s", sym); \
-        return;                                                                           \
-    }
+    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    void *h = ku_dlopen_first("cuBLAS", names, sizeof names / sizeof *names, cb_reason, sizeof cb_reason);
+    if (!h) return;
+#define KU_CB_LOAD_(name, sym, params) \
+    if (ku_dlsym_into(h, "cuBLAS", sym, (void **)&cb.name, cb_reason, sizeof cb_reason)) return;
     KU_CUBLAS_FUNCS(KU_CB_LOAD_)
 #undef KU_CB_LOAD_
     cb_ok = 1;

@@ -180,3 +180,22 @@ int kl_cuda_synchronize(int dev) {
     if (ku_device_enter(op, dev)) return -1;
     return KU_CALL(op, g_drv, CtxSynchronize);
 }
+
+void *ku_dlopen_first(const char *what, const char *const *names, size_t n, char *reason, size_t cap) {
+    char first[256] = "";
+    for (size_t i = 0; i < n; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (h) return h;
+        const char *e = dlerror();
+        if (!first[0]) snprintf(first, sizeof first, "%s", e ? e : names[i]);
+    }
+    snprintf(reason, cap, "%s not available: %s", what, first);
+    return NULL;
+}
+
+int ku_dlsym_into(void *h, const char *what, const char *sym, void **slot, char *reason, size_t cap) {
+    *slot = dlsym(h, sym);
+    if (*slot) return 0;
+    snprintf(reason, cap, "%s not available: no symbol %s", what, sym);
+    return -1;
+}

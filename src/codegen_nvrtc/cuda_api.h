@@ -113,6 +113,12 @@ typedef struct ku_driver {
 #define KU_MAX_DEVICES 64 /* devices past this index are not used */
 /* The process's driver table, loaded and cuInit'ed at the first call; NULL
  * with "CUDA not available: <reason>" recorded (as kl_<op>) when there is none. */
+/* The first of n library names that dlopen loads, or NULL with reason set to
+ * "<what> not available: <the first name's dlerror>". Versioned names go
+ * first: an unversioned .so is a development symlink. */
+void *ku_dlopen_first(const char *what, const char *const *names, size_t n, char *reason, size_t cap);
+/* dlsym(h, sym) into *slot; 0, or -1 with reason "<what> not available: no symbol <sym>". */
+int ku_dlsym_into(void *h, const char *what, const char *sym, void **slot, char *reason, size_t cap);
 const ku_driver *ku_driver_get(const char *op);
 /* Records "<call> failed: <CUDA_ERROR_NAME>: <string>" for r != CUDA_SUCCESS
  * (KL_ERR_OOM for out of memory) and returns -1; returns 0 for success. */

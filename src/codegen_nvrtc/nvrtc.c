@@ -47,23 +47,11 @@ static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
 
 static void nv_load(void) {
     /* Versioned names first: the unversioned one is a development symlink. */
-    const char *names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-    void *h = NULL;
-    char first[256] = "";
-    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) {
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h && !first[0]) snprintf(first, sizeof first, "%s", dlerror());
-    }
-    if (!h) {
-        snprintf(nv_reason, sizeof nv_reason, "NVRTC not available: %s", first);
-        return;
-    }
-#define KU_NV_LOAD_(ret, name, params)                                                      \
-    *(void **)&nv.name = dlsym(h, #name);                                                   \
-    if (!nv.name) {                                                                         \
-        snprintf(nv_reason, sizeof nv_reason, "NVRTC not available: no symbol %s", #name); \
-        return;                                                                             \
-    }
+    static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+    void *h = ku_dlopen_first("NVRTC", names, sizeof names / sizeof *names, nv_reason, sizeof nv_reason);
+    if (!h) return;
+#define KU_NV_LOAD_(ret, name, params) \
+    if (ku_dlsym_into(h, "NVRTC", #name, (void **)&nv.name, nv_reason, sizeof nv_reason)) return;
     KU_NVRTC_FUNCS(KU_NV_LOAD_)
 #undef KU_NV_LOAD_
     nv_ok = 1;
