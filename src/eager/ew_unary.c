@@ -1,9 +1,8 @@
 /*
  * ew_unary.c — inner loops of the unary elementwise ops (rows in
- * ops_unary.def), one formula per op expanded per compute dtype, and their
- * public wrappers, generated from kiln.h's op lists so an op without a row
- * fails to compile. Float math uses vmath.h's vectorizable polynomials for
- * f32 (f16/bf16 compute in f32) and libm for f64.
+ * ops_unary.def), one formula per op expanded per compute dtype (the public
+ * functions come from the rows, wrappers.c). Float math uses vmath.h's
+ * vectorizable polynomials for f32 (f16/bf16 compute in f32) and libm for f64.
  */
 
 #include "kernels_ew.h"
@@ -164,12 +163,3 @@ int ke_infer_square(ke_call *c, ke_outspec *out) {
     memcpy(out->shape, x->shape, sizeof(int64_t) * x->ndim);
     return 1;
 }
-
-/* ---- public wrappers -------------------------------------------------------------------- */
-
-#define KE_UNARY_WRAPPER(name) \
-    kl_tensor *kl_##name(kl_tensor *x) { return ke_unary(KE_OP_##name, x, 0); }
-#define KE_UNARY_INPLACE_WRAPPER(name) \
-    kl_tensor *kl_##name##_inplace(kl_tensor *x) { return ke_unary(KE_OP_##name, x, 1); }
-KL_UNARY_OPS(KE_UNARY_WRAPPER)
-KL_UNARY_INPLACE_OPS(KE_UNARY_INPLACE_WRAPPER)
