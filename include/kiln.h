@@ -327,16 +327,16 @@ KL_API kl_tensor *kl_as_strided(kl_tensor *t, int ndim, const int64_t *shape, co
                                 int64_t offset);
 
 /* ------------------------------------------------------------------------ */
-/* Elementwise, unary: kl_<op>(x) returns a new tensor of x's shape;         */
-/* kl_<op>_inplace(x) writes into x and returns x (the result dtype must be  */
-/* castable to x's, PyTorch's can_cast, else KL_ERR_DTYPE). Dtype rules:     */
-/*   same      the result has x's dtype;                                     */
-/*   float     integers and bool compute in the default float dtype (f32),   */
-/*             f16/bf16 compute in f32 and round once;                       */
-/*   float-only  floating x only, else KL_ERR_DTYPE.                         */
-/* A dtype an op refuses is KL_ERR_DTYPE naming the op and x; NULL x gives    */
-/* NULL and keeps the first error. Every function here is generated from its */
-/* op table row (src/eager/ops_unary.def).                                   */
+/* Elementwise, unary: kl_<op>(x) returns a new tensor of x's shape;        */
+/* kl_<op>_inplace(x) writes into x and returns x (the result dtype must be */
+/* castable to x's, PyTorch's can_cast, else KL_ERR_DTYPE). Dtype rules:    */
+/*   same      the result has x's dtype;                                    */
+/*   float     integers and bool compute in the default float dtype (f32),  */
+/*             f16/bf16 compute in f32 and round once;                      */
+/*   float-only  floating x only, else KL_ERR_DTYPE.                        */
+/* A dtype an op refuses is KL_ERR_DTYPE naming the op and x; NULL x gives  */
+/* NULL and keeps the first error. Every function here is generated from    */
+/* its op table row (src/eager/ops_unary.def).                              */
 /* ------------------------------------------------------------------------ */
 
 /* -x; same dtype, integers wrap (the most negative value stays itself); bool refused. */
@@ -438,26 +438,23 @@ KL_API kl_tensor *kl_isinf(kl_tensor *x);
 KL_API kl_tensor *kl_isfinite(kl_tensor *x);
 
 /* ------------------------------------------------------------------------ */
-/* Elementwise, binary, with broadcasting and PyTorch type promotion. Each   */
-/* op has four forms, generated from its op table row (ops_binary.def):      */
-/*   kl_<op>(a, b)                 a new tensor of the broadcast shape;      */
-/*   kl_<op>_inplace(a, b)         into a, which must have the broadcast     */
-/*                                 shape (else KL_ERR_SHAPE) and a dtype the */
-/*                                 result can be cast to (else KL_ERR_DTYPE); */
-/*                                 returns a;                                */
-/*   kl_<op>_scalar(a, s), kl_<op>_scalar_inplace(a, s)   b is the C double  */
-/*                                 s. A scalar counts as an integer if it has */
-/*                                 an integral value, else as a float, and   */
-/*                                 never widens a tensor's dtype within its  */
-/*                                 category (f32 + 2.5 stays f32; i32 + 2    */
-/*                                 stays i32; i32 + 2.5 becomes the default  */
-/*                                 float dtype).                             */
-/* Dtype rules: promote = PyTorch's result_type of a and b (dimensioned      */
-/* tensors > 0-dim tensors > scalars); float = promote, then integers and    */
-/* bool to the default float dtype; bool = compared in the promoted dtype,   */
-/* bool result. Shapes that do not broadcast: KL_ERR_SHAPE; a refused dtype: */
-/* KL_ERR_DTYPE; different devices: KL_ERR_DEVICE; all naming the op, shapes */
-/* and dtypes. f16/bf16 compute in f32.                                      */
+/* Elementwise, binary, with broadcasting and PyTorch type promotion. Each  */
+/* op has four forms, generated from its op table row (ops_binary.def):     */
+/* kl_<op>(a, b) returns a new tensor of the broadcast shape;               */
+/* kl_<op>_inplace(a, b) writes into a, which must have the broadcast shape */
+/* (else KL_ERR_SHAPE) and a dtype the result can be cast to (else          */
+/* KL_ERR_DTYPE), and returns a; kl_<op>_scalar(a, s) and                   */
+/* kl_<op>_scalar_inplace(a, s) take b as the C double s.                   */
+/* A scalar counts as an integer if it has an integral value, else as a     */
+/* float, and never widens a tensor's dtype within its category (f32 + 2.5  */
+/* stays f32; i32 + 2 stays i32; i32 + 2.5 becomes the default float        */
+/* dtype).                                                                  */
+/* Dtype rules: promote = PyTorch's result_type of a and b (dimensioned     */
+/* tensors > 0-dim tensors > scalars); float = promote, then integers and   */
+/* bool to the default float dtype; bool = compared in the promoted dtype,  */
+/* bool result. Shapes that do not broadcast: KL_ERR_SHAPE; a refused       */
+/* dtype: KL_ERR_DTYPE; different devices: KL_ERR_DEVICE; each naming the   */
+/* op, the shapes and the dtypes. f16/bf16 compute in f32.                  */
 /* ------------------------------------------------------------------------ */
 
 /* a + b; promote; integers wrap, bool + bool is logical or. */

@@ -100,6 +100,15 @@
     KE_OP(name, OTHER, nin, 1, flags, dtype, accept, ke_infer_##name, ke_cpu_##name, none, none, none, none,    \
           save, ag_d_##name)
 
+/* Whether a wrap form has an _inplace function: its row must then carry
+ * KE_F_INPLACE (checked in optable.c). */
+#define KE_FORM_IP_none 0
+#define KE_FORM_IP_UNARY 0
+#define KE_FORM_IP_UNARY_IP 1
+#define KE_FORM_IP_UNARY_F1_IP 1
+#define KE_FORM_IP_UNARY_F2_IP 1
+#define KE_FORM_IP_BINARY 1
+
 /* ---- column helpers --------------------------------------------------------------
  * KE_COL_TAG(x) is NONE for `none`, DECOMP for `decomp` and NAME for anything
  * else, by pasting x onto KE_COL_TAG_ and taking the second of the resulting

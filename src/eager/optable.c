@@ -24,3 +24,11 @@ const ke_op_info ke_ops[KE_OP_COUNT] = {
 #undef KE_OP
 };
 _Static_assert(sizeof ke_ops / sizeof ke_ops[0] == KE_OP_COUNT, "op table length");
+
+/* A generated _inplace function needs the dispatcher's in-place support. */
+#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
+              deriv_)                                                                                       \
+    _Static_assert(!KE_FORM_IP_##wrap_ || ((flags_) & KE_F_INPLACE),                                          \
+                   "row " #name_ ": form " #wrap_ " makes kl_" #name_ "_inplace but the row lacks KE_F_INPLACE");
+#include "optable.def"
+#undef KE_OP
