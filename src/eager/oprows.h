@@ -35,7 +35,13 @@
  * An op that fits none of them is written as a full KE_OP row.
  *
  * Names in columns must be plain identifiers that are not macros: the
- * helpers tell `none` from a name by token pasting.
+ * helpers tell `none` from a name by token pasting. tests/test_optable.c
+ * checks what each per-kind macro expands to.
+ *
+ * Attributes are still positional (documented per family file). Named
+ * attributes would be a last column, a list of (name, type, default)
+ * triples that the per-kind macros take as a trailing argument, expanded
+ * into accessors by one more includer.
  */
 #ifndef KE_OPROWS_H
 #define KE_OPROWS_H
