@@ -1,9 +1,8 @@
 /*
  * ew_unary.c — inner loops of the unary elementwise ops (rows in
- * ops_unary.def), one formula per op expanded per compute dtype, and their
- * public wrappers, generated from kiln.h's op lists so an op without a row
- * fails to compile. Float math uses vmath.h's vectorizable polynomials for
- * f32 (f16/bf16 compute in f32) and libm for f64.
+ * ops_unary.def), one formula per op expanded per compute dtype (the public
+ * functions come from the rows, wrappers.c). Float math uses vmath.h's
+ * vectorizable polynomials for f32 (f16/bf16 compute in f32) and libm for f64.
  */
 
 #include "kernels_ew.h"
@@ -243,36 +242,4 @@ int ke_infer_hardtanh(ke_call *c, ke_outspec *out) {
 int ke_infer_celu(ke_call *c, ke_outspec *out) {
     if (c->a.f[0] == 0) return ke_err(KL_ERR_ARG, ke_opname(c), "alpha cannot be 0 for CELU (ZeroDivisionError)");
     return ke_infer_ew_same(c, out);
-}
-
-/* ---- public wrappers -------------------------------------------------------------------- */
-
-#define KE_UNARY_WRAPPER(name) \
-    kl_tensor *kl_##name(kl_tensor *x) { return ke_unary(KE_OP_##name, x, 0); }
-#define KE_UNARY_INPLACE_WRAPPER(name) \
-    kl_tensor *kl_##name##_inplace(kl_tensor *x) { return ke_unary(KE_OP_##name, x, 1); }
-KL_UNARY_OPS(KE_UNARY_WRAPPER)
-KL_UNARY_INPLACE_OPS(KE_UNARY_INPLACE_WRAPPER)
-
-/* Unary ops with float attributes (rows in ops_unary.def name the slots). */
-static kl_tensor *unary_attr(int op, kl_tensor *x, int inplace, double f0, double f1) {
-    kl_tensor *in[1] = {x};
-    ke_call c = {.op = op, .inplace = (uint8_t)inplace, .nin = 1, .in = in};
-    c.a.f[0] = f0;
-    c.a.f[1] = f1;
-    return ke_call1(&c);
-}
-kl_tensor *kl_logit(kl_tensor *x, double eps) { return unary_attr(KE_OP_logit, x, 0, eps, 0); }
-kl_tensor *kl_logit_inplace(kl_tensor *x, double eps) { return unary_attr(KE_OP_logit, x, 1, eps, 0); }
-kl_tensor *kl_leaky_relu(kl_tensor *x, double slope) { return unary_attr(KE_OP_leaky_relu, x, 0, slope, 0); }
-kl_tensor *kl_leaky_relu_inplace(kl_tensor *x, double slope) { return unary_attr(KE_OP_leaky_relu, x, 1, slope, 0); }
-kl_tensor *kl_elu(kl_tensor *x, double alpha) { return unary_attr(KE_OP_elu, x, 0, alpha, 0); }
-kl_tensor *kl_elu_inplace(kl_tensor *x, double alpha) { return unary_attr(KE_OP_elu, x, 1, alpha, 0); }
-kl_tensor *kl_celu(kl_tensor *x, double alpha) { return unary_attr(KE_OP_celu, x, 0, alpha, 0); }
-kl_tensor *kl_celu_inplace(kl_tensor *x, double alpha) { return unary_attr(KE_OP_celu, x, 1, alpha, 0); }
-kl_tensor *kl_hardtanh(kl_tensor *x, double min_val, double max_val) {
-    return unary_attr(KE_OP_hardtanh, x, 0, min_val, max_val);
-}
-kl_tensor *kl_hardtanh_inplace(kl_tensor *x, double min_val, double max_val) {
-    return unary_attr(KE_OP_hardtanh, x, 1, min_val, max_val);
 }

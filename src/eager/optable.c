@@ -1,16 +1,13 @@
 /*
- * optable.c — expands optable.def into the op table (ke_ops). The family
- * headers declare what the rows name.
+ * optable.c — expands optable.def into the op table (ke_ops): the eager
+ * columns of every row. The derivative columns are the autograd layer's
+ * (derivatives.c), the wrapper column wrappers.c's.
  */
-#include "dispatch.h"
-#include "kernels_core.h"
-#include "kernels_ew.h"
-#include "kernels_index.h"
-#include "kernels_nn.h"
-#include "kernels_reduce.h"
+#include "optable.h"
 
 const ke_op_info ke_ops[KE_OP_COUNT] = {
-#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_)               \
+#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
+              deriv_)                                                                                       \
     [KE_OP_##name_] = {.name = #name_,                                                                        \
                        .kind = KE_KIND_##kind_,                                                               \
                        .nin = nin_,                                                                           \
@@ -18,12 +15,20 @@ const ke_op_info ke_ops[KE_OP_COUNT] = {
                        .flags = flags_,                                                                       \
                        .dtype_rule = KE_DT_##dt_,                                                             \
                        .accept = KE_ACC_##acc_,                                                               \
-                       .infer = infer_,                                                                       \
-                       .cpu = cpu_,                                                                           \
-                       .view = view_,                                                                         \
-                       .decomp = decomp_,                                                                     \
-                       .impl = impl_},
+                       .infer = KE_COL_FN(infer_),                                                            \
+                       .cpu = KE_COL_FN(cpu_),                                                                \
+                       .view = KE_COL_FN(view_),                                                              \
+                       .decomp = KE_COL_FN(decomp_),                                                          \
+                       .impl = KE_IMPL_PTR(impl_)},
 #include "optable.def"
 #undef KE_OP
 };
 _Static_assert(sizeof ke_ops / sizeof ke_ops[0] == KE_OP_COUNT, "op table length");
+
+/* A generated _inplace function needs the dispatcher's in-place support. */
+#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
+              deriv_)                                                                                       \
+    _Static_assert(!KE_FORM_IP_##wrap_ || ((flags_) & KE_F_INPLACE),                                          \
+                   "row " #name_ ": form " #wrap_ " makes kl_" #name_ "_inplace but the row lacks KE_F_INPLACE");
+#include "optable.def"
+#undef KE_OP
