@@ -331,126 +331,246 @@ KL_API kl_tensor *kl_as_strided(kl_tensor *t, int ndim, const int64_t *shape, co
                                 int64_t offset);
 
 /* ------------------------------------------------------------------------ */
-/* Elementwise, unary. Most have an _inplace variant writing into x.        */
-/* Math functions promote integer inputs to the default float dtype.         */
+/* Elementwise, unary: kl_<op>(x) returns a new tensor of x's shape;        */
+/* kl_<op>_inplace(x) writes into x and returns x (the result dtype must be */
+/* castable to x's, PyTorch's can_cast, else KL_ERR_DTYPE). Dtype rules:    */
+/*   same      the result has x's dtype;                                    */
+/*   float     integers and bool compute in the default float dtype (f32),  */
+/*             f16/bf16 compute in f32 and round once;                      */
+/*   float-only  floating x only, else KL_ERR_DTYPE.                        */
+/* A dtype an op refuses is KL_ERR_DTYPE naming the op and x; NULL x gives  */
+/* NULL and keeps the first error. Activations with parameters (logit,      */
+/* leaky_relu, elu, celu, hardtanh) take them as doubles after x, in both   */
+/* forms. Every function here is generated from its op table row            */
+/* (src/eager/ops_unary.def).                                               */
 /* ------------------------------------------------------------------------ */
 
-/* Unary ops with an _inplace variant. */
-#define KL_UNARY_INPLACE_OPS(X) \
-    X(neg) X(abs) X(sign) X(exp) X(exp2) X(expm1) X(log) X(log2) X(log1p) \
-    X(sqrt) X(rsqrt) X(square) X(reciprocal) X(sin) X(cos) X(tan) X(tanh) \
-    X(sigmoid) X(relu) X(gelu) X(gelu_tanh) X(silu) X(softplus) X(erf)    \
-    X(floor) X(ceil) X(round) X(trunc) X(logical_not) X(bitwise_not)        \
-    X(sinh) X(cosh) X(asin) X(acos) X(atan) X(asinh) X(acosh) X(atanh)     \
-    X(log10) X(selu) X(hardsigmoid) X(hardswish) X(mish)
-/* Predicates: always a new bool tensor, no _inplace (as in PyTorch). */
-#define KL_UNARY_PREDICATES(X) X(isnan) X(isinf) X(isfinite)
-/* Others without an _inplace form (PyTorch has no softsign_). */
-#define KL_UNARY_PLAIN_OPS(X) X(softsign)
-#define KL_UNARY_OPS(X) KL_UNARY_INPLACE_OPS(X) KL_UNARY_PREDICATES(X) KL_UNARY_PLAIN_OPS(X)
-
-/* kl_<op>(x): elementwise op, a new tensor. kl_<op>_inplace(x): into x
- * (the result must be castable to x's dtype), returns x. */
-#define KL_DECLARE_UNARY_(name) KL_API kl_tensor *kl_##name(kl_tensor *x);
-#define KL_DECLARE_UNARY_INPLACE_(name) KL_API kl_tensor *kl_##name##_inplace(kl_tensor *x);
-KL_UNARY_OPS(KL_DECLARE_UNARY_)
-KL_UNARY_INPLACE_OPS(KL_DECLARE_UNARY_INPLACE_)
-#undef KL_DECLARE_UNARY_
-#undef KL_DECLARE_UNARY_INPLACE_
-
-/* Issue 12's unary ops, each with its contract. The ones without attributes
- * are also in the lists above (which generate their definitions); these
- * literal prototypes are their documentation. "Float math" promotes integer
- * and bool inputs to the default float dtype; "floating only" refuses them
- * (KL_ERR_DTYPE naming the op and dtype), as PyTorch's kernels do. Each
- * _inplace form writes into x and returns x (the result must be castable
- * to x's dtype; x may not be a leaf requiring grad). */
-/* Hyperbolic sine, float math. */
+/* -x; same dtype, integers wrap (the most negative value stays itself); bool refused. */
+KL_API kl_tensor *kl_neg(kl_tensor *x);
+KL_API kl_tensor *kl_neg_inplace(kl_tensor *x);
+/* |x|; same dtype, abs(-0.0) = +0.0, integers wrap at the most negative value; bool refused. */
+KL_API kl_tensor *kl_abs(kl_tensor *x);
+KL_API kl_tensor *kl_abs_inplace(kl_tensor *x);
+/* -1, 0 or 1 by the sign of x (sign(NaN) = 0, bool unchanged); same dtype. */
+KL_API kl_tensor *kl_sign(kl_tensor *x);
+KL_API kl_tensor *kl_sign_inplace(kl_tensor *x);
+/* e^x; float rule. */
+KL_API kl_tensor *kl_exp(kl_tensor *x);
+KL_API kl_tensor *kl_exp_inplace(kl_tensor *x);
+/* 2^x; float rule. */
+KL_API kl_tensor *kl_exp2(kl_tensor *x);
+KL_API kl_tensor *kl_exp2_inplace(kl_tensor *x);
+/* e^x - 1, accurate near 0; float rule. */
+KL_API kl_tensor *kl_expm1(kl_tensor *x);
+KL_API kl_tensor *kl_expm1_inplace(kl_tensor *x);
+/* Natural log (NaN below 0, -inf at 0); float rule. */
+KL_API kl_tensor *kl_log(kl_tensor *x);
+KL_API kl_tensor *kl_log_inplace(kl_tensor *x);
+/* Base-2 log; float rule. */
+KL_API kl_tensor *kl_log2(kl_tensor *x);
+KL_API kl_tensor *kl_log2_inplace(kl_tensor *x);
+/* log(1 + x), accurate near 0; float rule. */
+KL_API kl_tensor *kl_log1p(kl_tensor *x);
+KL_API kl_tensor *kl_log1p_inplace(kl_tensor *x);
+/* Square root (NaN below 0); float rule. */
+KL_API kl_tensor *kl_sqrt(kl_tensor *x);
+KL_API kl_tensor *kl_sqrt_inplace(kl_tensor *x);
+/* 1 / sqrt(x); float rule. */
+KL_API kl_tensor *kl_rsqrt(kl_tensor *x);
+KL_API kl_tensor *kl_rsqrt_inplace(kl_tensor *x);
+/* x * x; same dtype (integers wrap), except bool, which squares to int64 as pow(x, 2). */
+KL_API kl_tensor *kl_square(kl_tensor *x);
+KL_API kl_tensor *kl_square_inplace(kl_tensor *x);
+/* 1 / x (inf at 0); float rule. */
+KL_API kl_tensor *kl_reciprocal(kl_tensor *x);
+KL_API kl_tensor *kl_reciprocal_inplace(kl_tensor *x);
+/* sin(x), radians; float rule. */
+KL_API kl_tensor *kl_sin(kl_tensor *x);
+KL_API kl_tensor *kl_sin_inplace(kl_tensor *x);
+/* cos(x), radians; float rule. */
+KL_API kl_tensor *kl_cos(kl_tensor *x);
+KL_API kl_tensor *kl_cos_inplace(kl_tensor *x);
+/* tan(x), radians; float rule. */
+KL_API kl_tensor *kl_tan(kl_tensor *x);
+KL_API kl_tensor *kl_tan_inplace(kl_tensor *x);
+/* Hyperbolic tangent; float rule. */
+KL_API kl_tensor *kl_tanh(kl_tensor *x);
+KL_API kl_tensor *kl_tanh_inplace(kl_tensor *x);
+/* 1 / (1 + e^-x); float rule. */
+KL_API kl_tensor *kl_sigmoid(kl_tensor *x);
+KL_API kl_tensor *kl_sigmoid_inplace(kl_tensor *x);
+/* max(x, 0), keeping -0.0 and NaN; same dtype (the identity on uint8); bool refused. */
+KL_API kl_tensor *kl_relu(kl_tensor *x);
+KL_API kl_tensor *kl_relu_inplace(kl_tensor *x);
+/* x * Phi(x), the exact erf form of GELU; float-only. */
+KL_API kl_tensor *kl_gelu(kl_tensor *x);
+KL_API kl_tensor *kl_gelu_inplace(kl_tensor *x);
+/* GELU's tanh approximation (PyTorch's approximate='tanh'); float-only. */
+KL_API kl_tensor *kl_gelu_tanh(kl_tensor *x);
+KL_API kl_tensor *kl_gelu_tanh_inplace(kl_tensor *x);
+/* x * sigmoid(x) (SiLU, swish); float-only. */
+KL_API kl_tensor *kl_silu(kl_tensor *x);
+KL_API kl_tensor *kl_silu_inplace(kl_tensor *x);
+/* log(1 + e^x) with beta 1, and x itself above 20 (PyTorch's threshold); float-only. */
+KL_API kl_tensor *kl_softplus(kl_tensor *x);
+KL_API kl_tensor *kl_softplus_inplace(kl_tensor *x);
+/* The error function; float rule. */
+KL_API kl_tensor *kl_erf(kl_tensor *x);
+KL_API kl_tensor *kl_erf_inplace(kl_tensor *x);
+/* Round toward -inf; same dtype (the identity on integers); bool refused. */
+KL_API kl_tensor *kl_floor(kl_tensor *x);
+KL_API kl_tensor *kl_floor_inplace(kl_tensor *x);
+/* Round toward +inf; same dtype (the identity on integers); bool refused. */
+KL_API kl_tensor *kl_ceil(kl_tensor *x);
+KL_API kl_tensor *kl_ceil_inplace(kl_tensor *x);
+/* Round to nearest, halves to even (torch.round); same dtype (identity on integers); bool refused. */
+KL_API kl_tensor *kl_round(kl_tensor *x);
+KL_API kl_tensor *kl_round_inplace(kl_tensor *x);
+/* Round toward 0; same dtype (the identity on integers); bool refused. */
+KL_API kl_tensor *kl_trunc(kl_tensor *x);
+KL_API kl_tensor *kl_trunc_inplace(kl_tensor *x);
+/* x == 0, as bool (in place: 0/1 in x's dtype); any dtype. */
+KL_API kl_tensor *kl_logical_not(kl_tensor *x);
+KL_API kl_tensor *kl_logical_not_inplace(kl_tensor *x);
+/* ~x for integers, !x for bool; same dtype; floating x refused. */
+KL_API kl_tensor *kl_bitwise_not(kl_tensor *x);
+KL_API kl_tensor *kl_bitwise_not_inplace(kl_tensor *x);
+/* Hyperbolic sine, float rule. */
 KL_API kl_tensor *kl_sinh(kl_tensor *x);
 KL_API kl_tensor *kl_sinh_inplace(kl_tensor *x);
-/* Hyperbolic cosine, float math. */
+/* Hyperbolic cosine, float rule. */
 KL_API kl_tensor *kl_cosh(kl_tensor *x);
 KL_API kl_tensor *kl_cosh_inplace(kl_tensor *x);
-/* Arc sine in [-pi/2, pi/2], float math; NaN outside [-1, 1]. */
+/* Arc sine in [-pi/2, pi/2], float rule; NaN outside [-1, 1]. */
 KL_API kl_tensor *kl_asin(kl_tensor *x);
 KL_API kl_tensor *kl_asin_inplace(kl_tensor *x);
-/* Arc cosine in [0, pi], float math; NaN outside [-1, 1]. */
+/* Arc cosine in [0, pi], float rule; NaN outside [-1, 1]. */
 KL_API kl_tensor *kl_acos(kl_tensor *x);
 KL_API kl_tensor *kl_acos_inplace(kl_tensor *x);
-/* Arc tangent in (-pi/2, pi/2), float math. */
+/* Arc tangent in (-pi/2, pi/2), float rule. */
 KL_API kl_tensor *kl_atan(kl_tensor *x);
 KL_API kl_tensor *kl_atan_inplace(kl_tensor *x);
-/* Inverse hyperbolic sine, float math. */
+/* Inverse hyperbolic sine, float rule. */
 KL_API kl_tensor *kl_asinh(kl_tensor *x);
 KL_API kl_tensor *kl_asinh_inplace(kl_tensor *x);
-/* Inverse hyperbolic cosine, float math; NaN below 1. */
+/* Inverse hyperbolic cosine, float rule; NaN below 1. */
 KL_API kl_tensor *kl_acosh(kl_tensor *x);
 KL_API kl_tensor *kl_acosh_inplace(kl_tensor *x);
-/* Inverse hyperbolic tangent, float math; +-inf at +-1, NaN beyond. */
+/* Inverse hyperbolic tangent, float rule; +-inf at +-1, NaN beyond. */
 KL_API kl_tensor *kl_atanh(kl_tensor *x);
 KL_API kl_tensor *kl_atanh_inplace(kl_tensor *x);
-/* Base-10 logarithm, float math; -inf at 0, NaN below. */
+/* Base-10 logarithm, float rule; -inf at 0, NaN below. */
 KL_API kl_tensor *kl_log10(kl_tensor *x);
 KL_API kl_tensor *kl_log10_inplace(kl_tensor *x);
-/* log(x / (1 - x)), float math; with eps >= 0, x is first clamped to
+/* log(x / (1 - x)), float rule; with eps >= 0, x is first clamped to
  * [eps, 1 - eps]; a negative eps means none (PyTorch's eps=None). */
 KL_API kl_tensor *kl_logit(kl_tensor *x, double eps);
 KL_API kl_tensor *kl_logit_inplace(kl_tensor *x, double eps);
-/* x > 0 ? x : negative_slope * x (PyTorch's default slope is 0.01), floating only. */
+/* x > 0 ? x : negative_slope * x (PyTorch's default slope is 0.01), float-only. */
 KL_API kl_tensor *kl_leaky_relu(kl_tensor *x, double negative_slope);
 KL_API kl_tensor *kl_leaky_relu_inplace(kl_tensor *x, double negative_slope);
-/* x > 0 ? x : alpha * (exp(x) - 1) (default alpha 1), floating only. */
+/* x > 0 ? x : alpha * (exp(x) - 1) (default alpha 1), float-only. */
 KL_API kl_tensor *kl_elu(kl_tensor *x, double alpha);
 KL_API kl_tensor *kl_elu_inplace(kl_tensor *x, double alpha);
-/* scale * elu(x, alpha) with PyTorch's fixed alpha 1.6733 and scale 1.0507, floating only. */
+/* scale * elu(x, alpha) with PyTorch's fixed alpha 1.6733 and scale 1.0507, float-only. */
 KL_API kl_tensor *kl_selu(kl_tensor *x);
 KL_API kl_tensor *kl_selu_inplace(kl_tensor *x);
-/* x > 0 ? x : alpha * (exp(x / alpha) - 1) (default alpha 1), floating only;
+/* x > 0 ? x : alpha * (exp(x / alpha) - 1) (default alpha 1), float-only;
  * alpha 0 is KL_ERR_ARG (PyTorch's ZeroDivisionError). */
 KL_API kl_tensor *kl_celu(kl_tensor *x, double alpha);
 KL_API kl_tensor *kl_celu_inplace(kl_tensor *x, double alpha);
-/* x / (1 + |x|), float math (bool refused); no _inplace, as PyTorch. */
+/* x / (1 + |x|), float rule (bool refused); no _inplace, as PyTorch. */
 KL_API kl_tensor *kl_softsign(kl_tensor *x);
 /* min(max(x, min_val), max_val) (defaults -1, 1); keeps integer dtypes
  * (bounds truncated), refuses bool, and uint8 with a negative bound. */
 KL_API kl_tensor *kl_hardtanh(kl_tensor *x, double min_val, double max_val);
 KL_API kl_tensor *kl_hardtanh_inplace(kl_tensor *x, double min_val, double max_val);
-/* min(max(x + 3, 0), 6) / 6, floating only. */
+/* min(max(x + 3, 0), 6) / 6, float-only. */
 KL_API kl_tensor *kl_hardsigmoid(kl_tensor *x);
 KL_API kl_tensor *kl_hardsigmoid_inplace(kl_tensor *x);
-/* x * hardsigmoid(x), floating only. */
+/* x * hardsigmoid(x), float-only. */
 KL_API kl_tensor *kl_hardswish(kl_tensor *x);
 KL_API kl_tensor *kl_hardswish_inplace(kl_tensor *x);
-/* x * tanh(softplus(x)), floating only (NaN at -inf, as PyTorch). */
+/* x * tanh(softplus(x)), float-only (NaN at -inf, as PyTorch). */
 KL_API kl_tensor *kl_mish(kl_tensor *x);
 KL_API kl_tensor *kl_mish_inplace(kl_tensor *x);
+/* Predicates: a new bool tensor, no _inplace (as in PyTorch); integers are never NaN or infinite. */
+/* x != x. */
+KL_API kl_tensor *kl_isnan(kl_tensor *x);
+/* |x| == inf. */
+KL_API kl_tensor *kl_isinf(kl_tensor *x);
+/* Neither NaN nor infinite. */
+KL_API kl_tensor *kl_isfinite(kl_tensor *x);
 
 /* ------------------------------------------------------------------------ */
-/* Elementwise, binary, with broadcasting and PyTorch type promotion.        */
-/* kl_<op>(a, b); kl_<op>_inplace(a, b) writes into a; kl_<op>_scalar(a, s)  */
-/* and kl_<op>_scalar_inplace(a, s) take a C double. A scalar counts as an   */
-/* integer if it has an integral value, else as a float, and never widens a  */
-/* tensor's dtype within its category (f32 + 2.5 stays f32; i32 + 2 stays    */
-/* i32; i32 + 2.5 becomes the default float dtype).                          */
+/* Elementwise, binary, with broadcasting and PyTorch type promotion. Each  */
+/* op has four forms, generated from its op table row (ops_binary.def):     */
+/* kl_<op>(a, b) returns a new tensor of the broadcast shape;               */
+/* kl_<op>_inplace(a, b) writes into a, which must have the broadcast shape */
+/* (else KL_ERR_SHAPE) and a dtype the result can be cast to (else          */
+/* KL_ERR_DTYPE), and returns a; kl_<op>_scalar(a, s) and                   */
+/* kl_<op>_scalar_inplace(a, s) take b as the C double s.                   */
+/* A scalar counts as an integer if it has an integral value, else as a     */
+/* float, and never widens a tensor's dtype within its category (f32 + 2.5  */
+/* stays f32; i32 + 2 stays i32; i32 + 2.5 becomes the default float        */
+/* dtype).                                                                  */
+/* Dtype rules: promote = PyTorch's result_type of a and b (dimensioned     */
+/* tensors > 0-dim tensors > scalars); float = promote, then integers and   */
+/* bool to the default float dtype; bool = compared in the promoted dtype,  */
+/* bool result. Shapes that do not broadcast: KL_ERR_SHAPE; a refused       */
+/* dtype: KL_ERR_DTYPE; different devices: KL_ERR_DEVICE; each naming the   */
+/* op, the shapes and the dtypes. f16/bf16 compute in f32.                  */
 /* ------------------------------------------------------------------------ */
 
-#define KL_BINARY_OPS(X) \
-    X(add) X(sub) X(mul) X(div) X(remainder) X(pow) X(maximum) X(minimum) \
-    X(atan2) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(logical_and)            \
-    X(logical_or) X(logical_xor) X(bitwise_and) X(bitwise_or) X(bitwise_xor) \
-    X(fmod) X(hypot) X(copysign) X(xlogy)
-
-#define KL_DECLARE_BINARY_(name)                                          \
-    KL_API kl_tensor *kl_##name(kl_tensor *a, kl_tensor *b);              \
-    KL_API kl_tensor *kl_##name##_inplace(kl_tensor *a, kl_tensor *b);    \
-    KL_API kl_tensor *kl_##name##_scalar(kl_tensor *a, double s);         \
-    KL_API kl_tensor *kl_##name##_scalar_inplace(kl_tensor *a, double s);
-KL_BINARY_OPS(KL_DECLARE_BINARY_)
-#undef KL_DECLARE_BINARY_
-
-/* Issue 12's binary ops (also generated from the list above; these literal
- * prototypes are their contracts). All broadcast and promote as the family
- * does; the _scalar forms take the C double as b. */
+/* a + b; promote; integers wrap, bool + bool is logical or. */
+KL_API kl_tensor *kl_add(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_add_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_add_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_add_scalar_inplace(kl_tensor *a, double s);
+/* a - b; promote; integers wrap; a bool operand refused (as PyTorch). */
+KL_API kl_tensor *kl_sub(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_sub_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_sub_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_sub_scalar_inplace(kl_tensor *a, double s);
+/* a * b; promote; integers wrap, bool * bool is logical and. */
+KL_API kl_tensor *kl_mul(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_mul_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_mul_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_mul_scalar_inplace(kl_tensor *a, double s);
+/* a / b, true division (integers divide as floats: 1 / 2 = 0.5); float rule. */
+KL_API kl_tensor *kl_div(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_div_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_div_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_div_scalar_inplace(kl_tensor *a, double s);
+/* a mod b with the sign of the divisor b (Python's %, torch.remainder); promote;
+ * integer division by zero is KL_ERR_ARG; bool with bool refused. */
+KL_API kl_tensor *kl_remainder(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_remainder_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_remainder_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_remainder_scalar_inplace(kl_tensor *a, double s);
+/* a ^ b; promote; integers by repeated squaring (wrapping); a negative integer
+ * tensor exponent gives 1 for base 1, +-1 for base -1, else 0, but a negative
+ * integer C scalar exponent of an integer tensor is KL_ERR_ARG (as PyTorch);
+ * bool with bool refused. */
+KL_API kl_tensor *kl_pow(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_pow_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_pow_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_pow_scalar_inplace(kl_tensor *a, double s);
+/* The larger of a and b; promote; NaN wins; of -0.0 and +0.0 the second operand. */
+KL_API kl_tensor *kl_maximum(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_maximum_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_maximum_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_maximum_scalar_inplace(kl_tensor *a, double s);
+/* The smaller of a and b; promote; NaN wins; of -0.0 and +0.0 the second operand. */
+KL_API kl_tensor *kl_minimum(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_minimum_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_minimum_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_minimum_scalar_inplace(kl_tensor *a, double s);
+/* atan(a / b) in the quadrant of (b, a), radians; float rule. */
+KL_API kl_tensor *kl_atan2(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_atan2_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_atan2_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_atan2_scalar_inplace(kl_tensor *a, double s);
 /* a - trunc(a / b) * b: the sign of a (C's fmod); integers stay integers and
  * an integer division by zero is KL_ERR_ARG (PyTorch's ZeroDivisionError). */
 KL_API kl_tensor *kl_fmod(kl_tensor *a, kl_tensor *b);
@@ -463,20 +583,81 @@ KL_API kl_tensor *kl_hypot(kl_tensor *a, kl_tensor *b);
 KL_API kl_tensor *kl_hypot_inplace(kl_tensor *a, kl_tensor *b);
 KL_API kl_tensor *kl_hypot_scalar(kl_tensor *a, double s);
 KL_API kl_tensor *kl_hypot_scalar_inplace(kl_tensor *a, double s);
-/* |a| with the sign bit of b (-0.0 and NaN signs count); float math. */
+/* |a| with the sign bit of b (-0.0 and NaN signs count); float rule. */
 KL_API kl_tensor *kl_copysign(kl_tensor *a, kl_tensor *b);
 KL_API kl_tensor *kl_copysign_inplace(kl_tensor *a, kl_tensor *b);
 KL_API kl_tensor *kl_copysign_scalar(kl_tensor *a, double s);
 KL_API kl_tensor *kl_copysign_scalar_inplace(kl_tensor *a, double s);
-/* a * log(b), 0 where a == 0 unless b is NaN; float math. */
+/* a * log(b), 0 where a == 0 unless b is NaN; float rule. */
 KL_API kl_tensor *kl_xlogy(kl_tensor *a, kl_tensor *b);
 KL_API kl_tensor *kl_xlogy_inplace(kl_tensor *a, kl_tensor *b);
 KL_API kl_tensor *kl_xlogy_scalar(kl_tensor *a, double s);
 KL_API kl_tensor *kl_xlogy_scalar_inplace(kl_tensor *a, double s);
+/* a == b; bool rule (in place: 0/1 in a's dtype). Not differentiable. */
+KL_API kl_tensor *kl_eq(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_eq_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_eq_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_eq_scalar_inplace(kl_tensor *a, double s);
+/* a != b; bool rule (NaN != NaN is true). */
+KL_API kl_tensor *kl_ne(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_ne_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_ne_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_ne_scalar_inplace(kl_tensor *a, double s);
+/* a < b; bool rule. */
+KL_API kl_tensor *kl_lt(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_lt_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_lt_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_lt_scalar_inplace(kl_tensor *a, double s);
+/* a <= b; bool rule. */
+KL_API kl_tensor *kl_le(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_le_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_le_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_le_scalar_inplace(kl_tensor *a, double s);
+/* a > b; bool rule. */
+KL_API kl_tensor *kl_gt(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_gt_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_gt_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_gt_scalar_inplace(kl_tensor *a, double s);
+/* a >= b; bool rule. */
+KL_API kl_tensor *kl_ge(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_ge_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_ge_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_ge_scalar_inplace(kl_tensor *a, double s);
+/* (a != 0) and (b != 0); bool rule, any dtypes. */
+KL_API kl_tensor *kl_logical_and(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_logical_and_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_logical_and_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_logical_and_scalar_inplace(kl_tensor *a, double s);
+/* (a != 0) or (b != 0); bool rule, any dtypes. */
+KL_API kl_tensor *kl_logical_or(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_logical_or_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_logical_or_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_logical_or_scalar_inplace(kl_tensor *a, double s);
+/* (a != 0) xor (b != 0); bool rule, any dtypes. */
+KL_API kl_tensor *kl_logical_xor(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_logical_xor_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_logical_xor_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_logical_xor_scalar_inplace(kl_tensor *a, double s);
+/* a & b; promote; integers and bool only (a float operand or scalar: KL_ERR_DTYPE). */
+KL_API kl_tensor *kl_bitwise_and(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_bitwise_and_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_bitwise_and_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_bitwise_and_scalar_inplace(kl_tensor *a, double s);
+/* a | b; promote; integers and bool only. */
+KL_API kl_tensor *kl_bitwise_or(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_bitwise_or_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_bitwise_or_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_bitwise_or_scalar_inplace(kl_tensor *a, double s);
+/* a ^ b (exclusive or); promote; integers and bool only. */
+KL_API kl_tensor *kl_bitwise_xor(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_bitwise_xor_inplace(kl_tensor *a, kl_tensor *b);
+KL_API kl_tensor *kl_bitwise_xor_scalar(kl_tensor *a, double s);
+KL_API kl_tensor *kl_bitwise_xor_scalar_inplace(kl_tensor *a, double s);
 
-/* s - a (PyTorch's rsub). */
+/* Scalar first, written by hand (ew_binary.c): */
+/* s - a (PyTorch's rsub); the promotion of kl_sub. */
 KL_API kl_tensor *kl_rsub_scalar(kl_tensor *a, double s);
-/* s / a. */
+/* s / a, true division; the float rule of kl_div. */
 KL_API kl_tensor *kl_rdiv_scalar(kl_tensor *a, double s);
 
 /* ------------------------------------------------------------------------ */

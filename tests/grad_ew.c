@@ -1,7 +1,7 @@
 /*
- * grad_ew.c — gradchecks of the elementwise family (derivs_ew.def): every
- * unary and binary op over several shapes and layouts (broadcasting, 0-dim,
- * zero-size, non-contiguous), their _inplace and _scalar forms, second
+ * grad_ew.c — gradchecks of the elementwise family (ops_unary.def,
+ * ops_binary.def, ops_ew_other.def): every unary and binary op over several
+ * shapes and layouts (broadcasting, 0-dim, zero-size, non-contiguous), their _inplace and _scalar forms, second
  * order, and PyTorch 1.13's values at kinks and special points (computed
  * with torch and hardcoded here).
  *

@@ -1,5 +1,6 @@
 /*
- * grad_shape.c — gradchecks of the shape family (derivs_shape.def): views,
+ * grad_shape.c — gradchecks of the shape family (ops_view.def,
+ * ops_reduce.def, ops_index.def): views,
  * reductions and scans, joining and indexing (plus clone, to_dtype and copy,
  * whose rows are the ew family's). Every op runs over several shapes and the
  * three input layouts of kt_input; reductions over one, several and all
@@ -774,7 +775,7 @@ static void grad_embedding(void **state) {
     KT_VALUES(grad_of(y, F64(2, ((int64_t[]){3, 1}), 1, 10, 100), w), 0, 10, 0, 0, 0, 101);
 }
 
-/* ---- copies (rows in derivs_ew.def; checked here as well) ---------------------------------- */
+/* ---- copies (rows in ops_create.def; checked here as well) ------------------------------- */
 
 static kl_tensor *f_clone(void *u, int n, kl_tensor *const *in) {
     (void)u, (void)n;

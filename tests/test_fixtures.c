@@ -375,10 +375,10 @@ static int run_sdpa(fx_ctx *cx) {
 
 /* ---- the op table ----------------------------------------------------------------------------- */
 
-#define FX_UNARY_(n) {#n, #n, run_u, {.u = kl_##n}},
-#define FX_UNARY_IP_(n) {#n "_inplace", #n, run_u_ip, {.u = kl_##n##_inplace}},
-/* issue 12's unary ops with attributes: one double (logit eps, leaky_relu
- * slope, elu/celu alpha) or two (hardtanh bounds) */
+/* The unary ops with attributes (forms UNARY_F1_IP / UNARY_F2_IP): one
+ * double (logit eps, leaky_relu slope, elu/celu alpha) or two (hardtanh
+ * bounds), each read from the case under its own key, so their entries are
+ * written by hand as clamp's. */
 typedef kl_tensor *(*fx_attr1_fn)(kl_tensor *, double);
 static int fx_attr1(fx_ctx *cx, fx_attr1_fn f, const char *key, int ip) {
     kl_tensor *t = f(IN(0), fx_f(cx, key));
@@ -396,11 +396,20 @@ static int run_hardtanh(fx_ctx *cx) { return fx_out1(cx, kl_hardtanh(IN(0), fx_f
 static int run_hardtanh_ip(fx_ctx *cx) {
     return fx_out_inplace(cx, kl_hardtanh_inplace(IN(0), fx_f(cx, "lo"), fx_f(cx, "hi")));
 }
-#define FX_BINARY_(n)                                                     \
+
+/* The public functions generated from the rows' wrap column (wrappers.c):
+ * one case list per generated function, from the same rows. Forms with
+ * attributes (clamp, logit, ...) have their own entries below. */
+#define FX_UNARY(n) {#n, #n, run_u, {.u = kl_##n}},
+#define FX_UNARY_IP(n) FX_UNARY(n) {#n "_inplace", #n, run_u_ip, {.u = kl_##n##_inplace}},
+#define FX_BINARY(n)                                                      \
     {#n, #n, run_b, {.b = kl_##n}},                                       \
     {#n "_inplace", #n, run_b_ip, {.b = kl_##n##_inplace}},               \
     {#n "_scalar", #n, run_bs, {.bs = kl_##n##_scalar}},                  \
     {#n "_scalar_inplace", #n, run_bs_ip, {.bs = kl_##n##_scalar_inplace}},
+#define FX_none(n)
+#define FX_UNARY_F1_IP(n)
+#define FX_UNARY_F2_IP(n)
 
 static const fx_op fx_ops[] = {
     /* creation and conversion: several public functions share one row */
@@ -445,9 +454,11 @@ static const fx_op fx_ops[] = {
     {"as_strided", "as_strided", run_as_strided, {0}},
     {"contiguous", "contiguous", run_u, {.u = kl_contiguous}},
     /* elementwise */
-    KL_UNARY_OPS(FX_UNARY_)
-    KL_UNARY_INPLACE_OPS(FX_UNARY_IP_)
-    KL_BINARY_OPS(FX_BINARY_)
+#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
+              deriv_)                                                                                       \
+    FX_##wrap_(name_)
+#include "optable.def"
+#undef KE_OP
     {"rsub_scalar", "sub", run_bs, {.bs = kl_rsub_scalar}},
     {"rdiv_scalar", "div", run_bs, {.bs = kl_rdiv_scalar}},
     {"where", "where", run_where, {0}},

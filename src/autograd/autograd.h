@@ -115,8 +115,21 @@ typedef struct ag_deriv {
     uint8_t decomp;            /* differentiate through the op's decomposition */
 } ag_deriv;
 
-/* One row per differentiable op (derivatives.def); indexed by ke_op. */
+/* The derivative columns of the op table (optable.def), indexed by ke_op:
+ * fn and save for a row with a formula, decomp for `decomp`, all zero for
+ * `none`. */
 extern const ag_deriv ag_derivs[KE_OP_COUNT];
+
+/* The formulas the rows name (d_*.c), declared from the rows. */
+typedef int ag_deriv_sig(ag_ctx *c);
+#define AG_DECL_NAME(fn) ag_deriv_sig fn;
+#define AG_DECL_DECOMP(fn)
+#define AG_DECL_NONE(fn)
+#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
+              deriv_)                                                                                       \
+    KE_PP_CAT(AG_DECL_, KE_COL_TAG(deriv_))(deriv_)
+#include "optable.def"
+#undef KE_OP
 
 /* ---- metadata and nodes (meta.c, node.c) ---- */
 ag_meta *ag_meta_get(const kl_tensor *t);           /* NULL if none */

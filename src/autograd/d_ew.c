@@ -1,7 +1,8 @@
 /*
- * d_ew.c — derivative formulas of the elementwise family (rows in
- * derivs_ew.def): unary and binary math, where/clamp/lerp/masked_fill,
- * tril/triu, clone/to_dtype/copy.
+ * d_ew.c — derivative formulas of the elementwise family (named by the rows
+ * of ops_unary.def, ops_binary.def, ops_ew_other.def, ops_create.def):
+ * unary and binary math, where/clamp/lerp/masked_fill, tril/triu,
+ * clone/to_dtype/copy.
  *
  * Each mirrors PyTorch 1.13's derivatives.yaml, including its conventions
  * where the function has a kink (relu at 0 -> 0, abs at 0 -> 0, maximum and

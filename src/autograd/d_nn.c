@@ -1,6 +1,6 @@
 /*
- * d_nn.c — derivative formulas of the linalg and nn families (rows in
- * derivs_nn.def), after PyTorch 1.13's derivatives.yaml.
+ * d_nn.c — derivative formulas of the linalg and nn families (named by the
+ * rows of ops_linalg.def and ops_nn.def), after PyTorch 1.13's derivatives.yaml.
  *
  * Every formula is written with kl_ ops, so it runs on any backend and is
  * itself recorded under create_graph: double backward goes through the ops a

@@ -1,7 +1,7 @@
 /*
  * d_shape.c — derivative formulas of the shape family: views, reductions and
- * scans, joining and indexing (rows in derivs_shape.def), after PyTorch
- * 1.13's derivatives.yaml.
+ * scans, joining and indexing (named by the rows of ops_view.def,
+ * ops_reduce.def and ops_index.def), after PyTorch 1.13's derivatives.yaml.
  *
  * Everything is written with differentiable kl_ ops and never reads tensor
  * data, so a formula runs on any backend, traces, and is recorded again
@@ -542,4 +542,4 @@ int ag_d_embedding(ag_ctx *c) {
     return set_gin(c, 0, kl_scatter_add(zeros_for(wm, g), 0, idx, g));
 }
 
-/* clone, to_dtype and copy: rows and formulas live in derivs_ew.def / d_ew.c. */
+/* clone, to_dtype and copy: formulas live in d_ew.c. */

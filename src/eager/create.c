@@ -3,7 +3,7 @@
  * rules, CPU kernels, and the public wrappers, plus kl_from_data/from_blob,
  * which wrap memory rather than dispatch.
  */
-#include "ew.h"
+#include "optable.h" /* declares this file's kernels, checked against their columns */
 #include "philox.h"
 #include "threadpool.h"
 

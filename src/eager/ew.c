@@ -2,7 +2,7 @@
  * ew.c — the elementwise engine (see ew.h): broadcasting, dim coalescing,
  * dtype conversion through chunk buffers, and the parallel split.
  */
-#include "ew.h"
+#include "optable.h" /* declares ke_cpu_ew, checked against its column */
 
 #include "threadpool.h"
 

@@ -1,8 +1,8 @@
 /*
  * ew_binary.c — inner loops of the binary elementwise ops (rows in
- * ops_binary.def), one formula per op expanded per compute dtype, and their
- * public wrappers (tensor, in-place and C-scalar forms), generated from
- * kiln.h's KL_BINARY_OPS so an op without a row fails to compile.
+ * ops_binary.def), one formula per op expanded per compute dtype. The public
+ * tensor, in-place and C-scalar forms come from the rows (wrappers.c); the
+ * scalar-first forms rsub/rdiv are written here.
  *
  * Every loop takes the (contiguous, contiguous), (contiguous, scalar),
  * (scalar, contiguous) forms of KE_EW_BINARY (bcast_ok = 3): a C scalar
@@ -266,16 +266,7 @@ int ke_infer_pow(ke_call *c, ke_outspec *out) {
     return 1;
 }
 
-/* ---- public wrappers ------------------------------------------------------------------ */
-
-#define KE_BINARY_WRAPPERS(name)                                                                           \
-    kl_tensor *kl_##name(kl_tensor *a, kl_tensor *b) { return ke_binary(KE_OP_##name, a, b, 0); }           \
-    kl_tensor *kl_##name##_inplace(kl_tensor *a, kl_tensor *b) { return ke_binary(KE_OP_##name, a, b, 1); } \
-    kl_tensor *kl_##name##_scalar(kl_tensor *a, double s) { return ke_binary_scalar(KE_OP_##name, a, s, 0); } \
-    kl_tensor *kl_##name##_scalar_inplace(kl_tensor *a, double s) {                                        \
-        return ke_binary_scalar(KE_OP_##name, a, s, 1);                                                    \
-    }
-KL_BINARY_OPS(KE_BINARY_WRAPPERS)
+/* ---- public functions written by hand (the others come from the rows, wrappers.c) ---- */
 
 /* s op a: the scalar as the first operand of sub / div (PyTorch's rsub and
  * reciprocal-style division); promotion is the same in either order. */

@@ -308,15 +308,7 @@ kl_tensor *kl_where(kl_tensor *cond, kl_tensor *a, kl_tensor *b) {
     return ke_call1(&c);
 }
 
-static kl_tensor *clamp_call(kl_tensor *x, double lo, double hi, int inplace) {
-    kl_tensor *in[1] = {x};
-    ke_call c = {.op = KE_OP_clamp, .inplace = (uint8_t)inplace, .nin = 1, .in = in};
-    ke_attr_set_clamp_min(&c.a, lo);
-    ke_attr_set_clamp_max(&c.a, hi);
-    return ke_call1(&c);
-}
-kl_tensor *kl_clamp(kl_tensor *x, double lo, double hi) { return clamp_call(x, lo, hi, 0); }
-kl_tensor *kl_clamp_inplace(kl_tensor *x, double lo, double hi) { return clamp_call(x, lo, hi, 1); }
+/* kl_clamp and kl_clamp_inplace come from the row (wrappers.c). */
 
 kl_tensor *kl_lerp(kl_tensor *a, kl_tensor *b, kl_tensor *w) {
     kl_tensor *in[3] = {a, b, w};

@@ -1,9 +1,8 @@
 /*
  * ew_unary.c — inner loops of the unary elementwise ops (rows in
- * ops_unary.def), one formula per op expanded per compute dtype, and their
- * public wrappers, generated from kiln.h's op lists so an op without a row
- * fails to compile. Float math uses vmath.h's vectorizable polynomials for
- * f32 (f16/bf16 compute in f32) and libm for f64.
+ * ops_unary.def), one formula per op expanded per compute dtype (the public
+ * functions come from the rows, wrappers.c). Float math uses vmath.h's
+ * vectorizable polynomials for f32 (f16/bf16 compute in f32) and libm for f64.
  */
 
 #include "kernels_ew.h"
@@ -250,44 +249,4 @@ int ke_infer_hardtanh(ke_call *c, ke_outspec *out) {
 int ke_infer_celu(ke_call *c, ke_outspec *out) {
     if (ke_attr_celu_alpha(&c->a) == 0) return ke_err(KL_ERR_ARG, ke_opname(c), "alpha cannot be 0 for CELU (ZeroDivisionError)");
     return ke_infer_ew_same(c, out);
-}
-
-/* ---- public wrappers -------------------------------------------------------------------- */
-
-#define KE_UNARY_WRAPPER(name) \
-    kl_tensor *kl_##name(kl_tensor *x) { return ke_unary(KE_OP_##name, x, 0); }
-#define KE_UNARY_INPLACE_WRAPPER(name) \
-    kl_tensor *kl_##name##_inplace(kl_tensor *x) { return ke_unary(KE_OP_##name, x, 1); }
-KL_UNARY_OPS(KE_UNARY_WRAPPER)
-KL_UNARY_INPLACE_OPS(KE_UNARY_INPLACE_WRAPPER)
-
-/* Unary ops with float attributes (rows in ops_unary.def name the slots). */
-static kl_tensor *unary_attr(int op, kl_tensor *x, int inplace, const ke_attrs *a) {
-    kl_tensor *in[1] = {x};
-    ke_call c = {.op = op, .inplace = (uint8_t)inplace, .nin = 1, .in = in, .a = *a};
-    return ke_call1(&c);
-}
-#define UNARY_ATTR1(op, name, x, ip, v) \
-    ke_attrs a = {0};                   \
-    ke_attr_set_##op##_##name(&a, v);   \
-    return unary_attr(KE_OP_##op, x, ip, &a)
-kl_tensor *kl_logit(kl_tensor *x, double eps) { UNARY_ATTR1(logit, eps, x, 0, eps); }
-kl_tensor *kl_logit_inplace(kl_tensor *x, double eps) { UNARY_ATTR1(logit, eps, x, 1, eps); }
-kl_tensor *kl_leaky_relu(kl_tensor *x, double slope) { UNARY_ATTR1(leaky_relu, negative_slope, x, 0, slope); }
-kl_tensor *kl_leaky_relu_inplace(kl_tensor *x, double slope) { UNARY_ATTR1(leaky_relu, negative_slope, x, 1, slope); }
-kl_tensor *kl_elu(kl_tensor *x, double alpha) { UNARY_ATTR1(elu, alpha, x, 0, alpha); }
-kl_tensor *kl_elu_inplace(kl_tensor *x, double alpha) { UNARY_ATTR1(elu, alpha, x, 1, alpha); }
-kl_tensor *kl_celu(kl_tensor *x, double alpha) { UNARY_ATTR1(celu, alpha, x, 0, alpha); }
-kl_tensor *kl_celu_inplace(kl_tensor *x, double alpha) { UNARY_ATTR1(celu, alpha, x, 1, alpha); }
-kl_tensor *kl_hardtanh(kl_tensor *x, double min_val, double max_val) {
-    ke_attrs a = {0};
-    ke_attr_set_hardtanh_min_val(&a, min_val);
-    ke_attr_set_hardtanh_max_val(&a, max_val);
-    return unary_attr(KE_OP_hardtanh, x, 0, &a);
-}
-kl_tensor *kl_hardtanh_inplace(kl_tensor *x, double min_val, double max_val) {
-    ke_attrs a = {0};
-    ke_attr_set_hardtanh_min_val(&a, min_val);
-    ke_attr_set_hardtanh_max_val(&a, max_val);
-    return unary_attr(KE_OP_hardtanh, x, 1, &a);
 }

@@ -1,44 +1,16 @@
-/* kernels_ew.h — what the rows of ops_unary.def, ops_binary.def and
- * ops_ew_other.def name (ew_unary.c, ew_binary.c, ew_other.c), and the
- * macros those files share to expand one formula over dtype groups. */
+/* kernels_ew.h — the macros ew_unary.c, ew_binary.c and ew_other.c share to
+ * expand one formula over dtype groups. What the rows of ops_unary.def,
+ * ops_binary.def and ops_ew_other.def name is declared by optable.h. */
 #ifndef KE_KERNELS_EW_H
 #define KE_KERNELS_EW_H
-#include "ew.h"
+#include "optable.h"
 
-/* ---- unary (ew_unary.c) ---- */
-extern const ke_ew_impl ke_ew_neg, ke_ew_abs, ke_ew_sign, ke_ew_exp, ke_ew_exp2, ke_ew_expm1, ke_ew_log,
-    ke_ew_log2, ke_ew_log1p, ke_ew_sqrt, ke_ew_rsqrt, ke_ew_square, ke_ew_reciprocal, ke_ew_sin, ke_ew_cos,
-    ke_ew_tan, ke_ew_tanh, ke_ew_sigmoid, ke_ew_relu, ke_ew_gelu, ke_ew_gelu_tanh, ke_ew_silu, ke_ew_softplus,
-    ke_ew_erf, ke_ew_floor, ke_ew_ceil, ke_ew_round, ke_ew_trunc, ke_ew_logical_not, ke_ew_isnan, ke_ew_isinf,
-    ke_ew_isfinite, ke_ew_bitwise_not;
-extern const ke_ew_impl ke_ew_sinh, ke_ew_cosh, ke_ew_asin, ke_ew_acos, ke_ew_atan, ke_ew_asinh, ke_ew_acosh,
-    ke_ew_atanh, ke_ew_log10, ke_ew_logit, ke_ew_leaky_relu, ke_ew_elu, ke_ew_selu, ke_ew_celu, ke_ew_softsign,
-    ke_ew_hardtanh, ke_ew_hardsigmoid, ke_ew_hardswish, ke_ew_mish;
-int ke_infer_square(ke_call *c, ke_outspec *out);
-int ke_infer_hardtanh(ke_call *c, ke_outspec *out);
-int ke_infer_celu(ke_call *c, ke_outspec *out);
-
-/* ---- binary (ew_binary.c) ---- */
-extern const ke_ew_impl ke_ew_add, ke_ew_sub, ke_ew_mul, ke_ew_div, ke_ew_remainder, ke_ew_pow, ke_ew_maximum,
-    ke_ew_minimum, ke_ew_atan2, ke_ew_eq, ke_ew_ne, ke_ew_lt, ke_ew_le, ke_ew_gt, ke_ew_ge, ke_ew_logical_and,
-    ke_ew_logical_or, ke_ew_logical_xor, ke_ew_bitwise_and, ke_ew_bitwise_or, ke_ew_bitwise_xor;
-extern const ke_ew_impl ke_ew_fmod, ke_ew_hypot, ke_ew_copysign, ke_ew_xlogy;
-int ke_infer_pow(ke_call *c, ke_outspec *out);
-
-/* ---- other (ew_other.c) ---- */
-extern const ke_ew_impl ke_ew_where, ke_ew_clamp, ke_ew_lerp, ke_ew_lerp_scalar, ke_ew_masked_fill;
-/* The shared same-shape / broadcast rules, then a check that the row's impl
- * has a loop for the compute dtype, so an unsupported dtype fails in the
- * shape rule (also on Meta tensors), not in the kernel. */
-int ke_infer_ew_same(ke_call *c, ke_outspec *out);
-int ke_infer_ew_bcast(ke_call *c, ke_outspec *out);
-int ke_infer_where(ke_call *c, ke_outspec *out);
-int ke_infer_clamp(ke_call *c, ke_outspec *out);
-int ke_infer_lerp(ke_call *c, ke_outspec *out);
-int ke_infer_masked_fill(ke_call *c, ke_outspec *out);
-int ke_infer_tri(ke_call *c, ke_outspec *out);
-int ke_cpu_tril(ke_call *c);
-int ke_cpu_triu(ke_call *c);
+/* The rows' shape rules, kernels and loops (ke_ew_<op>) are declared in
+ * optable.h from the table. ke_infer_ew_same and ke_infer_ew_bcast (ew_other.c),
+ * the rules of most rows, are the shared same-shape / broadcast rules followed
+ * by a check that the row's impl has a loop for the compute dtype, so an
+ * unsupported dtype fails in the shape rule (also on Meta tensors), not in the
+ * kernel. */
 
 /* ---- loop generators over dtype groups ------------------------------------
  * GEN is KE_EW_UNARY or KE_EW_BINARY (ew.h). A float formula FX(T) and an

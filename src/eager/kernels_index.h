@@ -1,33 +1,10 @@
-/* kernels_index.h — shape rules, kernels and decompositions named by the rows
- * of ops_index.def (join.c, index.c), and the strided-copy machinery the two
- * files share: every op of the family only moves elements, so one row walker
- * over element offsets and one copy routine generic over element size serve
- * them all. */
+/* kernels_index.h — the strided-copy machinery join.c and index.c share
+ * (what the rows of ops_index.def name is declared by optable.h): every op
+ * of the family only moves elements, so one row walker over element offsets
+ * and one copy routine generic over element size serve them all. */
 #ifndef KE_KERNELS_INDEX_H
 #define KE_KERNELS_INDEX_H
-#include "ew.h"
-
-/* ---- rows (join.c) ---- */
-int ke_infer_cat(ke_call *c, ke_outspec *out);
-int ke_cpu_cat(ke_call *c);
-int ke_decomp_stack(ke_call *c);
-int ke_decomp_split(ke_call *c);
-int ke_decomp_chunk(ke_call *c);
-int ke_infer_repeat(ke_call *c, ke_outspec *out);
-int ke_cpu_repeat(ke_call *c);
-int ke_infer_pad(ke_call *c, ke_outspec *out);
-int ke_cpu_pad(ke_call *c);
-
-/* ---- rows (index.c) ---- */
-int ke_infer_index_select(ke_call *c, ke_outspec *out);
-int ke_cpu_index_select(ke_call *c);
-int ke_infer_gather(ke_call *c, ke_outspec *out);
-int ke_cpu_gather(ke_call *c);
-int ke_infer_scatter_add(ke_call *c, ke_outspec *out);
-int ke_cpu_scatter_add(ke_call *c);
-int ke_decomp_take_along_dim(ke_call *c);
-int ke_infer_embedding(ke_call *c, ke_outspec *out);
-int ke_cpu_embedding(ke_call *c);
+#include "optable.h"
 
 /* ---- the row walker (join.c) ----
  * An n-d iteration space (up to 16 dims: repeat views each dim as two) over

@@ -1,9 +1,9 @@
-/* kernels_nn.h — shape rules, kernels and decompositions named by the rows of
- * ops_linalg.def and ops_nn.def (linalg.c, nn.c, loss.c, conv.c), plus the
- * small GEMM interface those files share. */
+/* kernels_nn.h — the small GEMM interface and row helpers that linalg.c,
+ * nn.c, loss.c and conv.c share (what the rows of ops_linalg.def and
+ * ops_nn.def name is declared by optable.h). */
 #ifndef KE_KERNELS_NN_H
 #define KE_KERNELS_NN_H
-#include "ew.h"
+#include "optable.h"
 
 /* ---- GEMM shared by matmul, linear and conv2d (linalg.c) ------------------
  * C[M,N] = alpha * A[M,K] @ B[K,N] + beta * C for one matrix triple, each
@@ -21,15 +21,6 @@ void ke_blas_prepare(void);
  * independent GEMMs over Kiln's pool instead. */
 #define KE_GEMM_SMALL 262144
 
-/* ---- linalg rows ---------------------------------------------------------- */
-int ke_infer_matmul(ke_call *c, ke_outspec *out);
-int ke_infer_addmm(ke_call *c, ke_outspec *out);
-int ke_infer_linear(ke_call *c, ke_outspec *out);
-int ke_cpu_matmul(ke_call *c);
-int ke_cpu_addmm(ke_call *c);
-int ke_cpu_linear(ke_call *c);
-int ke_decomp_linear(ke_call *c);
-
 /* Row helpers from nn.c, shared with loss.c: log(sum(exp(x))) computed
  * stably, the plain sum and the max of n contiguous values, each by the row
  * fold (row_fold.h: the sum and max bitwise kl_sum's and kl_amax's). `next`
@@ -41,37 +32,6 @@ double ke_row_sum_f64(const double *x, int64_t n);
 float ke_row_max_f32(const float *x, int64_t n);
 double ke_row_max_f64(const double *x, int64_t n);
 
-/* ---- nn rows --------------------------------------------------------------- */
-int ke_infer_softmax(ke_call *c, ke_outspec *out);
-int ke_cpu_softmax(ke_call *c);
-int ke_decomp_softmax(ke_call *c);
-int ke_infer_norm(ke_call *c, ke_outspec *out);
-int ke_cpu_layer_norm(ke_call *c);
-int ke_cpu_rms_norm(ke_call *c);
-int ke_decomp_layer_norm(ke_call *c);
-int ke_decomp_rms_norm(ke_call *c);
-int ke_cpu_dropout(ke_call *c);
-int ke_infer_sdpa(ke_call *c, ke_outspec *out);
-int ke_decomp_sdpa(ke_call *c);
-
-/* ---- losses (loss.c) -------------------------------------------------------- */
-int ke_infer_class_loss(ke_call *c, ke_outspec *out);
-int ke_cpu_cross_entropy(ke_call *c);
-int ke_cpu_nll_loss(ke_call *c);
-int ke_decomp_cross_entropy(ke_call *c);
-int ke_decomp_nll_loss(ke_call *c);
-int ke_infer_pair_loss(ke_call *c, ke_outspec *out);
-int ke_decomp_mse_loss(ke_call *c);
-int ke_decomp_bce_logits(ke_call *c);
-
-/* ---- convolution and pooling (conv.c) ----------------------------------------- */
-int ke_infer_conv2d(ke_call *c, ke_outspec *out);
-int ke_cpu_conv2d(ke_call *c);
-int ke_infer_pool2d(ke_call *c, ke_outspec *out);
-int ke_cpu_max_pool2d(ke_call *c);
-int ke_cpu_avg_pool2d(ke_call *c);
-/* Internal ops of the nn derivatives (nn_backward.c). */
-int ke_cpu_max_pool2d_indices(ke_call *c);
 /* Runs fn(c, xs, y) with xs = the inputs as contiguous tensors of the compute
  * dtype and y = an output of that dtype: out[0] itself, or an f32 temporary
  * copied into out[0] afterwards (f16/bf16). Shared by nn.c and conv.c. */

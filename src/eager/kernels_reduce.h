@@ -1,9 +1,10 @@
-/* kernels_reduce.h — declarations for the rows of ops_reduce.def: the
- * reduction engine (reduce.c), the reductions' formulas, shape rule and
- * wrappers (reduce_ops.c), and the scans (scan.c). */
+/* kernels_reduce.h — the types of the reduction engine (reduce.c) and of the
+ * reductions' formulas (reduce_ops.c): the ke_rd_<op> impls that the rows of
+ * ops_reduce.def name (declared, with the rows' shape rules and kernels, by
+ * optable.h). */
 #ifndef KE_KERNELS_REDUCE_H
 #define KE_KERNELS_REDUCE_H
-#include "ew.h"
+#include "optable.h"
 #include "row_fold.h"
 
 #define KE_RD_ACC_MAX KE_FOLD_ACC_MAX /* largest accumulator: a value and an int64 position */
@@ -45,17 +46,7 @@ typedef struct ke_rd_op {
     int8_t vout, iout;                    /* output slots of the values and the positions (-1: none) */
 } ke_rd_op;
 
-extern const ke_rd_op ke_rd_sum, ke_rd_mean, ke_rd_prod, ke_rd_amax, ke_rd_amin, ke_rd_max_dim,
-    ke_rd_min_dim, ke_rd_argmax, ke_rd_argmin, ke_rd_var, ke_rd_std, ke_rd_logsumexp, ke_rd_all, ke_rd_any;
 /* The norm's formulas for p (2, 1, 0, inf, -inf and any other). */
 const ke_rd_op *ke_rd_norm_op(double p);
 
-/* Shape and dtype rule of every reduction row (PyTorch's result dtypes,
- * empty-dim errors); the CPU kernel of every reduction row. */
-int ke_infer_rd(ke_call *c, ke_outspec *out);
-int ke_cpu_reduce(ke_call *c);
-
-/* cumsum / cumprod (scan.c). */
-int ke_infer_scan(ke_call *c, ke_outspec *out);
-int ke_cpu_scan(ke_call *c);
 #endif

@@ -12,7 +12,7 @@
  * blocked loop in unsigned arithmetic (wraps as PyTorch's does); f16/bf16
  * compute through f32 copies.
  */
-#include "kernels_core.h"
+#include "optable.h"
 #include "kernels_nn.h"
 #include "threadpool.h"
 

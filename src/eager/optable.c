@@ -1,18 +1,15 @@
 /*
- * optable.c — expands optable.def into the op table (ke_ops). The family
- * headers declare what the rows name.
+ * optable.c — expands optable.def into the op table (ke_ops): the eager
+ * columns of every row. The derivative columns are the autograd layer's
+ * (derivatives.c), the wrapper column wrappers.c's.
  */
-#include "dispatch.h"
-#include "kernels_core.h"
-#include "kernels_ew.h"
-#include "kernels_index.h"
-#include "kernels_nn.h"
-#include "kernels_reduce.h"
+#include "optable.h"
 
 #include <math.h>
 
 const ke_op_info ke_ops[KE_OP_COUNT] = {
-#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_)               \
+#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
+              deriv_)                                                                                       \
     [KE_OP_##name_] = {.name = #name_,                                                                        \
                        .kind = KE_KIND_##kind_,                                                               \
                        .nin = nin_,                                                                           \
@@ -20,11 +17,11 @@ const ke_op_info ke_ops[KE_OP_COUNT] = {
                        .flags = flags_,                                                                       \
                        .dtype_rule = KE_DT_##dt_,                                                             \
                        .accept = KE_ACC_##acc_,                                                               \
-                       .infer = infer_,                                                                       \
-                       .cpu = cpu_,                                                                           \
-                       .view = view_,                                                                         \
-                       .decomp = decomp_,                                                                     \
-                       .impl = impl_},
+                       .infer = KE_COL_FN(infer_),                                                            \
+                       .cpu = KE_COL_FN(cpu_),                                                                \
+                       .view = KE_COL_FN(view_),                                                              \
+                       .decomp = KE_COL_FN(decomp_),                                                          \
+                       .impl = KE_IMPL_PTR(impl_)},
 #include "optable.def"
 #undef KE_OP
 };
@@ -49,3 +46,11 @@ const ke_attr_set ke_op_attrs[KE_OP_COUNT] = {
 #undef KE_ATTRS_AS
 #undef KE_ATTRS_COMMON
 #undef KE_ATTRS_SET
+
+/* A generated _inplace function needs the dispatcher's in-place support. */
+#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
+              deriv_)                                                                                       \
+    _Static_assert(!KE_FORM_IP_##wrap_ || ((flags_) & KE_F_INPLACE),                                          \
+                   "row " #name_ ": form " #wrap_ " makes kl_" #name_ "_inplace but the row lacks KE_F_INPLACE");
+#include "optable.def"
+#undef KE_OP

@@ -4,7 +4,7 @@
  * storage; it runs unchanged on every backend (Meta included). Composite
  * views (reshape, flatten, narrow, ...) decompose into the primitive ones.
  */
-#include "dispatch.h"
+#include "optable.h" /* declares this file's view rules and decompositions */
 
 #include <limits.h>
 #include <stdio.h>
