@@ -2,7 +2,7 @@
 # check_attr_slots.sh SRC_DIR — fails, listing them, on positional attribute
 # reads or writes (x.i[N], x->f[N], ...) anywhere under SRC_DIR except in
 # eager/attrs.h, the generated accessors: attributes are read by name
-# (ops_attrs.def). Run by `meson test` on src/, and on a planted violation
+# (the attrs column of optable.def). Run by `meson test` on src/, and on a planted violation
 # (tests/data/attr_slots_bad) where it must fail.
 set -u
 src=${1:?usage: check_attr_slots.sh SRC_DIR}

@@ -1,5 +1,5 @@
 /*
- * test_attrs.c — the named attribute declarations (ops_attrs.def,
+ * test_attrs.c — the named attribute declarations (optable.def's attrs column,
  * ir_attrs.def) and the accessors they generate: every declaration names a
  * real slot, no two attributes of an op share one, the conventional names
  * (keepdim, dtype, seed, offset, dims, reduction) sit in their conventional

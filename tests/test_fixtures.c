@@ -455,7 +455,7 @@ static const fx_op fx_ops[] = {
     {"contiguous", "contiguous", run_u, {.u = kl_contiguous}},
     /* elementwise */
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
-              deriv_)                                                                                       \
+              deriv_, ...)                                                                                  \
     FX_##wrap_(name_)
 #include "optable.def"
 #undef KE_OP

@@ -30,7 +30,7 @@
 #define HN_BINARY(n) "kl_" #n, "kl_" #n "_inplace", "kl_" #n "_scalar", "kl_" #n "_scalar_inplace",
 static const char *const generated[] = {
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
-              deriv_)                                                                                       \
+              deriv_, ...)                                                                                  \
     HN_##wrap_(name_)
 #include "optable.def"
 #undef KE_OP

@@ -126,7 +126,7 @@ typedef int ag_deriv_sig(ag_ctx *c);
 #define AG_DECL_DECOMP(fn)
 #define AG_DECL_NONE(fn)
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
-              deriv_)                                                                                       \
+              deriv_, ...)                                                                                  \
     KE_PP_CAT(AG_DECL_, KE_COL_TAG(deriv_))(deriv_)
 #include "optable.def"
 #undef KE_OP

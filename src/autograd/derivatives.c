@@ -14,7 +14,7 @@
 
 const ag_deriv ag_derivs[KE_OP_COUNT] = {
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
-              deriv_)                                                                                       \
+              deriv_, ...)                                                                                  \
     KE_PP_CAT(AG_ENTRY_, KE_COL_TAG(deriv_))(name_, save_, deriv_)
 #include "optable.def"
 #undef KE_OP

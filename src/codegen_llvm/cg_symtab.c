@@ -7,7 +7,7 @@
 
 static const char *const impl_names[KE_OP_COUNT] = {
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
-              deriv_)                                                                                       \
+              deriv_, ...)                                                                                  \
     [KE_OP_##name_] = KE_IMPL_NAME(impl_),
 #include "optable.def"
 #undef KE_OP

@@ -1,8 +1,8 @@
 /*
  * attrs.h — named attributes: the generator that turns attribute
- * declarations (ops_attrs.def, and the IR's ir_attrs.def) into typed
- * accessors over the positional slots of ke_attrs, plus the descriptor
- * table the IR printer and the tests read.
+ * declarations (the attrs column of optable.def's rows, and the IR's
+ * ir_attrs.def) into typed accessors over the positional slots of
+ * ke_attrs, plus the descriptor table the IR printer and the tests read.
  *
  * A declaration is KE_A(name, type, slot, default):
  *   type     INT (int64_t i[slot]), BOOL (i[slot] != 0), FLOAT (double f[slot]),
@@ -12,13 +12,14 @@
  *   default  the value the IR text leaves out (KE_NODEF: always printed;
  *            KE_HIDDEN: never, because the value's type already shows it;
  *            for a list, any number: the empty list is left out)
- * and KE_ATTRS(op, KE_A(...) KE_A(...)) generates, for each attribute,
+ * and an op's list KE_A(...) KE_A(...) (its row's attrs column, expanded by
+ * dispatch.h) generates, for each attribute,
  *   <type> ke_attr_<op>_<name>(const ke_attrs *a)        the getter
  *   void   ke_attr_set_<op>_<name>(ke_attrs *a, <type> v)  the setter
  *   enum   ke_attr_slot_<op>_<name>                        its slot, for the
  *          _Static_asserts of code that serves two ops with one accessor
  * (LIST: the getter returns the elements, ke_attr_<op>_<name>_len their
- * count; lists are set with ke_set_list). KE_ATTRS_AS(op, other) gives op
+ * count; lists are set with ke_set_list). AS(other) in op's row gives op
  * other's attributes, read through other's accessors (log_softmax reads
  * ke_attr_softmax_dim). KE_ATTRS_COMMON declares the conventional slots
  * shared by families of ops: ke_attr_keepdim, ke_attr_dtype, ke_attr_seed, ...

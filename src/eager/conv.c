@@ -275,7 +275,7 @@ static int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t s, int64_t d
 }
 
 /* avg_pool2d and max_pool2d_indices have max_pool2d's attributes
- * (KE_ATTRS_AS), read through its accessors. */
+ * (AS(max_pool2d) in their rows), read through its accessors. */
 int ke_infer_pool2d(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     char b1[256];

@@ -12,7 +12,7 @@
  *
  * The same ke_call (op + attributes) is what the tracer records as an IR node,
  * so attributes are plain data: scalars, integers and one integer list. Each
- * op names its attributes in ops_attrs.def, which generates typed accessors
+ * op names its attributes in the attrs column of its row, which generates typed accessors
  * (ke_attr_softmax_dim(&c->a), ke_attr_set_softmax_dim(&c.a, dim)); code
  * reads and writes attributes only through them (attrs.h).
  */
@@ -64,7 +64,7 @@ enum ke_op_flags {
 #define KE_MAX_LIST (2 * KL_MAX_DIMS)
 
 /* Attributes: scalars f[], integers i[], one integer list. Which slot holds
- * which named attribute of an op is declared in ops_attrs.def; read them
+ * which named attribute of an op is declared in its row's attrs column; read them
  * through the accessors generated below, never by index. */
 typedef struct ke_attrs {
     double f[4];
@@ -82,14 +82,20 @@ typedef struct ke_attrs {
 
 /* ke_attr_<op>_<name>(a) / ke_attr_set_<op>_<name>(a, v) for every declared
  * attribute, and ke_attr_<name> for the common ones. */
+#include "oprows.h"
 #define KE_A KE_ATTR_TUPLE
-#define KE_ATTRS(op, attrs) KE_ATTR_ACCESSORS(ke, op, attrs)
-#define KE_ATTRS_AS(op, other)
+#define KE_OP(name, kind, nin, nout, flags, dt, acc, infer, cpu, view, decomp, impl, wrap, save, deriv, ...) \
+    KE_PP_CAT(KE_ATTRCOL_ACC_, KE_ATTRCOL_KIND(__VA_ARGS__))(name, __VA_ARGS__)
+#define KE_ATTRCOL_ACC_NONE(op, ...)
+#define KE_ATTRCOL_ACC_AS(op, ...) /* AS(other): other's accessors */
+#define KE_ATTRCOL_ACC_LIST(op, ...) KE_ATTR_ACCESSORS(ke, op, __VA_ARGS__)
 #define KE_ATTRS_COMMON(attrs) KE_ATTR_COMMON_ACCESSORS(ke, attrs)
-#include "ops_attrs.def"
+#include "optable.def"
 #undef KE_A
-#undef KE_ATTRS
-#undef KE_ATTRS_AS
+#undef KE_OP
+#undef KE_ATTRCOL_ACC_NONE
+#undef KE_ATTRCOL_ACC_AS
+#undef KE_ATTRCOL_ACC_LIST
 #undef KE_ATTRS_COMMON
 
 typedef struct ke_outspec {

@@ -252,7 +252,7 @@ _Static_assert(KE_ATTR_SAME_SLOT(split_dim, chunk_dim) && KE_ATTR_SAME_SLOT(spli
 
 /* Emits pieces first .. first+count-1 of `total` narrows of x along d, piece
  * k at k*step with length step (the last one: what is left), and reports
- * total in the total attribute (see ops_attrs.def). */
+ * total in the total attribute (see split's row, ops_index.def). */
 static int emit_pieces(ke_call *c, kl_tensor *x, int d, int64_t step, int64_t total) {
     const char *op = ke_opname(c);
     if (total > INT_MAX) return ke_err(KL_ERR_OVERFLOW, op, "%lld pieces are more than an int counts", (long long)total);

@@ -9,7 +9,7 @@
 
 const ke_op_info ke_ops[KE_OP_COUNT] = {
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
-              deriv_)                                                                                       \
+              deriv_, ...)                                                                                  \
     [KE_OP_##name_] = {.name = #name_,                                                                        \
                        .kind = KE_KIND_##kind_,                                                               \
                        .nin = nin_,                                                                           \
@@ -27,29 +27,45 @@ const ke_op_info ke_ops[KE_OP_COUNT] = {
 };
 _Static_assert(sizeof ke_ops / sizeof ke_ops[0] == KE_OP_COUNT, "op table length");
 
-/* The attribute descriptors: one array per op line, then the table. */
-#define KE_A KE_ATTR_DESC
-#define KE_ATTRS(op, attrs) static const ke_attr_desc ke_attrs_of_##op[] = {attrs};
-#define KE_ATTRS_AS(op, other)
-#define KE_ATTRS_COMMON(attrs)
-#include "ops_attrs.def"
-#undef KE_ATTRS
-#undef KE_ATTRS_AS
+/* The attribute descriptors: one array per row with an attribute list, then
+ * the table (AS(other) rows point at other's array). */
+#define KE_A KE_ATTR_TUPLE
+#define KE_ATTR_DESC_EACH(p, name, type, slot, def) KE_ATTR_DESC(name, type, slot, def)
+#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
+              deriv_, ...)                                                                                  \
+    KE_PP_CAT(KE_ATTRCOL_ARRAY_, KE_ATTRCOL_KIND(__VA_ARGS__))(name_, __VA_ARGS__)
+#define KE_ATTRCOL_ARRAY_NONE(op, ...)
+#define KE_ATTRCOL_ARRAY_AS(op, ...)
+#define KE_ATTRCOL_ARRAY_LIST(op, ...) \
+    static const ke_attr_desc ke_attrs_of_##op[] = {KE_ATTR_EACH(KE_ATTR_DESC_EACH, ~ __VA_ARGS__)};
+#include "optable.def"
+#undef KE_OP
 #define KE_ATTRS_SET(op) {ke_attrs_of_##op, (int)(sizeof ke_attrs_of_##op / sizeof ke_attrs_of_##op[0])}
-#define KE_ATTRS(op, attrs) [KE_OP_##op] = KE_ATTRS_SET(op),
-#define KE_ATTRS_AS(op, other) [KE_OP_##op] = KE_ATTRS_SET(other),
+#define KE_ATTRS_SET_OF(op) KE_ATTRS_SET(op) /* expands op first */
+#define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
+              deriv_, ...)                                                                                  \
+    KE_PP_CAT(KE_ATTRCOL_SET_, KE_ATTRCOL_KIND(__VA_ARGS__))(name_, __VA_ARGS__)
+#define KE_ATTRCOL_SET_NONE(op, ...)
+#define KE_ATTRCOL_SET_AS(op, ...) [KE_OP_##op] = KE_ATTRS_SET_OF(KE_ATTRCOL_OTHER(__VA_ARGS__)),
+#define KE_ATTRCOL_SET_LIST(op, ...) [KE_OP_##op] = KE_ATTRS_SET(op),
 const ke_attr_set ke_op_attrs[KE_OP_COUNT] = {
-#include "ops_attrs.def"
+#include "optable.def"
 };
+#undef KE_OP
 #undef KE_A
-#undef KE_ATTRS
-#undef KE_ATTRS_AS
-#undef KE_ATTRS_COMMON
+#undef KE_ATTR_DESC_EACH
+#undef KE_ATTRCOL_ARRAY_NONE
+#undef KE_ATTRCOL_ARRAY_AS
+#undef KE_ATTRCOL_ARRAY_LIST
+#undef KE_ATTRCOL_SET_NONE
+#undef KE_ATTRCOL_SET_AS
+#undef KE_ATTRCOL_SET_LIST
 #undef KE_ATTRS_SET
+#undef KE_ATTRS_SET_OF
 
 /* A generated _inplace function needs the dispatcher's in-place support. */
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
-              deriv_)                                                                                       \
+              deriv_, ...)                                                                                  \
     _Static_assert(!KE_FORM_IP_##wrap_ || ((flags_) & KE_F_INPLACE),                                          \
                    "row " #name_ ": form " #wrap_ " makes kl_" #name_ "_inplace but the row lacks KE_F_INPLACE");
 #include "optable.def"

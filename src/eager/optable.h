@@ -15,7 +15,7 @@ typedef int ke_kernel_sig(ke_call *c);
 struct ke_rd_op;
 
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
-              deriv_)                                                                                       \
+              deriv_, ...)                                                                                  \
     KE_COL_DECL(ke_infer_sig, infer_)                                                                       \
     KE_COL_DECL(ke_kernel_sig, cpu_)                                                                        \
     KE_COL_DECL(ke_kernel_sig, view_)                                                                       \

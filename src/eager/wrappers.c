@@ -15,7 +15,7 @@
 #include "dispatch.h"
 
 /* The forms _F1 and _F2: the op's first one or two declared attributes
- * (ops_attrs.def; FLOAT, in declaration order) from the C arguments. */
+ * (the row's attrs column; FLOAT, in declaration order) from the C arguments. */
 static kl_tensor *call_f(int op, kl_tensor *x, int inplace, int nf, double f0, double f1) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = op, .inplace = (uint8_t)inplace, .nin = 1, .in = in};
@@ -58,7 +58,7 @@ static kl_tensor *call_f(int op, kl_tensor *x, int inplace, int nf, double f0, d
     }
 
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
-              deriv_)                                                                                       \
+              deriv_, ...)                                                                                  \
     KE_WRAP_##wrap_(name_)
 #include "optable.def"
 #undef KE_OP

@@ -11,9 +11,9 @@
  *     }
  *
  * Strides are printed only where a value is not contiguous. Attributes follow
- * the inputs by name (ops_attrs.def, ir_attrs.def), in declaration order,
- * except where they hold their declared default; floats in the shortest form
- * that reads back exactly.
+ * the inputs by name (the attrs column of optable.def, ir_attrs.def), in
+ * declaration order, except where they hold their declared default; floats in
+ * the shortest form that reads back exactly.
  */
 #include "ir.h"
 
