@@ -22,6 +22,23 @@
 #define RF_UNUSED ((void)0)
 #include "row_fold.h"
 
+/* softmax's shift: the same fold with a plain `>` max, which vectorizes to one
+ * max instruction per vector where AMAX's NaN-propagating select takes three.
+ * A NaN in the row is skipped here but still reaches every output through
+ * exp(NaN - mx) in the sum, so softmax's result is the same (PyTorch: a row
+ * with a NaN is all NaN). */
+#define RF_FN(s) KE_TCAT3(rmaxq_##s, _, NR_SFX)
+#define RF_A NR_T
+#define RF_V NR_T
+#define RF_INIT AMAX_INIT(NR_T)
+#define RF_STEP(a, v) ((v) > (a) ? (v) : (a))
+#define RF_MERGE(a, b) RF_STEP(a, b)
+#define RF_X(i) x[i]
+#define RF_PARAMS , const NR_T *restrict x
+#define RF_ARGS , x
+#define RF_UNUSED ((void)0)
+#include "row_fold.h"
+
 /* the sum of x: SUM's fold */
 #define RF_FN(s) KE_TCAT3(rsum_##s, _, NR_SFX)
 #define RF_A NR_T
@@ -79,6 +96,10 @@
 
 static NR_T NR_FN(row_max)(const NR_T *restrict x, int64_t n) {
     return KE_TCAT3(rmax_fold, _, NR_SFX)(AMAX_INIT(NR_T), n, x);
+}
+
+static NR_T NR_FN(row_max_quiet)(const NR_T *restrict x, int64_t n) {
+    return KE_TCAT3(rmaxq_fold, _, NR_SFX)(AMAX_INIT(NR_T), n, x);
 }
 
 /* sum of exp(x - mx); the exponentials also go to y when y != NULL */

@@ -13,7 +13,7 @@
 
 static void SM_FN(softmax_row)(const SM_T *restrict x, SM_T *restrict y, int64_t n, int log_, const SM_T *nx,
                                const SM_T *ny) {
-    SM_T mx = SM_FN(row_max)(x, n);
+    SM_T mx = SM_FN(row_max_quiet)(x, n);
     if (!log_) {
         SM_T inv = (SM_T)1 / (SM_T)SM_FN(row_sumexp)(x, y, n, mx, nx, ny);
         for (int64_t i = 0; i < n; i++) y[i] *= inv;
