@@ -269,6 +269,25 @@ static void softmax_values(void **s) {
               -0.407605946, -INFINITY, -1.31326163, -0.313261658, NAN, NAN, NAN);
     KT_VALUES(kl_softmax(TF(KL_SHAPE(3), 1, NAN, 2), 0), 0, NAN, NAN, NAN);
     KT_VALUES(kl_softmax(kl_scalar_tensor(3, KL_F32), 0), 0, 1);
+    /* long rows take the lane fold (plain max): a NaN anywhere, or at the tail,
+     * still makes the whole row NaN, in f32 and f64, softmax and log_softmax */
+    static const int64_t lens[] = {64, 1000, 1024, 4097};
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++)
+        for (int dt = 0; dt < 2; dt++)
+            for (int at = 0; at < 2; at++) {
+                int64_t n = lens[k], pos = at ? n - 1 : n / 3;
+                kl_tensor *r = kl_randn(KL_SHAPE(2, n), dt ? KL_F64 : KL_F32);
+                kl_tensor *col = kl_narrow(kl_narrow(r, 0, 1, 1), 1, pos, 1);
+                kl_fill_inplace(col, NAN);
+                for (int lg = 0; lg < 2; lg++) {
+                    kl_tensor *y = lg ? kl_log_softmax(r, -1) : kl_softmax(r, -1);
+                    assert_non_null(y);
+                    kl_tensor *nan = kl_isnan(y);
+                    /* row 0 has no NaN, row 1 is NaN everywhere */
+                    assert_int_equal(kl_item_int(kl_sum(kl_narrow(nan, 0, 0, 1), KL_ALL_DIMS, false)), 0);
+                    assert_int_equal(kl_item_int(kl_sum(kl_narrow(nan, 0, 1, 1), KL_ALL_DIMS, false)), n);
+                }
+            }
     /* dims other than the last */
     kl_tensor *y = kl_div_scalar(ar(KL_SHAPE(3, 4)), 3);
     KT_VALUES(kl_softmax(y, 0), 1e-6, 0.0521224663, 0.0521224663, 0.0521224737, 0.0521224663, 0.197735339,
