@@ -62,6 +62,23 @@ static inline void kt_tmp_cleanup(void) {
     if (kt_tmp_dir[0]) kt_rm_tree(kt_tmp_dir);
 }
 
+/* A whole text file, NUL-terminated (malloc'd; NULL if unreadable). */
+static inline char *kt_read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
 static inline int kt_setup(void **state) {
     (void)state;
     kl_clear_error();

@@ -11,31 +11,10 @@
 
 #include <pthread.h>
 
-#include "../src/codegen_nvrtc/cuda_api.h"
+#include "cuda_harness.h"
 
 static const char *OP = "cuda_alloc_test";
 #define MiB ((size_t)1 << 20)
-
-static int emulated(void) {
-    const ku_driver *d = kl_cuda_is_available() ? ku_driver_get(OP) : NULL;
-    return d && d->emulated;
-}
-
-#define NEED_CUDA()                                                                             \
-    do {                                                                                        \
-        if (!kl_cuda_is_available()) {                                                          \
-            print_message("skipped: CUDA not available: %s\n", kl_cuda_unavailable_reason()); \
-            skip();                                                                             \
-        }                                                                                       \
-    } while (0)
-#define NEED_EMULATOR()                                                                  \
-    do {                                                                                 \
-        NEED_CUDA();                                                                     \
-        if (!emulated()) {                                                               \
-            print_message("skipped: needs the emulated device's knobs (KL_CUDA_EMULATE=1)\n"); \
-            skip();                                                                      \
-        }                                                                                \
-    } while (0)
 
 static kl_cuda_mem_stats stats(void) {
     kl_cuda_mem_stats s;
@@ -379,7 +358,7 @@ static void test_empty_cache_and_stats(void **state) {
     assert_int_equal(s.reserved_bytes, (int64_t)(2 * MiB));
     assert_int_equal(s.num_segments, 1);
     assert_int_equal(s.num_device_frees - s0.num_device_frees, 1);
-    if (emulated()) assert_int_equal(ku_emu_used(), 2 * MiB);
+    if (kt_cuda_emulated(OP)) assert_int_equal(ku_emu_used(), 2 * MiB);
     xfree(a);
     /* Errors: bad pointers, double frees, bad device. */
     assert_int_equal(ku_free(OP, a), -1);

@@ -7,22 +7,9 @@
  */
 #include "harness.h"
 
-#include "../src/codegen_nvrtc/cuda_api.h"
+#include "cuda_harness.h"
 
 static const char *OP = "cuda_test";
-
-static int emulated(void) {
-    const ku_driver *d = kl_cuda_is_available() ? ku_driver_get(OP) : NULL;
-    return d && d->emulated;
-}
-
-#define NEED_CUDA()                                                                    \
-    do {                                                                               \
-        if (!kl_cuda_is_available()) {                                                 \
-            print_message("skipped: CUDA not available: %s\n", kl_cuda_unavailable_reason()); \
-            skip();                                                                    \
-        }                                                                              \
-    } while (0)
 
 static void test_available_or_clean_errors(void **state) {
     (void)state;
@@ -34,7 +21,7 @@ static void test_available_or_clean_errors(void **state) {
         assert_true(strlen(name) > 0);
         int cc = kl_cuda_compute_capability(0);
         assert_true(cc >= 50);
-        print_message("device 0: %s, sm_%d%s\n", name, cc, emulated() ? " (emulated)" : "");
+        print_message("device 0: %s, sm_%d%s\n", name, cc, kt_cuda_emulated(OP) ? " (emulated)" : "");
         assert_int_equal(kl_cuda_synchronize(0), 0);
         KT_NO_ERROR();
         return;
@@ -171,7 +158,7 @@ static void test_async_pinned_stream_events(void **state) {
 static void test_emulated_device(void **state) {
     (void)state;
     NEED_CUDA();
-    if (!emulated()) {
+    if (!kt_cuda_emulated(OP)) {
         print_message("skipped: the real driver is in use (KL_CUDA_EMULATE is not set)\n");
         skip();
     }
@@ -239,7 +226,7 @@ static void test_modules(void **state) {
     CUmodule m = NULL;
     static const char junk[64] = "not a cubin";
     assert_int_equal(KU_CALL(OP, d, ModuleLoadData, &m, junk), -1);
-    if (emulated())
+    if (kt_cuda_emulated(OP))
         KT_EXPECT_ERROR(KL_ERR_DEVICE, "cuModuleLoadData failed: CUDA_ERROR_NOT_SUPPORTED: operation not supported "
                                        "(emulated device: the emulated device cannot load modules yet");
     else

@@ -585,22 +585,6 @@ static const char *fx_dir(void) {
     return NULL;
 }
 
-static char *fx_slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* Splits "a,b,c" in place into up to max pointers; returns the count (-1 if more). */
 static int fx_split_commas(char *s, char **out, int max) {
     int n = 0;
@@ -654,7 +638,7 @@ static bool fx_load_manifest(fx_manifest *m) {
     }
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/manifest.txt", dir);
-    m->text = fx_slurp(path);
+    m->text = kt_read_text(path);
     if (!m->text) {
         print_error("cannot read %s\n", path);
         return false;

@@ -160,28 +160,12 @@ static int check_protos(const protos *p, int need_section) {
     return bad;
 }
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static void read_header(const char *rel, protos *p) {
     const char *dir = getenv("KT_INCLUDE_DIR");
     assert_non_null(dir);
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, rel);
-    char *text = read_file(path);
+    char *text = kt_read_text(path);
     if (!text) fail_msg("cannot read %s", path);
     read_protos(text, p);
     free(text);

@@ -1,7 +1,8 @@
 /* tmpl/nn_rows.h — nn.c's row primitives for one compute type: a template,
  * included once per type. Every fold is an instance of tmpl/row_fold.h with
  * the formulas of rd_formulas.h, so a row's max and sums here are bitwise
- * kl_amax's and kl_sum's (and a compiled kernel's) over the same row.
+ * kl_amax's and kl_sum's (and a compiled kernel's) over the same row; the one
+ * exception is softmax's shift (row_max_quiet, a plain max: see there).
  * Define before including (#undef'd at the end):
  *   NR_T    the compute type (float, double);  NR_SFX its suffix (f32, f64)
  *   NR_EXP, NR_LOG  its exp and log
