@@ -13,7 +13,6 @@ shift || true
 threads=("$@")
 [ ${#threads[@]} -eq 0 ] && threads=(1 2)
 rounds=${ROUNDS:-3}
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     echo "$(basename "$0"): the PyTorch side needs Debian's python3-torch: apt-get install -y python3-torch" >&2
     exit 2

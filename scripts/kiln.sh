@@ -8,7 +8,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${KILN_BUILD:-build}
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 
 # Debian packages the build, the tests and the later layers need.
 packages=(gcc g++ pkg-config meson ninja-build libcmocka-dev libopenblas-dev libdlpack-dev llvm-16-dev clang-16 zlib1g-dev)
