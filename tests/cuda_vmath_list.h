@@ -25,4 +25,22 @@
     X(15, cos)           \
     X(16, tan)
 #define KT_VMATH_COUNT 17
+
+/* The list above and the other one-argument f32 functions (issue 12's): what
+ * the CPU references are built for (test_vmath_ref.c holds eager and compiled
+ * kernels to them). The GPU kernel keeps the list above. */
+#define KT_VMATH_LIST_CPU(X) \
+    KT_VMATH_LIST(X)         \
+    X(17, sinh)              \
+    X(18, cosh)              \
+    X(19, asin)              \
+    X(20, acos)              \
+    X(21, atan)              \
+    X(22, asinh)             \
+    X(23, acosh)             \
+    X(24, atanh)             \
+    X(25, log10)             \
+    X(26, logit)             \
+    X(27, mish)
+#define KT_VMATH_COUNT_CPU 28
 #endif

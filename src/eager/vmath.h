@@ -14,11 +14,23 @@
  * Build requirements: IEEE float/double, round-to-nearest, and no
  * -ffast-math / -fassociative-math / -ffinite-math-only (the code relies on
  * (a + C) - C rounding, exact Cody-Waite subtractions, NaN compares, signed
- * zeros).  FMA contraction is fine either way: every step that must be exact
- * is exact with or without a fused multiply-add (results may differ in the
- * last bit between FMA and non-FMA builds; both meet the bounds).  Where the
- * target has FMA (__FMA__), erf/gelu_erf also call __builtin_fmaf for exact
- * products and residuals (elsewhere: Dekker's product, same results).
+ * zeros).
+ *
+ * Fused multiply-adds are explicit (docs/CODEGEN.md, "FP contraction"): Kiln
+ * compiles this file with -ffp-contract=off everywhere (GCC for eager, clang
+ * for the kernels' bitcode) and NVRTC with -fmad=false, so a product is fused
+ * with an addition only where the source says KE__FMA / KE__FMAD.  Those are
+ * one fma where the target has the instruction (__FMA__; NVRTC is given
+ * __FMA__ exactly when the CPU build has it) and a rounded multiply and add
+ * elsewhere, so every device evaluates the same expression: the same bits on
+ * CPU, compiled CPU and CUDA.  Every multiply-add that is not exact is
+ * written with them (a product and its addition in plain C would be fused by
+ * some compiler settings and not others: tests/test_vmath_ref.c checks a
+ * -ffp-contract=fast build against the -ffp-contract=off one).  FMA and
+ * non-FMA builds may differ in the last bit; both meet the bounds below, and
+ * every step that must be exact is exact either way.  Where the target has
+ * FMA, erf/gelu_erf also use it for exact products and residuals (elsewhere:
+ * Dekker's product, same results).
  *
  * Accuracy, asserted by tests/test_vmath.c over dense sweeps: exp, exp2, log,
  * log2 <= 2 ulp; expm1, log1p <= 3; tanh, sigmoid, erf <= 4; sin, cos <= 4
@@ -51,6 +63,20 @@
 #define KE__VINLINE static inline __attribute__((always_inline))
 #else
 #define KE__VINLINE static inline
+#endif
+
+/* a*b + c: one fused multiply-add (one rounding) where the target has FMA,
+ * a multiply and an add (two roundings) elsewhere; see the header comment.
+ * __builtin_fmaf only where the instruction exists (GCC would otherwise call
+ * libm's fmaf and the loop would stay scalar). */
+#if defined(__FMA__)
+#define KE__HAVE_FMA 1
+#define KE__FMA(a, b, c) __builtin_fmaf(a, b, c)
+#define KE__FMAD(a, b, c) __builtin_fma(a, b, c)
+#else
+#define KE__HAVE_FMA 0
+#define KE__FMA(a, b, c) ((a) * (b) + (c))
+#define KE__FMAD(a, b, c) ((a) * (b) + (c))
 #endif
 
 /* ---- Bit reinterpretation and selects ------------------------------- */
@@ -129,11 +155,11 @@ KE__VINLINE float ke__scale(float y, int32_t n)
 KE__VINLINE float ke__expm1_poly4(float r)
 {
     float q = 0x1.6adb90p-10f;
-    q = q * r + 0x1.123156p-7f;
-    q = q * r + 0x1.555788p-5f;
-    q = q * r + 0x1.5554a4p-3f;
-    q = q * r + 0x1.fffffep-2f;
-    return r + (r * r) * q;
+    q = KE__FMA(q, r, 0x1.123156p-7f);
+    q = KE__FMA(q, r, 0x1.555788p-5f);
+    q = KE__FMA(q, r, 0x1.5554a4p-3f);
+    q = KE__FMA(q, r, 0x1.fffffep-2f);
+    return KE__FMA(r * r, q, r);
 }
 
 /* Same form, one degree higher, for callers that need expm1 itself with full
@@ -141,12 +167,12 @@ KE__VINLINE float ke__expm1_poly4(float r)
 KE__VINLINE float ke__expm1_poly5(float r)
 {
     float q = 0x1.a0332cp-13f;
-    q = q * r + 0x1.6d78c4p-10f;
-    q = q * r + 0x1.11118ep-7f;
-    q = q * r + 0x1.5554aap-5f;
-    q = q * r + 0x1.555554p-3f;
-    q = q * r + 0x1.000000p-1f;
-    return r + (r * r) * q;
+    q = KE__FMA(q, r, 0x1.6d78c4p-10f);
+    q = KE__FMA(q, r, 0x1.11118ep-7f);
+    q = KE__FMA(q, r, 0x1.5554aap-5f);
+    q = KE__FMA(q, r, 0x1.555554p-3f);
+    q = KE__FMA(q, r, 0x1.000000p-1f);
+    return KE__FMA(r * r, q, r);
 }
 
 /*
@@ -162,12 +188,12 @@ KE__VINLINE float ke__expm1_poly5(float r)
  */
 KE__VINLINE float ke__exp_core(float hi, float mlo, int32_t *n)
 {
-    float t = (hi - mlo) * KE__LOG2E + KE__SHIFT;
+    float t = KE__FMA(hi - mlo, KE__LOG2E, KE__SHIFT);
     float nf = t - KE__SHIFT;
     /* Integer n from the bits of t: no float->int conversion, so no UB (and
      * no vcvt special cases) when the input is NaN. */
     *n = (int32_t)(ke__asu(t) - ke__asu(KE__SHIFT));
-    float r = ((hi - nf * KE__LN2_HI) - mlo) - nf * KE__LN2_LO;
+    float r = KE__FMA(-nf, KE__LN2_LO, KE__FMA(-nf, KE__LN2_HI, hi) - mlo);
     return 1.0f + ke__expm1_poly4(r);
 }
 
@@ -216,13 +242,13 @@ KE__VINLINE float ke_vexp2f(float x)
  */
 KE__VINLINE float ke__expm1_core(float x)
 {
-    float t = x * KE__LOG2E + KE__SHIFT;
+    float t = KE__FMA(x, KE__LOG2E, KE__SHIFT);
     float nf = t - KE__SHIFT;
     int32_t n = (int32_t)(ke__asu(t) - ke__asu(KE__SHIFT));
-    float r = (x - nf * KE__LN2_HI) - nf * KE__LN2_LO;
+    float r = KE__FMA(-nf, KE__LN2_LO, KE__FMA(-nf, KE__LN2_HI, x));
     float p = ke__expm1_poly5(r);
     float T = ke__pow2i(n - 1);
-    float y = 2.0f * (T * p + (T - 0.5f));
+    float y = 2.0f * KE__FMA(T, p, T - 0.5f);
     return ke__self(n == 0, p, y);
 }
 
@@ -275,11 +301,9 @@ KE__VINLINE float ke__log1p_corr(float f)
     float s = f / (2.0f + f);
     float z = s * s;
     float P = 0x1.32c9e4p-2f;
-    P = P * z + 0x1.995694p-2f;
-    P = P * z + 0x1.555582p-1f;
-    /* z * P in the same expression as its subtraction: GCC (eager) would
-     * contract a separate product into an FMA, clang (kernels) would not. */
-    return -(s * (f - z * P));
+    P = KE__FMA(P, z, 0x1.995694p-2f);
+    P = KE__FMA(P, z, 0x1.555582p-1f);
+    return -(s * KE__FMA(-z, P, f));
 }
 
 /* log(x) = e*ln2 + f + corr.  e*LN2_HI is exact; the small terms are summed
@@ -290,7 +314,7 @@ KE__VINLINE float ke_vlogf(float x)
     int32_t ei;
     float f = ke__log_reduce(x, &ei);
     float e = (float)ei;
-    float y = e * KE__LN2_HI + (f + (e * KE__LN2_LO + ke__log1p_corr(f)));
+    float y = KE__FMA(e, KE__LN2_HI, f + KE__FMA(e, KE__LN2_LO, ke__log1p_corr(f)));
     y = ke__self(x < 0.0f, __builtin_nanf(""), y);
     y = ke__self(x == 0.0f, -__builtin_inff(), y);
     y = ke__self(x == __builtin_inff(), x, y);
@@ -315,9 +339,8 @@ KE__VINLINE float ke_vlog2f(float x)
     float lo = ke__log1p_corr(f);
     float fh = ke__asf(ke__asu(f) & 0xfffff000u);
     float fl = f - fh;
-    float hi = fh * KE__INVLN2_HI;
-    float corr = fl * KE__LOG2E + (fh * KE__INVLN2_LO + lo * KE__LOG2E);
-    float y = (float)ei + (hi + corr);
+    float corr = KE__FMA(fl, KE__LOG2E, KE__FMA(lo, KE__LOG2E, fh * KE__INVLN2_LO));
+    float y = (float)ei + KE__FMA(fh, KE__INVLN2_HI, corr); /* exact product */
     y = ke__self(x < 0.0f, __builtin_nanf(""), y);
     y = ke__self(x == 0.0f, -__builtin_inff(), y);
     y = ke__self(x == __builtin_inff(), x, y);
@@ -341,9 +364,9 @@ KE__VINLINE float ke__log1p_core(float x)
     int32_t ei;
     float f = ke__log_reduce(u, &ei);
     int32_t es = ke__seli(ei > 126, 126, ei);
-    f = f + c * ke__pow2i(-es);
+    f = KE__FMA(c, ke__pow2i(-es), f);
     float e = (float)ei;
-    return e * KE__LN2_HI + (f + (e * KE__LN2_LO + ke__log1p_corr(f)));
+    return KE__FMA(e, KE__LN2_HI, f + KE__FMA(e, KE__LN2_LO, ke__log1p_corr(f)));
 }
 
 /* log1p(x): log1p(-1) = -inf, x < -1 -> NaN, inf -> inf, NaN -> NaN, and
@@ -395,7 +418,7 @@ KE__VINLINE float ke__x_sigmoid(float x, float vhi, float vmlo, int zneg)
     /* 1 + E only needs E when E > 2^-25; clamping its exponent at -60 keeps
      * E normal, avoiding the slow microcoded subnormal path on x86 for the
      * many inputs whose E would be subnormal (|z| > 87). */
-    float d = 1.0f + p * ke__pow2i(ke__seli(n < -60, -60, n));
+    float d = KE__FMA(p, ke__pow2i(ke__seli(n < -60, -60, n)), 1.0f);
     float num = ke__self(zneg, x * p, x);
     return ke__scale(num / d, ke__seli(zneg, n, 0));
 }
@@ -433,7 +456,7 @@ KE__VINLINE float ke_vgelu_tanhf(float x)
 {
     double xd = (double)x;
     /* 2 * sqrt(2/pi) = 0x1.9884533d43651p+0 */
-    double z = 0x1.9884533d43651p+0 * xd * (1.0 + 0.044715 * xd * xd);
+    double z = 0x1.9884533d43651p+0 * xd * KE__FMAD(0.044715 * xd, xd, 1.0);
     double v = -ke__asd(ke__asu64(z) & 0x7fffffffffffffffull); /* -|z| */
     float vhi = (float)v;
     float vlo = (float)(v - (double)vhi);
@@ -455,13 +478,13 @@ KE__VINLINE float ke__erf_small(float a)
 {
     float z = a * a;
     float S = 0x1.4771fep-14f;
-    S = S * z - 0x1.a3515ep-11f;
-    S = S * z + 0x1.53f224p-8f;
-    S = S * z - 0x1.b7f71ap-6f;
-    S = S * z + 0x1.ce2ce6p-4f;
-    S = S * z - 0x1.81273ep-2f;
-    S = S * z + 0x1.06eba8p-3f;
-    return a + a * S;
+    S = KE__FMA(S, z, -0x1.a3515ep-11f);
+    S = KE__FMA(S, z, 0x1.53f224p-8f);
+    S = KE__FMA(S, z, -0x1.b7f71ap-6f);
+    S = KE__FMA(S, z, 0x1.ce2ce6p-4f);
+    S = KE__FMA(S, z, -0x1.81273ep-2f);
+    S = KE__FMA(S, z, 0x1.06eba8p-3f);
+    return KE__FMA(a, S, a);
 }
 
 /*
@@ -471,16 +494,7 @@ KE__VINLINE float ke__erf_small(float a)
  * with Veltkamp's split (12 + 12 bits; every step exact in round-to-nearest,
  * with or without contraction, since no compiler contracts without an FMA
  * unit).  Both give the same lo: it is the exact rounding error.
- * __builtin_fmaf is only used when the target has the instruction (GCC would
- * otherwise call libm's fmaf and the loop would stay scalar).
  */
-#if defined(__FMA__)
-#define KE__HAVE_FMA 1
-#define KE__FMA(a, b, c) __builtin_fmaf(a, b, c)
-#else
-#define KE__HAVE_FMA 0
-#define KE__FMA(a, b, c) ((a) * (b) + (c))
-#endif
 KE__VINLINE float ke__split_hi(float a)
 {
     float c = 4097.0f * a; /* 2^12 + 1 */
@@ -559,26 +573,26 @@ KE__VINLINE float ke__erfc_core(float b, float e_hi, float e_lo, int32_t *n, flo
     float d = KE__ERFC_C + b;
     float dlo = b - (d - KE__ERFC_C);
     float t = KE__ERFC_N / d;
-    float res = ke__div_residual(KE__ERFC_N, t, d) - t * dlo;
+    float res = KE__FMA(-t, dlo, ke__div_residual(KE__ERFC_N, t, d));
     float s = t - KE__ERFC_T0;
     float R = 0x1.a14a6ep+4f;
-    R = R * s - 0x1.2df060p+1f;
-    R = R * s - 0x1.d17d3ap+3f;
-    R = R * s + 0x1.763d68p-1f;
-    R = R * s + 0x1.8aad4ep+2f;
-    R = R * s + 0x1.7658f8p-2f;
-    R = R * s - 0x1.65e768p+1f;
-    R = R * s - 0x1.e7370ep-1f;
-    R = R * s + 0x1.86d6dep+0f;
-    R = R * s + 0x1.5a1318p+1f;
-    R = R * s - 0x1.17b1b0p-2f;
-    float K = (0x1.4b8cb0p-1f * s + 0x1.8cda80p+0f) * s + 0x1.bce3a0p-1f; /* K / N */
+    R = KE__FMA(R, s, -0x1.2df060p+1f);
+    R = KE__FMA(R, s, -0x1.d17d3ap+3f);
+    R = KE__FMA(R, s, 0x1.763d68p-1f);
+    R = KE__FMA(R, s, 0x1.8aad4ep+2f);
+    R = KE__FMA(R, s, 0x1.7658f8p-2f);
+    R = KE__FMA(R, s, -0x1.65e768p+1f);
+    R = KE__FMA(R, s, -0x1.e7370ep-1f);
+    R = KE__FMA(R, s, 0x1.86d6dep+0f);
+    R = KE__FMA(R, s, 0x1.5a1318p+1f);
+    R = KE__FMA(R, s, -0x1.17b1b0p-2f);
+    float K = KE__FMA(KE__FMA(0x1.4b8cb0p-1f, s, 0x1.8cda80p+0f), s, 0x1.bce3a0p-1f); /* K / N */
     /* Reduction as in ke__exp_core, of the argument e_hi + R + small. */
-    float z = (e_hi + R) * KE__LOG2E + KE__SHIFT;
+    float z = KE__FMA(e_hi + R, KE__LOG2E, KE__SHIFT);
     float nf = z - KE__SHIFT;
     *n = (int32_t)(ke__asu(z) - ke__asu(KE__SHIFT));
-    float small = (e_lo + K * res) - nf * KE__LN2_LO;
-    float r = ((e_hi - nf * KE__LN2_HI) + R) + small;
+    float small = KE__FMA(-nf, KE__LN2_LO, KE__FMA(K, res, e_lo));
+    float r = (KE__FMA(-nf, KE__LN2_HI, e_hi) + R) + small;
     *tp = t;
     return ke__expm1_poly4(r);
 }
@@ -600,13 +614,13 @@ KE__VINLINE float ke_verff(float x)
     float h = ke__two_prod(ac, ac, &l);
     int32_t n;
     float t;
-    /* b = fl(sqrt2 * ac), clamped after the product: a multiply whose only
-     * use is erfc's C + b would be fused by GCC (contraction across
-     * statements) but not by clang (compiled kernels), and eager and
-     * compiled erf would differ. */
+    /* b = fl(sqrt2 * ac), clamped after the product (rounded on its own, not
+     * fused into erfc's C + b) */
     float b = ke__minf(ke__maxf(a * 0x1.6a09e6p+0f, 0x1.6a09e6p+0f), 0x1.6a09e6p+2f);
     float e = ke__erfc_core(b, -h, -l, &n, &t);
-    float yb = 1.0f - ke__scale(t * e + t, n);
+    /* 1 - erfc: ke__scale's last multiply fused with the subtraction */
+    int32_t n1 = n >> 1;
+    float yb = KE__FMA(-(KE__FMA(t, e, t) * ke__pow2i(n1)), ke__pow2i(n - n1), 1.0f);
     float y = ke__self(a < 1.0f, ys, yb);
     return ke__asf(ke__asu(y) | ke__signbit(x));
 }
@@ -643,8 +657,6 @@ KE__VINLINE float ke_vgelu_erff(float x)
     int32_t k = ke__seli(neg, n + 63, ke__seli(n < -60, -60, n) - 1);
     float T = t * ke__pow2i(k);
     float Ae = (x * T) * e;
-    /* Explicit fmas (where the target has them): how GCC and clang would
-     * contract these two would depend on common-subexpression choices. */
     float yn = KE__FMA(x, T, Ae) * ke__self(far, 1.0f, 0x1p-64f);
     float yp = KE__FMA(x, 1.0f - T, -Ae);
     float y = ke__self(neg, yn, yp);
@@ -680,9 +692,9 @@ KE__VINLINE float ke_vrsqrtf(float x)
     double d = (double)x;
     double h = 0.5 * d;
     double y = ke__asd(0x5fe6eb50c7b537a9ull - (ke__asu64(d) >> 1));
-    y = y * (1.5 - h * y * y);
-    y = y * (1.5 - h * y * y);
-    y = y * (1.5 - h * y * y);
+    y = y * KE__FMAD(-(h * y), y, 1.5);
+    y = y * KE__FMAD(-(h * y), y, 1.5);
+    y = y * KE__FMAD(-(h * y), y, 1.5);
     float r = (float)y;
     r = ke__self(x < 0.0f, __builtin_nanf(""), r);
     r = ke__self(x == __builtin_inff(), 0.0f, r);
@@ -716,12 +728,12 @@ KE__VINLINE float ke_vrsqrtf(float x)
 KE__VINLINE float ke__trig_reduce(float x, uint32_t *q)
 {
     double xd = (double)x;
-    double t = xd * 0x1.45f306dc9c883p-1 + 0x1.8p52; /* 2/pi; round to int */
+    double t = KE__FMAD(xd, 0x1.45f306dc9c883p-1, 0x1.8p52); /* 2/pi; round to int */
     double nd = t - 0x1.8p52;
     *q = (uint32_t)ke__asu64(t) & 3u;
-    double r = xd - nd * KE__PIO2_1;
-    r = r - nd * KE__PIO2_2;
-    r = r - nd * KE__PIO2_3;
+    double r = KE__FMAD(-nd, KE__PIO2_1, xd);
+    r = KE__FMAD(-nd, KE__PIO2_2, r);
+    r = KE__FMAD(-nd, KE__PIO2_3, r);
     float rf = (float)r;
     rf = ke__minf(rf, 0x1.921fb6p-1f);
     return ke__maxf(rf, -0x1.921fb6p-1f);
@@ -731,9 +743,9 @@ KE__VINLINE float ke__trig_reduce(float x, uint32_t *q)
 KE__VINLINE float ke__sin_poly(float r, float z)
 {
     float S = -0x1.9951eap-13f;
-    S = S * z + 0x1.110774p-7f;
-    S = S * z - 0x1.555546p-3f;
-    return r + r * (z * S);
+    S = KE__FMA(S, z, 0x1.110774p-7f);
+    S = KE__FMA(S, z, -0x1.555546p-3f);
+    return KE__FMA(r, z * S, r);
 }
 
 /* cos(r) on |r| <= pi/4: 1 - z/2 + z^2*C(z), relative fit error 1.2e-10.
@@ -742,11 +754,10 @@ KE__VINLINE float ke__sin_poly(float r, float z)
 KE__VINLINE float ke__cos_poly(float z)
 {
     float C = 0x1.99e80cp-16f;
-    C = C * z - 0x1.6c0c28p-10f;
-    C = C * z + 0x1.55554ap-5f;
-    float hz = 0.5f * z;
-    float w = 1.0f - hz;
-    return w + (((1.0f - w) - hz) + (z * z) * C);
+    C = KE__FMA(C, z, -0x1.6c0c28p-10f);
+    C = KE__FMA(C, z, 0x1.55554ap-5f);
+    float w = KE__FMA(-0.5f, z, 1.0f);
+    return w + KE__FMA(z * z, C, KE__FMA(-0.5f, z, 1.0f - w)); /* 0.5 z: exact */
 }
 
 /* sin(x) = +-sin(r) or +-cos(r) by quadrant.  sin(-0) = -0 via the x == 0
@@ -796,18 +807,9 @@ KE__VINLINE float ke_vtanf(float x)
  * Several of these work in double internally (as ke_vgelu_tanhf and the trig
  * reduction do): a double holds a float's square exactly and makes the
  * argument transformations (1 - x, (2x - 1)/(1 - x), x + sqrt(x^2 + 1))
- * exact or nearly so, so that the result rounds about once.  Each product
- * that feeds an addition sits in the same expression as that addition (or is
- * exact, or goes through KE__FMAD): GCC (eager) contracts across statements
- * and clang (compiled kernels) only within one, and eager and compiled must
- * agree bit for bit.
+ * exact or nearly so, so that the result rounds about once.  Multiply-adds
+ * go through KE__FMAD (or their product is exact), as everywhere in this file.
  */
-#if KE__HAVE_FMA
-#define KE__FMAD(a, b, c) __builtin_fma(a, b, c)
-#else
-#define KE__FMAD(a, b, c) ((a) * (b) + (c))
-#endif
-
 /* c ? a : b for doubles, c a comparison result (see ke__self). */
 KE__VINLINE double ke__seld(int c, double a, double b)
 {
@@ -815,18 +817,22 @@ KE__VINLINE double ke__seld(int c, double a, double b)
     return ke__asd((ke__asu64(a) & m) | (ke__asu64(b) & ~m));
 }
 
-/* sqrt(q) for finite q >= 0 in double, no libm (see ke_vrsqrtf: the same
- * seed and three Newton steps, then q * rsqrt(q)); relative error about
- * 2^-52.  sqrt(0) = 0 (a finite seed times 0). */
-KE__VINLINE double ke__sqrtd(double q)
+/* 1/sqrt(q) for finite q >= 0 in double, no libm (see ke_vrsqrtf: the same
+ * seed and three Newton steps); finite for q = 0. */
+KE__VINLINE double ke__rsqrtd(double q)
 {
     double h = 0.5 * q;
     double y = ke__asd(0x5fe6eb50c7b537a9ull - (ke__asu64(q) >> 1));
-    y = y * (1.5 - h * y * y);
-    y = y * (1.5 - h * y * y);
-    y = y * (1.5 - h * y * y);
-    return q * y;
+    y = y * KE__FMAD(-(h * y), y, 1.5);
+    y = y * KE__FMAD(-(h * y), y, 1.5);
+    y = y * KE__FMAD(-(h * y), y, 1.5);
+    return y;
 }
+
+/* sqrt(q) = q * rsqrt(q) for finite q >= 0; relative error about 2^-52.
+ * sqrt(0) = 0 (a finite rsqrt times 0).  c + sqrt(q) is written
+ * KE__FMAD(q, ke__rsqrtd(q), c) by its callers. */
+KE__VINLINE double ke__sqrtd(double q) { return q * ke__rsqrtd(q); }
 
 /* log1p(u) of a double u > -1 whose float rounding uh stays > -1 and finite:
  * log1p(uh) plus the first-order term of the rounding error ul = u - uh, so
@@ -845,7 +851,7 @@ KE__VINLINE float ke__log_scaled(float x, int32_t k)
     int32_t ei;
     float f = ke__log_reduce(x, &ei);
     float e = (float)(ei + k);
-    return e * KE__LN2_HI + (f + (e * KE__LN2_LO + ke__log1p_corr(f)));
+    return KE__FMA(e, KE__LN2_HI, f + KE__FMA(e, KE__LN2_LO, ke__log1p_corr(f)));
 }
 
 /* ---- sinh, cosh ------------------------------------------------------ */
@@ -890,12 +896,12 @@ KE__VINLINE float ke_vcoshf(float x)
 KE__VINLINE double ke__asin_poly(double z)
 {
     double p = 0x1.fd4edcd9ca4d8p-6;
-    p = p * z + 0x1.57c8e06d70cd5p-7;
-    p = p * z + 0x1.833c5e74e4344p-6;
-    p = p * z + 0x1.efe176880c6c9p-6;
-    p = p * z + 0x1.6dc14ce8d886ep-5;
-    p = p * z + 0x1.33331dd4117b3p-4;
-    p = p * z + 0x1.5555555c6f3f8p-3;
+    p = KE__FMAD(p, z, 0x1.57c8e06d70cd5p-7);
+    p = KE__FMAD(p, z, 0x1.833c5e74e4344p-6);
+    p = KE__FMAD(p, z, 0x1.efe176880c6c9p-6);
+    p = KE__FMAD(p, z, 0x1.6dc14ce8d886ep-5);
+    p = KE__FMAD(p, z, 0x1.33331dd4117b3p-4);
+    p = KE__FMAD(p, z, 0x1.5555555c6f3f8p-3);
     return p;
 }
 #define KE__PIO2D 0x1.921fb54442d18p+0
@@ -912,10 +918,10 @@ KE__VINLINE float ke_vasinf(float x)
 {
     double ad = (double)ke__absf(x);
     double zs = ad * ad;
-    double ys = ad + ad * (zs * ke__asin_poly(zs));
+    double ys = KE__FMAD(ad, zs * ke__asin_poly(zs), ad);
     double zb = (1.0 - ad) * 0.5;
     double s = ke__sqrtd(ke__seld(zb > 0.0, zb, 0.0));
-    double yb = KE__PIO2D - 2.0 * (s + s * (zb * ke__asin_poly(zb)));
+    double yb = KE__FMAD(-2.0, KE__FMAD(s, zb * ke__asin_poly(zb), s), KE__PIO2D);
     float a = ke__absf(x);
     float y = ke__self(a < 0.5f, (float)ys, (float)yb);
     y = ke__asf(ke__asu(y) | ke__signbit(x));
@@ -930,10 +936,10 @@ KE__VINLINE float ke_vacosf(float x)
     double xd = (double)x;
     double ad = (double)ke__absf(x);
     double zs = xd * xd;
-    double ys = KE__PIO2D - (xd + xd * (zs * ke__asin_poly(zs)));
+    double ys = KE__PIO2D - KE__FMAD(xd, zs * ke__asin_poly(zs), xd);
     double zb = (1.0 - ad) * 0.5;
     double s = ke__sqrtd(ke__seld(zb > 0.0, zb, 0.0));
-    double w = 2.0 * (s + s * (zb * ke__asin_poly(zb)));
+    double w = 2.0 * KE__FMAD(s, zb * ke__asin_poly(zb), s);
     float a = ke__absf(x);
     float yb = ke__self(x < 0.0f, (float)(KE__PID - w), (float)w);
     float y = ke__self(a < 0.5f, (float)ys, yb);
@@ -946,12 +952,12 @@ KE__VINLINE float ke_vacosf(float x)
 KE__VINLINE double ke__atan_poly(double z)
 {
     double q = -0x1.4b79daede03fap-5;
-    q = q * z + 0x1.24550a76aebf0p-4;
-    q = q * z - 0x1.71d75c5d330e4p-4;
-    q = q * z + 0x1.c6f6dda9c33e2p-4;
-    q = q * z - 0x1.2491c25f254b6p-3;
-    q = q * z + 0x1.9999982cd2bf4p-3;
-    q = q * z - 0x1.55555555046c2p-2;
+    q = KE__FMAD(q, z, 0x1.24550a76aebf0p-4);
+    q = KE__FMAD(q, z, -0x1.71d75c5d330e4p-4);
+    q = KE__FMAD(q, z, 0x1.c6f6dda9c33e2p-4);
+    q = KE__FMAD(q, z, -0x1.2491c25f254b6p-3);
+    q = KE__FMAD(q, z, 0x1.9999982cd2bf4p-3);
+    q = KE__FMAD(q, z, -0x1.55555555046c2p-2);
     return q;
 }
 
@@ -972,7 +978,7 @@ KE__VINLINE float ke_vatanf(float x)
     double base = ke__seld(hi, KE__PIO2D, ke__seld(mid, 0.5 * KE__PIO2D, 0.0));
     double u = num / den;
     double z = u * u;
-    double y = base + (u + u * (z * ke__atan_poly(z)));
+    double y = base + KE__FMAD(u, z * ke__atan_poly(z), u);
     float yf = (float)y;
     yf = ke__asf(ke__asu(yf) | ke__signbit(x));
     return ke__self(x != x, ke__qnan(x), yf);
@@ -992,8 +998,8 @@ KE__VINLINE float ke_vasinhf(float x)
     float a = ke__absf(x);
     float am = ke__minf(a, 0x1p28f);
     double ad = (double)am;
-    double s = ke__sqrtd(1.0 + ad * ad);
-    double u = ad + ad * ad / (1.0 + s);
+    double q = 1.0 + ad * ad; /* exact */
+    double u = ad + ad * ad / KE__FMAD(q, ke__rsqrtd(q), 1.0); /* 1 + sqrt(q) */
     float ys = ke__log1p_d(u);
     float yb = ke__log_scaled(ke__maxf(ke__minf(a, 0x1.fffffep127f), 0x1p28f), 1);
     float y = ke__self(a > 0x1p28f, yb, ys);
@@ -1009,7 +1015,8 @@ KE__VINLINE float ke_vacoshf(float x)
 {
     float xm = ke__maxf(ke__minf(x, 0x1p28f), 1.0f);
     double t = (double)xm - 1.0;
-    double v = t + ke__sqrtd(t * (t + 2.0));
+    double w = t * (t + 2.0);
+    double v = KE__FMAD(w, ke__rsqrtd(w), t); /* t + sqrt(w) */
     float ys = ke__log1p_d(v);
     float yb = ke__log_scaled(ke__maxf(ke__minf(x, 0x1.fffffep127f), 0x1p28f), 1);
     float y = ke__self(x > 0x1p28f, yb, ys);
@@ -1068,7 +1075,7 @@ KE__VINLINE float ke_vlogitf(float x)
     float qh = (float)q;
     float ql = (float)(q - (double)qh);
     float ylo = ke_vlogf(qh) + ql / qh;
-    float yhi = ke__log1p_d((2.0 * xd - 1.0) / om);
+    float yhi = ke__log1p_d(KE__FMAD(2.0, xd, -1.0) / om);
     float y = ke__self(x < 0.25f, ylo, yhi);
     y = ke__self(x == 0.0f, -__builtin_inff(), y);
     y = ke__self(x == 1.0f, __builtin_inff(), y);
@@ -1108,7 +1115,7 @@ KE__VINLINE float ke_vmishf(float x)
     int32_t n;
     float p = ke__exp_core(xc, 0.0f, &n);
     double T = (double)p * ke__asd((uint64_t)(uint32_t)(n + 1023) << 52);
-    double q = (T + 2.0) / (T * (T + 2.0) + 2.0);
+    double q = (T + 2.0) / KE__FMAD(T, T + 2.0, 2.0);
     float y = (float)((double)xc * T * q);
     y = ke__self(x > 20.0f, x, y);
     return ke__self(x < -126.0f, -0.0f, y);
@@ -1123,7 +1130,7 @@ KE__VINLINE float ke_vmishf(float x)
 KE__VINLINE float ke_vhypotf(float x, float y)
 {
     double xd = (double)x, yd = (double)y;
-    float r = (float)ke__sqrtd(xd * xd + yd * yd);
+    float r = (float)ke__sqrtd(KE__FMAD(xd, xd, yd * yd)); /* exact products */
     int inf = (ke__absf(x) == __builtin_inff()) | (ke__absf(y) == __builtin_inff());
     return ke__self(inf, __builtin_inff(), r);
 }
