@@ -13,7 +13,9 @@
  * kernel exported with KL_EMU_EXPORT runs its threads as plain calls, one
  * after another (a __syncthreads there ends the launch with an error); one
  * exported with KL_EMU_EXPORT_SYNC runs each CUDA thread of a block as a
- * fiber (ucontext) switching only at __syncthreads and warp operations, with
+ * fiber switching only at __syncthreads and warp operations (a 20-instruction
+ * register switch on x86-64; ucontext elsewhere, whose signal-mask system
+ * call per switch made a 256-thread block reduction ~25x slower), with
  * a scheduler that releases a barrier when every thread of the block is at
  * it and reports a deadlock (threads at a barrier while others have exited
  * or wait elsewhere) as a launch failure. Everything a launch needs lives in
@@ -42,6 +44,10 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <ucontext.h>
+
+#if defined(__x86_64__) && !defined(KU_EMU_UCONTEXT)
+#define KU_FAST_SWITCH 1
+#endif
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -256,7 +262,7 @@ static void setup_locked(void) {
     const char *over = getenv("KL_CUDA_EMU_CXX");
     const char *name = over && over[0] ? over : "c++";
     if (find_program(name, cxx_path, sizeof cxx_path) != 0) {
-        snprintf(cxx_why, sizeof cxx_why, "emulated device: no host C++ compiler (%s%s not found or not executable)",
+        snprintf(cxx_why, sizeof cxx_why, "no host C++ compiler (%s%s not found or not executable)",
                  over && over[0] ? "$KL_CUDA_EMU_CXX=" : "", name);
         cxx_path[0] = 0;
         return;
@@ -266,7 +272,7 @@ static void setup_locked(void) {
     char *argv[] = {cxx_path, "--version", NULL};
     int st = run_capture(argv, &ver);
     if (st != 0) {
-        snprintf(cxx_why, sizeof cxx_why, "emulated device: the host C++ compiler %s does not run (%s --version: %.300s)",
+        snprintf(cxx_why, sizeof cxx_why, "the host C++ compiler %s does not run (%s --version: %.300s)",
                  cxx_path, cxx_path, ver ? ver : "out of memory");
         cxx_path[0] = 0;
         free(ver);
@@ -284,7 +290,7 @@ static void setup_locked(void) {
     free(ver);
     setup_cache_dir();
     if (!cache_dir) {
-        snprintf(cxx_why, sizeof cxx_why, "emulated device: no folder to compile modules in (cache and temporary folder unusable)");
+        snprintf(cxx_why, sizeof cxx_why, "no folder to compile modules in (cache and temporary folder unusable)");
         cxx_path[0] = 0;
         return;
     }
@@ -302,7 +308,7 @@ static void setup_locked(void) {
     ke_log("cache", "emulated CUDA: modules in %s, compiler %s", cache_dir, cxx_path);
     return;
 bad:
-    snprintf(cxx_why, sizeof cxx_why, "emulated device: cannot write the prelude to %.400s: %s", include_dir, strerror(errno));
+    snprintf(cxx_why, sizeof cxx_why, "cannot write the prelude to %.400s: %s", include_dir, strerror(errno));
     cxx_path[0] = 0;
 }
 
@@ -511,13 +517,49 @@ CUresult ku_emu_module_unload(CUmodule m) {
 /* ---- Launches ------------------------------------------------------------------ */
 
 enum { F_READY, F_BARRIER, F_WARP, F_DONE };
+
+#ifdef KU_FAST_SWITCH
+/* Pushes the callee-saved registers and the SSE/x87 control words, stores
+ * the stack pointer in *save and continues on stack `to` (saved by this
+ * function, or laid out by ctx_prepare). */
+void ku_emu_ctx_switch_(void **save, void *to);
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl ku_emu_ctx_switch_\n"
+        ".hidden ku_emu_ctx_switch_\n"
+        ".type ku_emu_ctx_switch_, @function\n"
+        "ku_emu_ctx_switch_:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size ku_emu_ctx_switch_, .-ku_emu_ctx_switch_\n");
+
+/* A fresh stack below `top` that ku_emu_ctx_switch_ "returns" into entry
+ * on, with the stack aligned as after a call and default control words. */
+static void *ctx_prepare(char *top, void (*entry)(void)) {
+    uint64_t *sp = (uint64_t *)((uintptr_t)top & ~(uintptr_t)15);
+    *--sp = 0;                  /* entry's return address: it never returns */
+    *--sp = (uintptr_t)entry;   /* popped by ret; leaves sp = 8 mod 16 at entry */
+    for (int r = 0; r < 6; r++) *--sp = 0; /* rbp rbx r12-r15 */
+    *--sp = 0x1F80u | (uint64_t)0x037Fu << 32; /* MXCSR, x87 control word: the defaults */
+    return sp;
+}
+#endif
 #define FIBER_STACK (256 * 1024) /* mapped lazily: only touched pages cost */
 #define EMU_MAX_DYN_SHARED (48 * 1024)
 #define EMU_MAX_THREADS 1024 /* per block */
 
 typedef struct emu_fiber {
     kl_emu_thread t; /* first: the kernel's view of this thread */
+#ifdef KU_FAST_SWITCH
+    void *sp; /* its saved stack pointer while switched out */
+#else
     ucontext_t uc;
+#endif
     void *stack;     /* FIBER_STACK bytes above a guard page */
     int state;
     int wkind, warg, wwidth; /* the warp operation it waits at */
@@ -530,7 +572,11 @@ typedef struct emu_fiber {
 typedef struct emu_launch {
     emu_fiber *fiber; /* EMU_MAX_THREADS, never moved: a ucontext points into itself */
     int nf;
+#ifdef KU_FAST_SWITCH
+    void *sched_sp;
+#else
     ucontext_t sched;
+#endif
     const kl_emu_kernel *k;
     void **args;
     int failed;
@@ -581,7 +627,11 @@ static void switch_to_sched(emu_fiber *f) {
     __sanitizer_start_switch_fiber(f->state == F_DONE || L->failed ? NULL : &f->asan_fake, L->sched_bottom,
                                    L->sched_size);
 #endif
+#ifdef KU_FAST_SWITCH
+    ku_emu_ctx_switch_(&f->sp, L->sched_sp);
+#else
     swapcontext(&f->uc, &L->sched);
+#endif
 #ifdef KU_ASAN
     __sanitizer_finish_switch_fiber(f->asan_fake, NULL, NULL);
 #endif
@@ -591,7 +641,11 @@ static void switch_to_fiber(emu_launch *L, emu_fiber *f) {
 #ifdef KU_ASAN
     __sanitizer_start_switch_fiber(&L->sched_fake, f->stack, FIBER_STACK);
 #endif
+#ifdef KU_FAST_SWITCH
+    ku_emu_ctx_switch_(&L->sched_sp, f->sp);
+#else
     swapcontext(&L->sched, &f->uc);
+#endif
 #ifdef KU_ASAN
     __sanitizer_finish_switch_fiber(L->sched_fake, NULL, NULL);
 #endif
@@ -662,7 +716,9 @@ static void block_fail(emu_launch *L, const kl_emu_thread *t, const char *fmt, .
 
 /* getcontext returns twice as far as the compiler knows (it never does
  * here: makecontext replaces what it saved); out of line, it clobbers nothing. */
+#ifndef KU_FAST_SWITCH
 static __attribute__((noinline)) int context_init(ucontext_t *uc) { return getcontext(uc); }
+#endif
 
 /* Fibers for n threads (stacks kept for later launches on this thread). */
 static int ensure_fibers(emu_launch *L, int n) {
@@ -676,10 +732,12 @@ static int ensure_fibers(emu_launch *L, int n) {
         if (m == MAP_FAILED) return -1;
         mprotect(m, 4096, PROT_NONE); /* a guard page: an overflow faults, not corrupts */
         f->stack = m + 4096;
+#ifndef KU_FAST_SWITCH
         if (context_init(&f->uc) != 0) {
             munmap(m, FIBER_STACK + 4096);
             return -1;
         }
+#endif
         L->nf = i + 1;
     }
     return 0;
@@ -776,10 +834,17 @@ static int run_block_fibers(emu_launch *L, const kl_emu_thread *proto) {
 #ifdef KU_ASAN
         __asan_unpoison_memory_region(f->stack, FIBER_STACK); /* a fiber abandoned by a failed launch */
 #endif
+        /* Stacks start at different offsets within a page: at the same
+         * offset, the fibers' hot frames would all fall in one cache set. */
+        char *top = (char *)f->stack + FIBER_STACK - (((size_t)i * 64) & 4095);
+#ifdef KU_FAST_SWITCH
+        f->sp = ctx_prepare(top, fiber_main);
+#else
         f->uc.uc_stack.ss_sp = f->stack;
-        f->uc.uc_stack.ss_size = FIBER_STACK;
+        f->uc.uc_stack.ss_size = (size_t)(top - (char *)f->stack);
         f->uc.uc_link = NULL;
         makecontext(&f->uc, fiber_main, 0);
+#endif
     }
     for (;;) {
         for (int i = 0; i < n; i++) {
