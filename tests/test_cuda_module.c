@@ -20,6 +20,7 @@
 static const char *OP = "module_test";
 #include "cuda_harness.h"
 
+#define KT_CASE_SRC_(id, name) "    case " #id ": y = ke_v" #name "f(v); break;\n"
 /* Every kernel of the suite, in one program (as the code generator emits). */
 static const char kernels_src[] =
     "#include \"kiln_cuda.h\"\n"
@@ -32,6 +33,15 @@ static const char kernels_src[] =
     "    y[i] = fmaf(a, ke_vexpf(x[i]), y[i]);\n"
     "}\n"
     "KL_EMU_EXPORT(axpy_exp)\n"
+    /* every vmath function the GPU suites compare, on given inputs */
+    "extern \"C\" __global__ void vmath_all(float *out, const float *x, unsigned n, int fn) {\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i >= n) return;\n"
+    "  float v = x[i], y = 0.0f;\n"
+    "  switch (fn) {\n" KT_VMATH_LIST(KT_CASE_SRC_) "  }\n"
+    "  out[i] = y;\n"
+    "}\n"
+    "KL_EMU_EXPORT(vmath_all)\n"
     /* one block per 256 inputs: a tree in static shared memory */
     "extern \"C\" __global__ void block_sum(const float *x, float *out, unsigned n) {\n"
     "  __shared__ float buf[256];\n"
@@ -235,6 +245,43 @@ static void test_elementwise(void **state) {
         free(y);
         free(r);
     }
+    KT_NO_ERROR();
+}
+
+/* All 17 vmath functions over 2^16 bit patterns spread over all 2^32 equal
+ * the CPU's, built without contraction (what both device compilers get),
+ * bit for bit except a NaN's sign and payload (which operand's NaN an add
+ * passes on is the compiler's choice; a GPU gives canonical NaNs anyway). */
+static void test_vmath_bitwise(void **state) {
+    (void)state;
+    NEED_MODULES();
+    CUfunction f = kernel(kernels_src, "vmath_all");
+    unsigned n = 1u << 16;
+    float *x = malloc(n * 4), *want = malloc(n * 4), *got = malloc(n * 4);
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t b = i * 65536u + ((i * 2654435761u) >> 16);
+        memcpy(&x[i], &b, 4);
+    }
+    CUdeviceptr dx = up(x, n * 4), dout = up(NULL, n * 4);
+    for (int fn = 0; fn < KT_VMATH_COUNT; fn++) {
+        void *args[] = {&dout, &dx, &n, &fn};
+        assert_int_equal(launch(f, n / 256, 1, 1, 256, 1, 1, 0, args), 0);
+        down(got, dout, n * 4);
+        kt_vmath_ref_off(fn, x, want, n);
+        unsigned bad = 0;
+        for (unsigned i = 0; i < n; i++)
+            if (memcmp(&got[i], &want[i], 4) && !(isnan(got[i]) && isnan(want[i])) && bad++ < 3)
+                print_error("vmath function %d at %a: got %a, want %a\n", fn, x[i], got[i], want[i]);
+        if (bad) {
+            print_error("vmath function %d: %u of %u results differ\n", fn, bad, n);
+            fail();
+        }
+    }
+    ku_free(OP, dx);
+    ku_free(OP, dout);
+    free(x);
+    free(want);
+    free(got);
     KT_NO_ERROR();
 }
 
@@ -627,6 +674,7 @@ int main(void) {
         KT_TEST(test_sources_compile_with_nvrtc),
         KT_TEST(test_module_cache),
         KT_TEST(test_elementwise),
+        KT_TEST(test_vmath_bitwise),
         KT_TEST(test_block_reduction),
         KT_TEST(test_concurrent_launches),
         KT_TEST(test_warp_shuffles),
