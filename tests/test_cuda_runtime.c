@@ -227,8 +227,8 @@ static void test_modules(void **state) {
     static const char junk[64] = "not a cubin";
     assert_int_equal(KU_CALL(OP, d, ModuleLoadData, &m, junk), -1);
     if (kt_cuda_emulated(OP))
-        KT_EXPECT_ERROR(KL_ERR_DEVICE, "cuModuleLoadData failed: CUDA_ERROR_NOT_SUPPORTED: operation not supported "
-                                       "(emulated device: the emulated device cannot load modules yet");
+        KT_EXPECT_ERROR(KL_ERR_DEVICE, "cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE: device kernel image is "
+                                       "invalid (emulated device: the image is not Kiln CUDA C source");
     else
         KT_EXPECT_ERROR(KL_ERR_DEVICE, "cuModuleLoadData failed: CUDA_ERROR_");
 }

@@ -31,10 +31,13 @@ enum {
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_IMAGE = 200,
+    CUDA_ERROR_JIT_COMPILER_NOT_FOUND = 221,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_INVALID_SOURCE = 300,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
+    CUDA_ERROR_LAUNCH_FAILED = 719,
     CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_UNKNOWN = 999,
 };
@@ -142,6 +145,9 @@ void ku_emu_set_capacity(size_t bytes);
 void ku_emu_hold_stream(CUstream s, int hold);
 /* Bytes the emulated device has allocated now (cuMemAlloc minus cuMemFree). */
 size_t ku_emu_used(void);
+/* Forgets the host compiler and cache folder found for emulated modules, so
+ * the next load reads $KL_CUDA_EMU_CXX and the cache variables again. */
+void ku_emu_reset_compiler(void);
 
 /* ---- Streams (cuda_alloc.c) ------------------------------------------ */
 /* This thread's current stream on `dev` (NULL: the legacy default stream). */
@@ -180,6 +186,30 @@ int ku_nvrtc_version(int *major, int *minor);
  * success, -1 and an error holding NVRTC's log otherwise. */
 int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch, ku_cubin *out);
 void ku_cubin_free(ku_cubin *c);
+
+/* ---- Modules and launches (cuda_module.c) ----------------------------- */
+/* The first line of a module image for the emulated device: the CUDA C
+ * source follows it (a CUBIN handed to the emulator fails clearly). */
+#define KU_EMU_IMAGE_MAGIC "//kiln-emulated-cuda-c v1\n"
+typedef struct ku_module ku_module; /* a loaded program: cached per (source digest, device), never freed before exit */
+/* The module for CUDA C `src` (starting with #include "kiln_cuda.h") on
+ * device dev: on a real device NVRTC -> CUBIN for the device's exact sm ->
+ * cuModuleLoadData; on the emulated device the same source compiled for the
+ * host with the prelude. Cached in memory by (digest of src, dev): a second
+ * call is a lookup. 0, or -1 and an error naming op (compile logs included). */
+int ku_module_get(const char *op, const char *src, int dev, ku_module **out);
+/* Entry point `name` (an extern "C" __global__ function of the source,
+ * exported with KL_EMU_EXPORT). 0, or -1 and an error. */
+int ku_module_function(const char *op, ku_module *m, const char *name, CUfunction *f);
+/* cuLaunchKernel on `stream` with the kernel's parameter array (args[i]
+ * points at parameter i). 0, or -1 and an error (bad configuration, launch
+ * failure: the emulator's message says which thread and why). */
+int ku_launch(const char *op, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
+              CUstream stream, void **args);
+/* The seam for the on-disk kernel cache: the image cuModuleLoadData takes
+ * for src on dev (a CUBIN for the device's sm, or the emulator's marked
+ * source). *image is malloc'd. 0, or -1 and an error. */
+int ku_module_image(const char *op, const char *src, int dev, void **image, size_t *size);
 
 /* ---- cuBLAS (cublas.c) ------------------------------------------------ */
 typedef struct cublasContext *cublasHandle_t;

@@ -9,10 +9,13 @@
  * up as garbage, and under ASan as errors). Every copy and memset checks that
  * its device range lies inside one live allocation. Work runs at once, in
  * order; a stream can be "held" (ku_emu_hold_stream) so that events recorded
- * on it stay incomplete until it is released or synchronized. Modules cannot
- * be loaded yet: running the CUDA C on the CPU is the next slice (docs/GPU.md).
+ * on it stay incomplete until it is released or synchronized. Modules and
+ * launches are cuda_emu_module.c's (CUDA C compiled for the host, one fiber
+ * per CUDA thread; docs/GPU.md).
  */
-#include "cuda_api.h"
+#include "cuda_emu.h"
+
+#include <stdarg.h>
 
 #include <pthread.h>
 #include <stdio.h>
@@ -53,15 +56,23 @@ static size_t used, capacity;
 static int capacity_set;
 static struct CUctx_st { int dummy; } the_ctx;
 /* Extra words for this thread's last failure, shown by cuGetErrorString for
- * that code only (a stale detail must not decorate another error). */
-static _Thread_local const char *tl_detail;
+ * that code only (a stale detail must not decorate another error). Big
+ * enough for a compiler's first errors; Kiln's message keeps the first 1 KB. */
+static _Thread_local char tl_detail[1024];
+static _Thread_local int tl_has_detail;
 static _Thread_local CUresult tl_detail_code;
 
-static CUresult fail(CUresult r, const char *why) {
-    tl_detail = why;
+CUresult ku_emu_fail(CUresult r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_detail, sizeof tl_detail, fmt, ap);
+    va_end(ap);
+    tl_has_detail = 1;
     tl_detail_code = r;
     return r;
 }
+
+static CUresult fail(CUresult r, const char *why) { return ku_emu_fail(r, "%s", why); }
 
 static double now_ms(void) {
     struct timespec ts;
@@ -106,6 +117,8 @@ static CUresult check_range(CUdeviceptr p, size_t n) {
     pthread_mutex_unlock(&mu);
     return i < 0 ? fail(CUDA_ERROR_INVALID_VALUE, "the device range is not inside one live allocation") : CUDA_SUCCESS;
 }
+
+int ku_emu_stream_ok(CUstream s) { return !s || s->magic == STREAM_MAGIC; }
 
 static CUresult check_stream(CUstream s) {
     return s && s->magic != STREAM_MAGIC ? fail(CUDA_ERROR_INVALID_HANDLE, "not a live stream") : CUDA_SUCCESS;
@@ -415,22 +428,16 @@ static CUresult e_EventDestroy(CUevent e) {
 /* Every stream runs at once except held ones: the context waits for those. */
 static CUresult e_CtxSynchronize(void) { return CUDA_SUCCESS; }
 
-/* ---- Modules: not yet -------------------------------------------------------- */
+/* ---- Modules and launches: cuda_emu_module.c ----------------------------------- */
 
-static const char *const no_modules =
-    "the emulated device cannot load modules yet (running CUDA C on the CPU is the next slice; docs/GPU.md)";
-static CUresult e_ModuleLoadData(CUmodule *m, const void *image) {
-    return fail(CUDA_ERROR_NOT_SUPPORTED, no_modules);
-}
+static CUresult e_ModuleLoadData(CUmodule *m, const void *image) { return ku_emu_module_load(m, image); }
 static CUresult e_ModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
-    return fail(CUDA_ERROR_NOT_SUPPORTED, no_modules);
+    return ku_emu_module_get_function(f, m, name);
 }
-static CUresult e_ModuleUnload(CUmodule m) {
-    return fail(CUDA_ERROR_NOT_SUPPORTED, no_modules);
-}
+static CUresult e_ModuleUnload(CUmodule m) { return ku_emu_module_unload(m); }
 static CUresult e_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
-    return fail(CUDA_ERROR_NOT_SUPPORTED, no_modules);
+    return ku_emu_launch(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
 /* ---- Errors ----------------------------------------------------------------- */
@@ -443,10 +450,13 @@ static CUresult e_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
     X(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected")              \
     X(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal")                     \
     X(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid")              \
+    X(CUDA_ERROR_JIT_COMPILER_NOT_FOUND, "PTX JIT compiler library not found") \
     X(CUDA_ERROR_INVALID_CONTEXT, "invalid device context")                    \
+    X(CUDA_ERROR_INVALID_SOURCE, "device kernel source is invalid")            \
     X(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle")                    \
     X(CUDA_ERROR_NOT_FOUND, "named symbol not found")                          \
     X(CUDA_ERROR_NOT_READY, "device not ready")                                \
+    X(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure")                  \
     X(CUDA_ERROR_NOT_SUPPORTED, "operation not supported")                     \
     X(CUDA_ERROR_UNKNOWN, "unknown error")
 
@@ -465,7 +475,7 @@ static CUresult e_GetErrorName(CUresult r, const char **name) {
 
 /* The generic text, then what the failing call of this thread added. */
 static CUresult e_GetErrorString(CUresult r, const char **str) {
-    static _Thread_local char buf[256];
+    static _Thread_local char buf[1200];
     const char *base = NULL;
     switch (r) {
 #define EMU_TEXT_(code, text) \
@@ -479,9 +489,9 @@ static CUresult e_GetErrorString(CUresult r, const char **str) {
         *str = NULL;
         return CUDA_ERROR_INVALID_VALUE;
     }
-    if (tl_detail && tl_detail_code == r) {
+    if (tl_has_detail && tl_detail_code == r) {
         snprintf(buf, sizeof buf, "%s (emulated device: %s)", base, tl_detail);
-        tl_detail = NULL;
+        tl_has_detail = 0;
         *str = buf;
     } else {
         *str = base;

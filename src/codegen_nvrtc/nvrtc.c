@@ -70,6 +70,7 @@ int ku_nvrtc_version(int *major, int *minor) {
 }
 
 extern const char ku_vmath_h[];
+extern const char ku_kiln_cuda_h[];
 
 /* What NVRTC lacks for vmath.h (docs/GPU.md): fixed-width integers, string.h
  * (device code has memcpy built in) and the GCC builtins vmath calls. */
@@ -117,8 +118,8 @@ int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch
     if (!src || !name) return ke_err(KL_ERR_NULL_ARG, op, "NVRTC compile: NULL source or name");
     if (arch < 50 || arch > 199) return ke_err(KL_ERR_ARG, op, "NVRTC compile of %s: bad architecture sm_%d", name, arch);
     if (!ku_nvrtc_available(op)) return -1;
-    const char *headers[] = {hdr_stdint, hdr_string, hdr_prelude, ku_vmath_h};
-    const char *hnames[] = {"stdint.h", "string.h", "vmath.h", "kiln_vmath_impl.h"};
+    const char *headers[] = {hdr_stdint, hdr_string, hdr_prelude, ku_vmath_h, ku_kiln_cuda_h};
+    const char *hnames[] = {"stdint.h", "string.h", "vmath.h", "kiln_vmath_impl.h", "kiln_cuda.h"};
     char archopt[32];
     snprintf(archopt, sizeof archopt, "-arch=sm_%d", arch);
     /* -no-cache: NVRTC 12.9+ keeps its own cache in the driver's compute
@@ -133,7 +134,7 @@ int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch
     int nopt = (int)(sizeof opts / sizeof *opts);
     double t0 = now_ms();
     nvrtcProgram prog = NULL;
-    nvrtcResult r = nv.nvrtcCreateProgram(&prog, src, name, 4, headers, hnames);
+    nvrtcResult r = nv.nvrtcCreateProgram(&prog, src, name, (int)(sizeof headers / sizeof *headers), headers, hnames);
     if (r != 0) return ke_err(KL_ERR_INTERNAL, op, "nvrtcCreateProgram failed: %s", nv.nvrtcGetErrorString(r));
     r = nv.nvrtcCompileProgram(prog, nopt, opts);
     size_t logn = 0;
