@@ -616,6 +616,11 @@ static void test_emulator_images(void **state) {
     assert_int_equal(KU_CALL(OP, d, ModuleUnload, m), 0);
     assert_int_equal(KU_CALL(OP, d, ModuleUnload, m), -1);
     KT_EXPECT_ERROR(KL_ERR_DEVICE, "CUDA_ERROR_INVALID_HANDLE");
+    CUdeviceptr dp = up(NULL, 256); /* a kernel of an unloaded module is a stale handle */
+    void *args[] = {&dp};
+    assert_int_equal(launch(f, 1, 1, 1, 32, 1, 1, 0, args), -1);
+    KT_EXPECT_ERROR(KL_ERR_DEVICE, "cuLaunchKernel failed: CUDA_ERROR_INVALID_HANDLE");
+    ku_free(OP, dp);
     free(img);
     KT_NO_ERROR();
 }

@@ -188,7 +188,8 @@ static void test_vmath_bitwise_on_gpu(void **state) {
     NEED_NVRTC();
     if (!kl_cuda_is_available() || ku_driver_get(OP)->emulated) {
         print_message("skipped: needs a real GPU (%s)\n",
-                      kl_cuda_is_available() ? "the emulated device cannot load modules yet" : kl_cuda_unavailable_reason());
+                      kl_cuda_is_available() ? "on the emulated device the vmath kernel runs in test_cuda_module"
+                                               : kl_cuda_unavailable_reason());
         skip();
     }
     const ku_driver *d = ku_driver_get(OP);

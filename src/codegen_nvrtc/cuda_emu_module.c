@@ -339,6 +339,7 @@ struct CUmod_st {
     void *dl;
     struct CUfunc_st *funcs;
     pthread_mutex_t mu;
+    struct CUmod_st *next_dead; /* on the graveyard once unloaded */
 };
 
 /* "<first lines of the source>" for error messages. */
@@ -500,17 +501,27 @@ CUresult ku_emu_module_get_function(CUfunction *f, CUmodule m, const char *name)
     return CUDA_SUCCESS;
 }
 
+/* Unloaded modules and their functions keep their (small) records, marked
+ * dead, on this list: a stale handle then fails as an invalid handle instead
+ * of reading freed memory, as the driver's handle checks do. */
+static struct CUmod_st *graveyard;
+static pthread_mutex_t graveyard_mu = PTHREAD_MUTEX_INITIALIZER;
+
 CUresult ku_emu_module_unload(CUmodule m) {
-    if (!m || m->magic != MODULE_MAGIC) return ku_emu_fail(CUDA_ERROR_INVALID_HANDLE, "not a loaded module");
-    m->magic = 0;
-    for (struct CUfunc_st *f = m->funcs, *nx; f; f = nx) {
-        nx = f->next;
-        f->magic = 0;
-        free(f);
-    }
+    pthread_mutex_lock(&graveyard_mu);
+    int live = m && m->magic == MODULE_MAGIC;
+    if (live) m->magic = 0;
+    pthread_mutex_unlock(&graveyard_mu);
+    if (!live) return ku_emu_fail(CUDA_ERROR_INVALID_HANDLE, "not a loaded module");
+    pthread_mutex_lock(&m->mu);
+    for (struct CUfunc_st *f = m->funcs; f; f = f->next) f->magic = 0;
+    pthread_mutex_unlock(&m->mu);
     dlclose(m->dl);
-    pthread_mutex_destroy(&m->mu);
-    free(m);
+    m->dl = NULL;
+    pthread_mutex_lock(&graveyard_mu);
+    m->next_dead = graveyard;
+    graveyard = m;
+    pthread_mutex_unlock(&graveyard_mu);
     return CUDA_SUCCESS;
 }
 
