@@ -395,6 +395,14 @@ static void item_data_ptr_print_save(void **s) {
     kl_tensor *back = kl_load_npy(path);
     assert_non_null(back);
     KT_VALUES(back, 0, 0, 3, 1, 4, 2, 5);
+    /* safetensors through the host */
+    const char *st = kt_tmp_path("cuda.safetensors");
+    assert_int_equal(kl_save_safetensors(st, 2, (const char *[]){"y", "x"}, (kl_tensor *[]){y, x}, NULL), 0);
+    kl_safetensors *f = kl_load_safetensors(st);
+    assert_non_null(f);
+    assert_same_bits(kl_contiguous(y), kl_safetensors_find(f, "y"));
+    assert_same_bits(x, kl_safetensors_find(f, "x"));
+    kl_safetensors_free(f);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
