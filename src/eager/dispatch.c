@@ -101,13 +101,13 @@ static inline int joins(const ke_call *c, int i) {
  * may cross between the CPU and CUDA devices (it is how kl_to_device moves
  * data; the CUDA side's kernel runs it). */
 static int check_devices(ke_call *c) {
-    int main = -1;
-    for (int i = 0; i < c->nin && main < 0; i++)
-        if (!(c->in[i]->flags & KE_TF_WRAPPED) && !joins(c, i)) main = i;
-    for (int i = 0; i < c->nin && main < 0; i++)
-        if (!(c->in[i]->flags & KE_TF_WRAPPED)) main = i;
-    if (main < 0) return 0;
-    kl_device dev = c->in[main]->storage->device;
+    int lead = -1;
+    for (int i = 0; i < c->nin && lead < 0; i++)
+        if (!(c->in[i]->flags & KE_TF_WRAPPED) && !joins(c, i)) lead = i;
+    for (int i = 0; i < c->nin && lead < 0; i++)
+        if (!(c->in[i]->flags & KE_TF_WRAPPED)) lead = i;
+    if (lead < 0) return 0;
+    kl_device dev = c->in[lead]->storage->device;
     for (int i = 0; i < c->nin; i++) {
         const kl_tensor *t = c->in[i];
         kl_device d = t->storage->device;
@@ -117,7 +117,7 @@ static int check_devices(ke_call *c) {
             if (dev.type != KL_CUDA) dev = d; /* CPU <-> CUDA: the CUDA kernel runs it */
             continue;
         }
-        int i1 = main < i ? main : i, i2 = main < i ? i : main;
+        int i1 = lead < i ? lead : i, i2 = lead < i ? i : lead;
         char b1[256], b2[256];
         return ke_err(KL_ERR_DEVICE, ke_opname(c),
                       "expected all tensors on one device, got %s (argument %d) and %s (argument %d)",

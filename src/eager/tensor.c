@@ -39,6 +39,12 @@ static live_counts *all_counts;
 static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local live_counts *tl_counts;
 
+static void thread_exit_key_init(void);
+static pthread_key_t thread_exit_key;
+static pthread_once_t thread_exit_once = PTHREAD_ONCE_INIT;
+
+/* Every thread that makes or frees a header passes here first, so the slow
+ * path is also where its exit handler (thread_exit, below) is armed. */
 static live_counts *my_counts(void) {
     if (KE_LIKELY(tl_counts != NULL)) return tl_counts;
     live_counts *c = calloc(1, sizeof *c);
@@ -47,6 +53,8 @@ static live_counts *my_counts(void) {
     c->next = all_counts;
     all_counts = c;
     pthread_mutex_unlock(&counts_lock);
+    pthread_once(&thread_exit_once, thread_exit_key_init);
+    pthread_setspecific(thread_exit_key, c);
     return tl_counts = c;
 }
 
@@ -69,15 +77,57 @@ int64_t kl_live_storages(void) { return sum_counts(1); }
 
 #define KE_FREELIST_MAX 4096
 static _Thread_local kl_tensor *tl_free_tensors;
-static _Thread_local int tl_n_free_tensors;
 static _Thread_local ke_storage *tl_free_storages;
+static _Thread_local kl_tensor *tl_free_blocks; /* ke_block's tensors, linked through t.next_free */
 static _Thread_local int tl_n_free_storages;
+
+/* ---- thread exit -------------------------------------------------------------
+ * Headers and blocks are never freed, and a thread's free lists die with it:
+ * at its exit they go to shared lists, which a thread whose own list is empty
+ * takes whole before it mallocs a new chunk. Without this a process that
+ * starts threads leaks each one's lists (and LeakSanitizer says so). */
+static kl_tensor *orphan_tensors, *orphan_blocks; /* linked through next_free */
+static pthread_mutex_t orphan_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static kl_tensor *splice(kl_tensor *list, kl_tensor *onto) {
+    if (!list) return onto;
+    kl_tensor *t = list;
+    while (t->next_free) t = t->next_free;
+    t->next_free = onto;
+    return list;
+}
+
+static kl_tensor *take_orphans(kl_tensor **list) {
+    pthread_mutex_lock(&orphan_lock);
+    kl_tensor *t = *list;
+    *list = NULL;
+    pthread_mutex_unlock(&orphan_lock);
+    return t;
+}
+
+static void thread_exit(void *counts) {
+    (void)counts;
+    pthread_mutex_lock(&orphan_lock);
+    orphan_tensors = splice(tl_free_tensors, orphan_tensors);
+    orphan_blocks = splice(tl_free_blocks, orphan_blocks);
+    pthread_mutex_unlock(&orphan_lock);
+    tl_free_tensors = tl_free_blocks = NULL;
+    while (tl_free_storages) { /* single mallocs: these may go */
+        ke_storage *s = tl_free_storages;
+        tl_free_storages = s->next_free;
+        free(s);
+    }
+    tl_n_free_storages = 0;
+    tl_counts = NULL; /* a header freed later on this thread (another destructor) arms it again */
+}
+
+static void thread_exit_key_init(void) { KE_ASSERT(pthread_key_create(&thread_exit_key, thread_exit) == 0); }
 
 static kl_tensor *header_alloc(void) {
     kl_tensor *t = tl_free_tensors;
+    if (KE_UNLIKELY(!t) && (t = take_orphans(&orphan_tensors))) tl_free_tensors = t;
     if (t) {
         tl_free_tensors = t->next_free;
-        tl_n_free_tensors--;
     } else {
         /* Headers are carved from chunks that are never freed (see top). */
         enum { CHUNK = 64 };
@@ -87,7 +137,6 @@ static kl_tensor *header_alloc(void) {
             chunk[i].magic = KE_MAGIC_DEAD;
             chunk[i].next_free = tl_free_tensors;
             tl_free_tensors = &chunk[i];
-            tl_n_free_tensors++;
         }
         t = &chunk[0];
     }
@@ -102,7 +151,6 @@ static void header_free(kl_tensor *t) {
      * thread's list, so chunks circulate between threads. */
     t->next_free = tl_free_tensors;
     tl_free_tensors = t;
-    tl_n_free_tensors++;
 }
 
 static ke_storage *storage_header_alloc(void) {
@@ -136,7 +184,6 @@ typedef struct ke_block {
     kl_tensor t;
 } ke_block;
 
-static _Thread_local kl_tensor *tl_free_blocks; /* linked through t.next_free */
 
 static ke_block *block_of(const kl_tensor *t) {
     return (ke_block *)((char *)t - offsetof(ke_block, t));
@@ -148,6 +195,7 @@ static inline int in_own_block(const kl_tensor *t) {
 
 static ke_block *block_alloc(void) {
     kl_tensor *t = tl_free_blocks;
+    if (KE_UNLIKELY(!t) && (t = take_orphans(&orphan_blocks))) tl_free_blocks = t;
     if (t) {
         tl_free_blocks = t->next_free;
     } else {
