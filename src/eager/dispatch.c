@@ -101,6 +101,17 @@ static inline int joins(const ke_call *c, int i) {
  * may cross between the CPU and CUDA devices (it is how kl_to_device moves
  * data; the CUDA side's kernel runs it). */
 static int check_devices(ke_call *c) {
+    /* the common case first (every op pays for this): all on in[0]'s device */
+    if (KE_LIKELY(c->nin > 0 && !(c->in[0]->flags & KE_TF_WRAPPED))) {
+        kl_device d0 = c->in[0]->storage->device;
+        int i = 1;
+        while (i < c->nin && c->in[i]->storage->device.type == d0.type && c->in[i]->storage->device.index == d0.index)
+            i++;
+        if (KE_LIKELY(i == c->nin)) {
+            c->device = d0;
+            return 0;
+        }
+    }
     int lead = -1;
     for (int i = 0; i < c->nin && lead < 0; i++)
         if (!(c->in[i]->flags & KE_TF_WRAPPED) && !joins(c, i)) lead = i;
