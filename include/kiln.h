@@ -231,9 +231,12 @@ KL_API kl_device kl_device_of(const kl_tensor *t);
 KL_API bool kl_is_contiguous(const kl_tensor *t);
 /* Version counter of t's storage: bumped by every in-place write. */
 KL_API int64_t kl_version_of(const kl_tensor *t);
-/* Pointer to element [0,...,0] (CPU only; NULL and an error for meta/CUDA). */
+/* Pointer to element [0,...,0]. On CUDA it is the device address (as
+ * PyTorch's data_ptr): pass it to CUDA code, never dereference it on the host.
+ * NULL and an error for meta tensors. */
 KL_API void *kl_data_ptr(const kl_tensor *t);
-/* The value of a one-element tensor as double; NaN and an error otherwise. */
+/* The value of a one-element tensor as double (a CUDA tensor's is copied to
+ * the host, waiting for the work queued before it); NaN and an error otherwise. */
 KL_API double kl_item(const kl_tensor *t);
 /* The value of a one-element integer/bool tensor, exact; 0 and an error otherwise. */
 KL_API int64_t kl_item_int(const kl_tensor *t);
@@ -276,9 +279,13 @@ KL_API kl_tensor *kl_clone(kl_tensor *t);
 KL_API kl_tensor *kl_contiguous(kl_tensor *t);
 /* t converted to dt (a new view of t if already dt). */
 KL_API kl_tensor *kl_to_dtype(kl_tensor *t, kl_dtype dt);
-/* t on dev (a new view of t if already there). */
+/* t on dev (a new view of t if already there, as PyTorch's .to). Any
+ * direction between the CPU and CUDA devices (docs/GPU.md), differentiable;
+ * a CUDA device's first use loads the driver ("CUDA not available: <reason>"
+ * and KL_ERR_DEVICE without one). */
 KL_API kl_tensor *kl_to_device(kl_tensor *t, kl_device dev);
-/* Copies src into dst (broadcasting src, converting dtype). Returns dst. */
+/* Copies src into dst (broadcasting src, converting dtype); dst and src may
+ * be on different devices (CPU and CUDA). Returns dst. */
 KL_API kl_tensor *kl_copy_inplace(kl_tensor *dst, kl_tensor *src);
 /* Sets every element of t to value. Returns t. */
 KL_API kl_tensor *kl_fill_inplace(kl_tensor *t, double value);
@@ -1000,7 +1007,9 @@ KL_API int kl_save_npy(const char *path, const kl_tensor *t);
 /* DLPack (dlpack.h's DLManagedTensor), zero-copy both ways. kl_to_dlpack's
  * result holds a reference to t until its deleter is called. kl_from_dlpack
  * takes over the managed tensor (calls its deleter when the result dies);
- * on failure the caller keeps it. CPU only for now; bool exports as uint8. */
+ * on failure the caller keeps it. CPU (kDLCPU) and CUDA (kDLCUDA, device id =
+ * CUDA index) tensors; an imported CUDA tensor's memory stays the producer's
+ * (freed by its deleter, never by Kiln's allocator). bool exports as uint8. */
 struct DLManagedTensor;
 KL_API struct DLManagedTensor *kl_to_dlpack(kl_tensor *t);
 KL_API kl_tensor *kl_from_dlpack(struct DLManagedTensor *m);

@@ -8,6 +8,9 @@
  *                        (a data read while tracing breaks the trace)
  *   ir     <- ir_hooks   the decomposition pass's subgraph tracer
  *   ir     <- registry   kernel backends, by name and device (kernel.h)
+ *   eager  <- devices    the CUDA device's data movers (ke_device_ops) and
+ *                        eager's CUDA kernels; eager calls kl_init at its
+ *                        first CUDA request, so CPU-only programs never join CUDA
  *
  * kl_init runs this once (pthread_once) from the entry points that need the
  * upper layers (the first autograd metadata, tr_trace, kl_compile, anomaly
@@ -15,6 +18,8 @@
  * behave the same whatever the static link pulls in.
  */
 #include "autograd.h"
+#include "cuda_device.h"
+#include "dispatch.h"
 #include "kernel.h"
 #include "trace.h"
 
@@ -40,6 +45,11 @@ static void init_once(void) {
     KE_ASSERT(ir_backend_register(&cg_llvm_backend) == 0);
 #endif
     ag_anomaly_from_env();
+    /* CUDA: kernels first, then the device, whose publication (release) is
+     * what eager waits for. Nothing is loaded here: the driver comes with
+     * the first allocation. */
+    ke_register_device_kernels();
+    ke_register_device(KL_CUDA, &ku_cuda_device_ops);
 }
 
 void kl_init(void) { pthread_once(&once, init_once); }

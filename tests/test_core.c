@@ -411,7 +411,7 @@ static void meta_tensors(void **s) {
     kt_assert_shape(z, 2, (int64_t[]){4, 5});
     assert_int_equal(kl_device_of(z).type, KL_META);
     assert_null(kl_data_ptr(z));
-    KT_EXPECT_ERROR(KL_ERR_DEVICE, "no CPU data");
+    KT_EXPECT_ERROR(KL_ERR_DEVICE, "kl_data_ptr: tensor [4,5] float32 meta has no data");
     kt_assert_shape(kl_transpose(z, 0, 1), 2, (int64_t[]){5, 4});
     kl_tensor *mc = kl_to_device(kl_ones(KL_SHAPE(3), KL_F32), KL_DEVICE_META);
     assert_int_equal(kl_device_of(mc).type, KL_META);
@@ -482,10 +482,14 @@ static void ownership_misuse_is_reported(void **s) {
 static void unsupported_device(void **s) {
     (void)s;
     kl_tensor *a = kl_ones(KL_SHAPE(2), KL_F32);
-    assert_null(kl_to_device(a, (kl_device){KL_CUDA, 0}));
-    KT_EXPECT_ERROR(KL_ERR_DEVICE, "kl_to_device: cannot move [2] float32 cpu to cuda:0");
-    assert_null(kl_empty_on(KL_SHAPE(2), KL_F32, (kl_device){KL_CUDA, 0}));
-    KT_EXPECT_ERROR(KL_ERR_DEVICE, "CUDA is not available");
+    /* without a driver (here, as is): CUDA requests fail with the reason
+     * (test_cuda_tensor covers CUDA tensors where there is a device) */
+    if (!kl_cuda_is_available()) {
+        assert_null(kl_to_device(a, (kl_device){KL_CUDA, 0}));
+        KT_EXPECT_ERROR(KL_ERR_DEVICE, "kl_to_device: CUDA not available: ");
+        assert_null(kl_empty_on(KL_SHAPE(2), KL_F32, (kl_device){KL_CUDA, 0}));
+        KT_EXPECT_ERROR(KL_ERR_DEVICE, "kl_empty: CUDA not available: ");
+    }
     assert_true(isnan(kl_item(a)));
     KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_item: needs a tensor with one element");
     assert_int_equal(kl_item_int(kl_ones(KL_SHAPE(1), KL_F32)), 0);

@@ -9,9 +9,11 @@
 #include "harness.h"
 
 #include "autograd.h"
+#include "cuda_device.h"
 #include "kernel.h"
 #include "trace.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -20,6 +22,12 @@ static void nothing_runs_at_load_time(void **state) {
     /* eager ops need no upper layer, and install nothing */
     kl_tensor *a = kl_add(kl_ones(KL_SHAPE(3), KL_F32), kl_ones(KL_SHAPE(3), KL_F32));
     KT_VALUES(a, 0, 2, 2, 2);
+    /* nor do moves that name no CUDA device: CUDA joins at its first request
+     * only, and the driver is not loaded (checked where one is installed) */
+    assert_int_equal(kl_device_of(kl_to_device(a, KL_DEVICE_CPU)).type, KL_CPU);
+    assert_int_equal(kl_device_of(kl_to_device(a, KL_DEVICE_META)).type, KL_META);
+    assert_int_equal(kl_device_of(kl_clone(kl_to_device(a, KL_DEVICE_CPU))).type, KL_CPU);
+    assert_null(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD));
     assert_null(ke_hook.autograd_free);
     assert_null(ke_hook.trace_data);
     assert_null(ke_hook.handler[KE_KEY_AUTOGRAD]);
@@ -57,6 +65,7 @@ static void hooks_installed_once(void **state) {
     assert_ptr_equal(ke_hook.autograd_free, ag_meta_free);
     assert_ptr_equal(ke_hook.trace_data, tr_data_hook);
     assert_ptr_equal(ir_hook.subtrace, tr_subtrace);
+    assert_ptr_equal(ke_device_ops_of(KL_CUDA), &ku_cuda_device_ops); /* registered; nothing loaded */
     assert_ptr_equal(ir_backend_by_name("interp"), &ir_interp_backend);
     assert_non_null(ir_backend_for_device(KL_CPU));
     /* and they work: a gradient, through the recording handler */

@@ -745,9 +745,14 @@ static void dlpack_errors(void **s) {
     }
     DLDataType f32 = {kDLFloat, 32, 1};
     hand_built(&m, shape, NULL, f32);
-    m.dl_tensor.device.device_type = kDLCUDA;
+    m.dl_tensor.device.device_type = kDLCUDAHost;
     assert_null(kl_from_dlpack(&m));
-    KT_EXPECT_ERROR(KL_ERR_DEVICE, "only CPU tensors (kDLCPU) can be imported for now, got device type 2");
+    KT_EXPECT_ERROR(KL_ERR_DEVICE, "only CPU (kDLCPU) and CUDA (kDLCUDA) tensors can be imported, got device type 3");
+    if (!kl_cuda_is_available()) { /* kDLCUDA without a driver (test_cuda_tensor: with one) */
+        m.dl_tensor.device.device_type = kDLCUDA;
+        assert_null(kl_from_dlpack(&m));
+        KT_EXPECT_ERROR(KL_ERR_DEVICE, "kl_from_dlpack: CUDA not available: ");
+    }
     m.dl_tensor.device.device_type = kDLCPU;
     m.dl_tensor.shape = neg;
     assert_null(kl_from_dlpack(&m));
@@ -784,7 +789,7 @@ static void dlpack_errors(void **s) {
     assert_null(kl_to_dlpack(NULL));
     KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_to_dlpack: tensor argument 1 is NULL");
     assert_null(kl_to_dlpack(kl_empty_on(KL_SHAPE(2), KL_F32, KL_DEVICE_META)));
-    KT_EXPECT_ERROR(KL_ERR_DEVICE, "kl_to_dlpack: only CPU tensors can be exported for now, got [2] float32 meta");
+    KT_EXPECT_ERROR(KL_ERR_DEVICE, "kl_to_dlpack: only CPU and CUDA tensors can be exported, got [2] float32 meta");
 }
 
 int main(void) {

@@ -9,6 +9,8 @@
 #ifndef KILN_CUDA_H
 #define KILN_CUDA_H
 
+#include "kiln.h" /* kl_device (kiln.h includes this file after defining it) */
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,6 +22,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The device value for CUDA device `index` ((kl_device){KL_CUDA, index}), for
+ * kl_empty_on, kl_to_device and kl_set_default_device. Checks nothing: a bad
+ * index fails at the first use, naming it. */
+KL_API kl_device kl_cuda_device(int index);
 
 /* True if a CUDA driver with at least one device was found (loads it on first call; no error recorded). */
 KL_API bool kl_cuda_is_available(void);

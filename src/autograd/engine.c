@@ -272,6 +272,9 @@ static int run_node(pass *ps, ag_node *n) {
         const ag_tmeta *m = &n->in_meta[i];
         if (!(g = ag_sum_to(g, m->ndim, m->shape))) goto out;
         if (g->dtype != m->dtype && !(g = kl_to_dtype(g, (kl_dtype)m->dtype))) goto out;
+        /* copy may cross devices (kl_to_device): the gradient goes back to the source's */
+        kl_device gd = g->storage->device;
+        if ((gd.type != m->device.type || gd.index != m->device.index) && !(g = kl_to_device(g, m->device))) goto out;
         if (atomic_load_explicit(&ag_anomaly, memory_order_relaxed) && anomaly_check(n, i, g)) goto out;
         if (deliver(n->next[i].fn, n->next[i].output_nr, g)) goto out;
     }

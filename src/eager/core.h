@@ -223,18 +223,46 @@ static inline void ke_tensor_incref(kl_tensor *t) {
 
 ke_storage *ke_storage_new(size_t nbytes, kl_device dev, const char *op);
 ke_storage *ke_storage_blob(void *data, size_t nbytes, void (*deleter)(void *, void *), void *ctx);
+/* The same over memory of device dev (DLPack import of device memory): the
+ * deleter, not the device's allocator, frees it. */
+ke_storage *ke_storage_blob_on(void *data, size_t nbytes, kl_device dev, void (*deleter)(void *, void *),
+                               void *ctx);
+/* kl_from_blob over memory of device dev (for CUDA: device addresses). */
+kl_tensor *ke_from_blob_on(void *data, int ndim, const int64_t *shape, const int64_t *strides, kl_dtype dt,
+                           kl_device dev, void (*deleter)(void *data, void *ctx), void *ctx);
 void ke_storage_decref(ke_storage *s);
 static inline void ke_bump_version(kl_tensor *t) {
     atomic_fetch_add_explicit(&t->storage->version, 1, memory_order_relaxed);
 }
 
-/* Device allocator a backend registers (CUDA later). */
-typedef struct ke_device_allocator {
-    void *(*alloc)(size_t nbytes, int device_index);
-    void (*free)(void *p, size_t nbytes, int device_index);
-} ke_device_allocator;
-void ke_register_device_allocator(kl_device_type type, const ke_device_allocator *a);
-/* 1 if tensors can be allocated on devices of this type. */
+/* What a device backend (CUDA: src/codegen_nvrtc/cuda_device.c) gives eager
+ * to hold and move data; registered by the composition root (src/init.c).
+ * Eager never reads or writes device memory itself: every byte crosses
+ * through these. Pointers are device addresses; `dev` is the device index.
+ * Every function returns 0, or -1 with an error naming op recorded. */
+typedef struct ke_device_ops {
+    const char *name; /* "CUDA", for messages */
+    /* nbytes of device memory into *out (nbytes 0: *out = NULL, but the
+     * device is still checked); "CUDA not available: <reason>" without a driver. */
+    int (*alloc)(const char *op, int dev, size_t nbytes, void **out);
+    void (*free)(void *p, size_t nbytes, int dev);
+    /* Copies n bytes; each returns once the host buffer may be reused (h2d)
+     * or read (d2h); d2d is ordered before any later work of this thread. */
+    int (*copy_h2d)(const char *op, int dev, void *dst, const void *src, size_t n);
+    int (*copy_d2h)(const char *op, int dev, void *dst, const void *src, size_t n);
+    int (*copy_d2d)(const char *op, int dst_dev, void *dst, int src_dev, const void *src, size_t n);
+    int (*memset)(const char *op, int dev, void *dst, int byte, size_t n);
+    /* Waits for every copy and kernel queued by this thread on dev. */
+    int (*synchronize)(const char *op, int dev);
+} ke_device_ops;
+/* Registers the data movers of a device type (only KL_CUDA today). */
+void ke_register_device(kl_device_type type, const ke_device_ops *ops);
+/* The registered ops of a device type, or NULL. The first ask for CUDA
+ * calls kl_init() (the composition root registers CUDA there), so a program
+ * that never names a CUDA device never joins, loads or pays for it. */
+const ke_device_ops *ke_device_ops_of(kl_device_type type);
+/* 1 if tensors can be allocated on devices of this type (for CUDA: its
+ * movers are registered; whether a driver exists is known at allocation). */
 int ke_device_available(kl_device_type type);
 
 static inline char *ke_data(const kl_tensor *t) {

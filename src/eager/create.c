@@ -263,18 +263,35 @@ int ke_cpu_copy(ke_call *c) {
     return ke_ew_run(&k, &ke_ew_identity, ke_compute_dtype((kl_dtype)c->in[0]->dtype));
 }
 
+/* Moves are empty_on(to) + copy: copy may cross devices (dispatch.c), its
+ * device kernel moves the bytes, and autograd sees a copy whose gradient the
+ * engine moves back to the source's device. Same device: an alias (PyTorch's
+ * .to returns self). */
 int ke_decomp_to_device(ke_call *c) {
     kl_tensor *x = c->in[0];
     kl_device from = x->storage->device, to = {ke_attr_to_device_device(&c->a), (int)ke_attr_to_device_index(&c->a)};
     kl_tensor *y = NULL;
-    if (from.type == to.type && from.index == to.index) {
+    if (from.type == to.type && (from.index == to.index || to.type != KL_CUDA)) {
         y = ke_unary(KE_OP_alias, x, 0);
     } else if (to.type == KL_META) {
         y = kl_empty_on(x->ndim, x->shape, (kl_dtype)x->dtype, to);
-    } else {
+    } else if ((unsigned)to.type > KL_META) {
+        ke_err(KL_ERR_ARG, ke_opname(c), "unknown device type %d", (int)to.type);
+    } else if (from.type == KL_META) {
         char b[256];
-        ke_err(KL_ERR_DEVICE, ke_opname(c), "cannot move %s to %s%s", ke_fmt_tensor(b, sizeof b, x),
-               ke_device_name(to), to.type == KL_CUDA ? " (CUDA is not available in this build)" : "");
+        ke_err(KL_ERR_DEVICE, ke_opname(c), "cannot move %s to %s: a meta tensor has no data",
+               ke_fmt_tensor(b, sizeof b, x), ke_device_name(to));
+    } else {
+        /* The target is checked first, so a missing driver or a bad index
+         * is this op's error, not the allocation's. */
+        const ke_device_ops *o = ke_device_ops_of(KL_CUDA);
+        void *none;
+        if (!o) {
+            ke_err(KL_ERR_DEVICE, ke_opname(c), "CUDA not available: no CUDA backend in this build");
+        } else if (to.type != KL_CUDA || !o->alloc(ke_opname(c), to.index, 0, &none)) {
+            kl_tensor *e = kl_empty_on(x->ndim, x->shape, (kl_dtype)x->dtype, to);
+            y = e ? kl_copy_inplace(e, x) : NULL;
+        }
     }
     return ke_set_out1(c, y);
 }
@@ -457,6 +474,11 @@ kl_tensor *kl_from_data(const void *data, int ndim, const int64_t *shape, kl_dty
 
 kl_tensor *kl_from_blob(void *data, int ndim, const int64_t *shape, const int64_t *strides, kl_dtype dt,
                         void (*deleter)(void *data, void *ctx), void *ctx) {
+    return ke_from_blob_on(data, ndim, shape, strides, dt, KL_DEVICE_CPU, deleter, ctx);
+}
+
+kl_tensor *ke_from_blob_on(void *data, int ndim, const int64_t *shape, const int64_t *strides, kl_dtype dt,
+                           kl_device dev, void (*deleter)(void *data, void *ctx), void *ctx) {
     if (ke_check_shape("from_blob", ndim, shape, dt)) return NULL;
     int64_t st[KL_MAX_DIMS];
     if (strides)
@@ -479,7 +501,7 @@ kl_tensor *kl_from_blob(void *data, int ndim, const int64_t *shape, const int64_
         ke_err(KL_ERR_ARG, "from_blob", "data pointer %p is not aligned for %s", data, ke_dtypes[dt].name);
         return NULL;
     }
-    ke_storage *s = ke_storage_blob(data, n ? (size_t)(hi + 1) * ke_dtypes[dt].size : 0, deleter, ctx);
+    ke_storage *s = ke_storage_blob_on(data, n ? (size_t)(hi + 1) * ke_dtypes[dt].size : 0, dev, deleter, ctx);
     if (!s) {
         ke_err(KL_ERR_OOM, "from_blob", "out of memory allocating a storage header");
         return NULL;

@@ -89,27 +89,53 @@ int ke_redispatch(ke_call *c, ke_key below) {
 
 /* ---- the backend step --------------------------------------------------- */
 
-/* All tensor inputs must live on one device; wrapped scalars and 0-dim CPU
- * tensors may join a CUDA computation as PyTorch allows. */
+/* A 0-dim CPU tensor may join a computation on a device (PyTorch's rule),
+ * except as the destination of an in-place op. */
+static inline int joins(const ke_call *c, int i) {
+    const kl_tensor *t = c->in[i];
+    return t->ndim == 0 && t->storage->device.type == KL_CPU && !(c->inplace && i == 0);
+}
+
+/* All tensor inputs must live on one device; wrapped scalars always join,
+ * 0-dim CPU tensors join a CUDA computation (in either position), and copy
+ * may cross between the CPU and CUDA devices (it is how kl_to_device moves
+ * data; the CUDA side's kernel runs it). */
 static int check_devices(ke_call *c) {
-    kl_device dev = c->device;
-    int have = 0;
+    /* the common case first (every op pays for this): all on in[0]'s device */
+    if (KE_LIKELY(c->nin > 0 && !(c->in[0]->flags & KE_TF_WRAPPED))) {
+        kl_device d0 = c->in[0]->storage->device;
+        int i = 1;
+        while (i < c->nin && c->in[i]->storage->device.type == d0.type && c->in[i]->storage->device.index == d0.index)
+            i++;
+        if (KE_LIKELY(i == c->nin)) {
+            c->device = d0;
+            return 0;
+        }
+    }
+    int lead = -1;
+    for (int i = 0; i < c->nin && lead < 0; i++)
+        if (!(c->in[i]->flags & KE_TF_WRAPPED) && !joins(c, i)) lead = i;
+    for (int i = 0; i < c->nin && lead < 0; i++)
+        if (!(c->in[i]->flags & KE_TF_WRAPPED)) lead = i;
+    if (lead < 0) return 0;
+    kl_device dev = c->in[lead]->storage->device;
     for (int i = 0; i < c->nin; i++) {
         const kl_tensor *t = c->in[i];
         kl_device d = t->storage->device;
-        if ((t->flags & KE_TF_WRAPPED) || (t->ndim == 0 && d.type == KL_CPU && have && dev.type == KL_CUDA))
+        if ((t->flags & KE_TF_WRAPPED) || (d.type == dev.type && d.index == dev.index)) continue;
+        if (dev.type == KL_CUDA && joins(c, i)) continue;
+        if (c->op == KE_OP_copy && d.type != KL_META && dev.type != KL_META) {
+            if (dev.type != KL_CUDA) dev = d; /* CPU <-> CUDA: the CUDA kernel runs it */
             continue;
-        if (!have) {
-            dev = d;
-            have = 1;
-        } else if (d.type != dev.type || d.index != dev.index) {
-            char b1[256], b2[256];
-            return ke_err(KL_ERR_DEVICE, ke_opname(c),
-                          "expected all tensors on one device, got %s (argument 1) and %s (argument %d)",
-                          ke_fmt_tensor(b1, sizeof b1, c->in[0]), ke_fmt_tensor(b2, sizeof b2, t), i + 1);
         }
+        int i1 = lead < i ? lead : i, i2 = lead < i ? i : lead;
+        char b1[256], b2[256];
+        return ke_err(KL_ERR_DEVICE, ke_opname(c),
+                      "expected all tensors on one device, got %s (argument %d) and %s (argument %d)",
+                      ke_fmt_tensor(b1, sizeof b1, c->in[i1]), i1 + 1, ke_fmt_tensor(b2, sizeof b2, c->in[i2]),
+                      i2 + 1);
     }
-    if (have) c->device = dev;
+    c->device = dev;
     return 0;
 }
 
@@ -148,10 +174,13 @@ int ke_backend_run(ke_call *c) {
     if (c->device.type == KL_CPU) {
         k = op->cpu;
     } else if (c->device.type == KL_CUDA) {
-        k = device_kernels[KE_KEY_CUDA][c->op];
+        /* first: the first CUDA call joins the CUDA backend (kl_init), which registers its kernels */
         if (!ke_device_available(KL_CUDA))
-            return ke_err(KL_ERR_DEVICE, ke_opname(c), "CUDA is not available in this build or on this machine");
-        if (!k) return ke_err(KL_ERR_UNSUPPORTED, ke_opname(c), "no CUDA kernel for this op");
+            return ke_err(KL_ERR_DEVICE, ke_opname(c), "CUDA not available: no CUDA backend in this build");
+        k = device_kernels[KE_KEY_CUDA][c->op];
+        if (!k)
+            return ke_err(KL_ERR_UNSUPPORTED, ke_opname(c), "no CUDA kernel for this op (on %s); move the tensors to "
+                          "the CPU with kl_to_device", ke_device_name(c->device));
     }
     if (c->inplace) {
         if (check_inplace(c, &spec[0])) return -1;

@@ -157,8 +157,13 @@ extern const ke_attr_set ke_op_attrs[KE_OP_COUNT];
 /* Handlers per dispatch key. Backends share one generic handler; Trace and
  * Autograd are their layers', installed through ke_hooks (core.h). */
 typedef int (*ke_handler_fn)(ke_call *c);
-/* Registers an eager kernel for op on a non-CPU backend (CUDA later). */
+/* Registers an eager kernel for op on a non-CPU backend (CUDA); a later
+ * registration for the same op replaces an earlier one. */
 void ke_register_kernel(ke_key backend, int op, ke_kernel_fn fn);
+/* Registers device.c's CUDA kernels (creation ops, clone, copy, bernoulli:
+ * byte moves and host-staged fills through the registered ke_device_ops).
+ * Called by the composition root before it registers the CUDA device. */
+void ke_register_device_kernels(void);
 
 /* Runs c through the dispatcher. Returns 0 (outputs in c->out, each new one
  * owned by the current scope) or -1 with an error recorded. */

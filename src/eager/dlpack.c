@@ -13,6 +13,11 @@
  * deleter calls the managed tensor's deleter when the last Kiln reference
  * goes. On failure nothing is taken over: the caller still owns m.
  *
+ * Devices: kDLCPU and kDLCUDA (device_id = the CUDA index). A CUDA export's
+ * data is the device address; a CUDA import is a KE_ALLOC_BLOB storage on
+ * that device: the producer's memory, freed by its deleter, never by the
+ * caching allocator.
+ *
  * dtypes: v0.6 has no bool code, so bool exports as uint8 (8 bits), the
  * values 0/1 — torch 1.13 refuses bool outright. On import, code 6
  * (kDLBool in DLPack >= 0.8) with 8 bits is read as bool.
@@ -50,9 +55,10 @@ static void dl_export_delete(DLManagedTensor *m) {
 
 DLManagedTensor *kl_to_dlpack(kl_tensor *t) {
     if (ke_check_tensor(t, "to_dlpack", 1) || ke_check_data(t, "to_dlpack")) return NULL;
-    if (t->storage->device.type != KL_CPU) {
+    kl_device dev = t->storage->device;
+    if (dev.type == KL_META) {
         char desc[256];
-        ke_err(KL_ERR_DEVICE, "to_dlpack", "only CPU tensors can be exported for now, got %s",
+        ke_err(KL_ERR_DEVICE, "to_dlpack", "only CPU and CUDA tensors can be exported, got %s",
                ke_fmt_tensor(desc, sizeof desc, t));
         return NULL;
     }
@@ -70,7 +76,7 @@ DLManagedTensor *kl_to_dlpack(kl_tensor *t) {
     atomic_fetch_add_explicit(&t->storage->refcount, 1, memory_order_relaxed);
     DLTensor *dl = &x->m.dl_tensor;
     dl->data = ke_data(t);
-    dl->device = (DLDevice){kDLCPU, 0};
+    dl->device = dev.type == KL_CUDA ? (DLDevice){kDLCUDA, dev.index} : (DLDevice){kDLCPU, 0};
     dl->ndim = t->ndim;
     for (size_t k = 0; k < sizeof dl_types / sizeof dl_types[0]; k++)
         if (dl_types[k].dt == dt) dl->dtype = (DLDataType){dl_types[k].code, dl_types[k].bits, 1};
@@ -97,8 +103,20 @@ kl_tensor *kl_from_dlpack(DLManagedTensor *m) {
         return NULL;
     }
     const DLTensor *dl = &m->dl_tensor;
-    if (dl->device.device_type != kDLCPU) {
-        ke_err(KL_ERR_DEVICE, op, "only CPU tensors (kDLCPU) can be imported for now, got device type %d",
+    kl_device dev = KL_DEVICE_CPU;
+    if (dl->device.device_type == kDLCUDA) {
+        /* The device must exist here (its index checked, the driver loaded):
+         * Kiln will queue copies and kernels on it. */
+        const ke_device_ops *o = ke_device_ops_of(KL_CUDA);
+        void *none;
+        if (!o) {
+            ke_err(KL_ERR_DEVICE, op, "CUDA not available: no CUDA backend in this build");
+            return NULL;
+        }
+        if (o->alloc(op, dl->device.device_id, 0, &none)) return NULL;
+        dev = (kl_device){KL_CUDA, dl->device.device_id};
+    } else if (dl->device.device_type != kDLCPU) {
+        ke_err(KL_ERR_DEVICE, op, "only CPU (kDLCPU) and CUDA (kDLCUDA) tensors can be imported, got device type %d",
                (int)dl->device.device_type);
         return NULL;
     }
@@ -149,5 +167,5 @@ kl_tensor *kl_from_dlpack(DLManagedTensor *m) {
         ke_err(KL_ERR_ARG, op, "data + byte_offset (%p) is not aligned for %s", (void *)data, ke_dtypes[dt].name);
         return NULL;
     }
-    return kl_from_blob(data, dl->ndim, dl->shape, dl->strides, (kl_dtype)dt, dl_import_delete, m);
+    return ke_from_blob_on(data, dl->ndim, dl->shape, dl->strides, (kl_dtype)dt, dev, dl_import_delete, m);
 }

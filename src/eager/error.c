@@ -91,7 +91,21 @@ char *ke_fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
 const char *ke_device_name(kl_device d) {
     switch (d.type) {
     case KL_CPU: return "cpu";
-    case KL_CUDA: return d.index == 0 ? "cuda:0" : "cuda";
+    case KL_CUDA: {
+        /* Static strings (callers keep several names alive in one message);
+         * indices past the table are not usable devices anyway. */
+#define KE_CUDA_NAME_(i) "cuda:" #i
+        static const char *const names[] = {
+            KE_CUDA_NAME_(0),  KE_CUDA_NAME_(1),  KE_CUDA_NAME_(2),  KE_CUDA_NAME_(3),  KE_CUDA_NAME_(4),
+            KE_CUDA_NAME_(5),  KE_CUDA_NAME_(6),  KE_CUDA_NAME_(7),  KE_CUDA_NAME_(8),  KE_CUDA_NAME_(9),
+            KE_CUDA_NAME_(10), KE_CUDA_NAME_(11), KE_CUDA_NAME_(12), KE_CUDA_NAME_(13), KE_CUDA_NAME_(14),
+            KE_CUDA_NAME_(15),
+        };
+#undef KE_CUDA_NAME_
+        return (unsigned)d.index < sizeof names / sizeof names[0] ? names[d.index]
+               : d.index < 0                                       ? "cuda:<negative index>"
+                                                                   : "cuda:<index over 15>";
+    }
     case KL_META: return "meta";
     }
     return "?";

@@ -479,7 +479,7 @@ int kl_save_npy(const char *path, const kl_tensor *t) {
         ke_err(KL_ERR_NULL_ARG, "save_npy", "path is NULL");
         return KL_ERR_NULL_ARG;
     }
-    if (t->storage->device.type != KL_CPU) {
+    if (t->storage->device.type == KL_META) {
         char desc[256];
         npy_fail(&src, KL_ERR_DEVICE, "cannot save %s: move it to the CPU first", ke_fmt_tensor(desc, sizeof desc, t));
         return KL_ERR_DEVICE;
@@ -487,7 +487,8 @@ int kl_save_npy(const char *path, const kl_tensor *t) {
     int rc = 0;
     kl_scope_begin();
     kl_tensor *c = (kl_tensor *)t;
-    if (c->dtype == KL_BF16) c = kl_to_dtype(c, KL_F32);
+    if (c->storage->device.type != KL_CPU) c = kl_to_device(c, KL_DEVICE_CPU); /* through the host */
+    if (c && c->dtype == KL_BF16) c = kl_to_dtype(c, KL_F32);
     c = kl_contiguous(c);
     if (!c) {
         rc = -1;

@@ -39,6 +39,12 @@ static live_counts *all_counts;
 static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local live_counts *tl_counts;
 
+static void thread_exit_key_init(void);
+static pthread_key_t thread_exit_key;
+static pthread_once_t thread_exit_once = PTHREAD_ONCE_INIT;
+
+/* Every thread that makes or frees a header passes here first, so the slow
+ * path is also where its exit handler (thread_exit, below) is armed. */
 static live_counts *my_counts(void) {
     if (KE_LIKELY(tl_counts != NULL)) return tl_counts;
     live_counts *c = calloc(1, sizeof *c);
@@ -47,6 +53,8 @@ static live_counts *my_counts(void) {
     c->next = all_counts;
     all_counts = c;
     pthread_mutex_unlock(&counts_lock);
+    pthread_once(&thread_exit_once, thread_exit_key_init);
+    pthread_setspecific(thread_exit_key, c);
     return tl_counts = c;
 }
 
@@ -69,15 +77,57 @@ int64_t kl_live_storages(void) { return sum_counts(1); }
 
 #define KE_FREELIST_MAX 4096
 static _Thread_local kl_tensor *tl_free_tensors;
-static _Thread_local int tl_n_free_tensors;
 static _Thread_local ke_storage *tl_free_storages;
+static _Thread_local kl_tensor *tl_free_blocks; /* ke_block's tensors, linked through t.next_free */
 static _Thread_local int tl_n_free_storages;
+
+/* ---- thread exit -------------------------------------------------------------
+ * Headers and blocks are never freed, and a thread's free lists die with it:
+ * at its exit they go to shared lists, which a thread whose own list is empty
+ * takes whole before it mallocs a new chunk. Without this a process that
+ * starts threads leaks each one's lists (and LeakSanitizer says so). */
+static kl_tensor *orphan_tensors, *orphan_blocks; /* linked through next_free */
+static pthread_mutex_t orphan_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static kl_tensor *splice(kl_tensor *list, kl_tensor *onto) {
+    if (!list) return onto;
+    kl_tensor *t = list;
+    while (t->next_free) t = t->next_free;
+    t->next_free = onto;
+    return list;
+}
+
+static kl_tensor *take_orphans(kl_tensor **list) {
+    pthread_mutex_lock(&orphan_lock);
+    kl_tensor *t = *list;
+    *list = NULL;
+    pthread_mutex_unlock(&orphan_lock);
+    return t;
+}
+
+static void thread_exit(void *counts) {
+    (void)counts;
+    pthread_mutex_lock(&orphan_lock);
+    orphan_tensors = splice(tl_free_tensors, orphan_tensors);
+    orphan_blocks = splice(tl_free_blocks, orphan_blocks);
+    pthread_mutex_unlock(&orphan_lock);
+    tl_free_tensors = tl_free_blocks = NULL;
+    while (tl_free_storages) { /* single mallocs: these may go */
+        ke_storage *s = tl_free_storages;
+        tl_free_storages = s->next_free;
+        free(s);
+    }
+    tl_n_free_storages = 0;
+    tl_counts = NULL; /* a header freed later on this thread (another destructor) arms it again */
+}
+
+static void thread_exit_key_init(void) { KE_ASSERT(pthread_key_create(&thread_exit_key, thread_exit) == 0); }
 
 static kl_tensor *header_alloc(void) {
     kl_tensor *t = tl_free_tensors;
+    if (KE_UNLIKELY(!t) && (t = take_orphans(&orphan_tensors))) tl_free_tensors = t;
     if (t) {
         tl_free_tensors = t->next_free;
-        tl_n_free_tensors--;
     } else {
         /* Headers are carved from chunks that are never freed (see top). */
         enum { CHUNK = 64 };
@@ -87,7 +137,6 @@ static kl_tensor *header_alloc(void) {
             chunk[i].magic = KE_MAGIC_DEAD;
             chunk[i].next_free = tl_free_tensors;
             tl_free_tensors = &chunk[i];
-            tl_n_free_tensors++;
         }
         t = &chunk[0];
     }
@@ -102,7 +151,6 @@ static void header_free(kl_tensor *t) {
      * thread's list, so chunks circulate between threads. */
     t->next_free = tl_free_tensors;
     tl_free_tensors = t;
-    tl_n_free_tensors++;
 }
 
 static ke_storage *storage_header_alloc(void) {
@@ -136,7 +184,6 @@ typedef struct ke_block {
     kl_tensor t;
 } ke_block;
 
-static _Thread_local kl_tensor *tl_free_blocks; /* linked through t.next_free */
 
 static ke_block *block_of(const kl_tensor *t) {
     return (ke_block *)((char *)t - offsetof(ke_block, t));
@@ -148,6 +195,7 @@ static inline int in_own_block(const kl_tensor *t) {
 
 static ke_block *block_alloc(void) {
     kl_tensor *t = tl_free_blocks;
+    if (KE_UNLIKELY(!t) && (t = take_orphans(&orphan_blocks))) tl_free_blocks = t;
     if (t) {
         tl_free_blocks = t->next_free;
     } else {
@@ -178,15 +226,27 @@ static void block_free(ke_block *b) {
 
 /* ---- storage ---------------------------------------------------------------- */
 
-static ke_device_allocator device_allocators[3];
+static const ke_device_ops *_Atomic device_ops[3];
 
-void ke_register_device_allocator(kl_device_type type, const ke_device_allocator *a) {
-    KE_ASSERT((unsigned)type < 3);
-    device_allocators[type] = *a;
+void ke_register_device(kl_device_type type, const ke_device_ops *ops) {
+    KE_ASSERT((unsigned)type < 3 && type != KL_CPU && type != KL_META);
+    atomic_store_explicit(&device_ops[type], ops, memory_order_release);
+}
+
+const ke_device_ops *ke_device_ops_of(kl_device_type type) {
+    if ((unsigned)type >= 3) return NULL;
+    const ke_device_ops *o = atomic_load_explicit(&device_ops[type], memory_order_acquire);
+    if (!o && type == KL_CUDA) {
+        /* The composition root registers CUDA: eager reaches it through the
+         * public entry point (once; cheap after the first call). */
+        kl_init();
+        o = atomic_load_explicit(&device_ops[type], memory_order_acquire);
+    }
+    return o;
 }
 
 int ke_device_available(kl_device_type type) {
-    return type == KL_CPU || type == KL_META || ((unsigned)type < 3 && device_allocators[type].alloc != NULL);
+    return type == KL_CPU || type == KL_META || ke_device_ops_of(type) != NULL;
 }
 
 static void storage_init(ke_storage *s, void *data, size_t nbytes, kl_device dev, ke_alloc_kind kind) {
@@ -216,10 +276,11 @@ static inline __attribute__((always_inline)) int storage_fill(ke_storage *s, siz
         data = ke_cpu_alloc(nbytes);
         kind = KE_ALLOC_CPU;
     } else if (dev.type == KL_CUDA) {
-        if (!device_allocators[KL_CUDA].alloc)
-            return ke_err(KL_ERR_DEVICE, op, "CUDA is not available in this build or on this machine");
-        data = device_allocators[KL_CUDA].alloc(nbytes, dev.index);
-        kind = KE_ALLOC_DEVICE;
+        const ke_device_ops *o = ke_device_ops_of(KL_CUDA);
+        if (!o) return ke_err(KL_ERR_DEVICE, op, "CUDA not available: no CUDA backend in this build");
+        if (o->alloc(op, dev.index, nbytes, &data)) return -1;
+        storage_init(s, data, nbytes, dev, KE_ALLOC_DEVICE);
+        return 0;
     } else {
         storage_init(s, NULL, nbytes, dev, KE_ALLOC_NONE);
         return 0;
@@ -244,9 +305,14 @@ ke_storage *ke_storage_new(size_t nbytes, kl_device dev, const char *op) {
 }
 
 ke_storage *ke_storage_blob(void *data, size_t nbytes, void (*deleter)(void *, void *), void *ctx) {
+    return ke_storage_blob_on(data, nbytes, KL_DEVICE_CPU, deleter, ctx);
+}
+
+ke_storage *ke_storage_blob_on(void *data, size_t nbytes, kl_device dev, void (*deleter)(void *, void *),
+                               void *ctx) {
     ke_storage *s = storage_header_alloc();
     if (!s) return NULL;
-    storage_init(s, data, nbytes, KL_DEVICE_CPU, KE_ALLOC_BLOB);
+    storage_init(s, data, nbytes, dev, KE_ALLOC_BLOB);
     s->deleter = deleter;
     s->deleter_ctx = ctx;
     return s;
@@ -267,7 +333,7 @@ static inline void storage_release_data(ke_storage *s) {
     case KE_ALLOC_BLOB:
         if (s->deleter) s->deleter(s->data, s->deleter_ctx);
         break;
-    case KE_ALLOC_DEVICE: device_allocators[s->device.type].free(s->data, s->nbytes, s->device.index); break;
+    case KE_ALLOC_DEVICE: device_ops[s->device.type]->free(s->data, s->nbytes, s->device.index); break;
     default: break;
     }
 }
@@ -464,13 +530,13 @@ int64_t kl_version_of(const kl_tensor *t) {
 void *kl_data_ptr(const kl_tensor *t) {
     ACCESS_CHECK(t, "data_ptr", NULL);
     if (ke_check_data(t, "data_ptr")) return NULL;
-    if (t->storage->device.type != KL_CPU) {
+    if (t->storage->device.type == KL_META) {
         char b[256];
-        ke_err(KL_ERR_DEVICE, "data_ptr", "tensor %s has no CPU data (move it with kl_to_device)",
+        ke_err(KL_ERR_DEVICE, "data_ptr", "tensor %s has no data (move it with kl_to_device)",
                ke_fmt_tensor(b, sizeof b, t));
         return NULL;
     }
-    return ke_data(t);
+    return ke_data(t); /* on CUDA: the device address, as PyTorch's data_ptr (kiln.h) */
 }
 int kl_shares_storage(const kl_tensor *t, const kl_tensor *u) {
     if (ke_check_tensor(t, "shares_storage", 1) || ke_check_tensor(u, "shares_storage", 2)) return -1;
@@ -482,23 +548,36 @@ static int item_check(const kl_tensor *t, const char *op) {
     char b[256];
     if (ke_numel(t->ndim, t->shape) != 1)
         return ke_err(KL_ERR_SHAPE, op, "needs a tensor with one element, got %s", ke_fmt_tensor(b, sizeof b, t));
-    if (t->storage->device.type != KL_CPU)
-        return ke_err(KL_ERR_DEVICE, op, "tensor %s has no CPU data (move it with kl_to_device)",
+    if (t->storage->device.type == KL_META)
+        return ke_err(KL_ERR_DEVICE, op, "tensor %s has no data (move it with kl_to_device)",
                       ke_fmt_tensor(b, sizeof b, t));
     return 0;
 }
+/* The one element's bytes: read in place on the CPU, copied from a device
+ * (waits for the work queued before it). NULL with an error recorded. */
+static const void *item_bytes(const kl_tensor *t, const char *op, uint64_t *buf) {
+    if (t->storage->device.type == KL_CPU) return ke_data(t);
+    const ke_device_ops *o = ke_device_ops_of(t->storage->device.type);
+    if (!o || o->copy_d2h(op, t->storage->device.index, buf, ke_data(t), ke_dtypes[t->dtype].size)) return NULL;
+    return buf;
+}
 double kl_item(const kl_tensor *t) {
-    if (item_check(t, "item")) return NAN;
-    return ke_load_f64(ke_data(t), (kl_dtype)t->dtype, 0);
+    uint64_t buf;
+    const void *p;
+    if (item_check(t, "item") || !(p = item_bytes(t, "item", &buf))) return NAN;
+    return ke_load_f64(p, (kl_dtype)t->dtype, 0);
 }
 int64_t kl_item_int(const kl_tensor *t) {
+    uint64_t buf;
+    const void *p;
     if (item_check(t, "item_int")) return 0;
     if (ke_is_float((kl_dtype)t->dtype)) {
         char b[256];
         ke_err(KL_ERR_DTYPE, "item_int", "needs an integer or bool tensor, got %s", ke_fmt_tensor(b, sizeof b, t));
         return 0;
     }
-    return ke_load_i64(ke_data(t), (kl_dtype)t->dtype, 0);
+    if (!(p = item_bytes(t, "item_int", &buf))) return 0;
+    return ke_load_i64(p, (kl_dtype)t->dtype, 0);
 }
 
 kl_tensor *ke_wrap_scalar(double v) {
