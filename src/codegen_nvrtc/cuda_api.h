@@ -142,6 +142,11 @@ void ku_emu_set_capacity(size_t bytes);
 void ku_emu_hold_stream(CUstream s, int hold);
 /* Bytes the emulated device has allocated now (cuMemAlloc minus cuMemFree). */
 size_t ku_emu_used(void);
+/* 1 if [p, p+n) lies inside one live emulated allocation (the emulated
+ * cuBLAS checks every operand with it). */
+int ku_emu_range_ok(CUdeviceptr p, size_t n);
+/* 1 if s is NULL (the default stream) or a live emulated stream. */
+int ku_emu_stream_ok(CUstream s);
 
 /* ---- Streams (cuda_alloc.c) ------------------------------------------ */
 /* This thread's current stream on `dev` (NULL: the legacy default stream). */
@@ -187,5 +192,25 @@ typedef struct cublasContext *cublasHandle_t;
 int ku_cublas_available(const char *op);
 /* cuBLAS's version number (e.g. 130100), -1 without cuBLAS. */
 int ku_cublas_version(void);
+
+/* ---- GEMM through cuBLAS (cuda_gemm.c) --------------------------------- */
+/* A row-major matrix operand in device memory: element (i, j) of batch b is
+ * at ptr + (b*bs + i*rs + j*cs) elements. bs == 0 broadcasts one matrix over
+ * the batch. */
+typedef struct ku_matrix {
+    CUdeviceptr ptr;
+    int64_t rs, cs, bs;
+} ku_matrix;
+/* C[b] = alpha * A[b] @ B[b] + beta * C[b] for b < batch, A[b] m x k, B[b]
+ * k x n, C[b] m x n, dtype KL_F32 / KL_F64 / KL_F16 / KL_BF16 (an int here:
+ * kl_dtype), enqueued on `stream` of device dev. No copies: each operand
+ * needs a unit row or column stride (a transposed view is a transposed
+ * cuBLAS operand) with the other stride at least its extent; otherwise -1
+ * and an error saying which operand to make contiguous. beta == 0: C is not
+ * read. f16/bf16 multiply and accumulate in f32; f32 uses TF32 only when
+ * kl_cuda_set_allow_tf32(true). 0, or -1 and an error naming the cuBLAS
+ * call and its status. */
+int ku_gemm(const char *op, int dev, int dtype, int64_t batch, int64_t m, int64_t n, int64_t k, double alpha,
+            ku_matrix a, ku_matrix b, double beta, ku_matrix c, CUstream stream);
 
 #endif
