@@ -173,8 +173,9 @@ typedef struct ku_cubin {
     int registers;     /* of the most demanding kernel, from ptxas -v (-1: no report in the log) */
     int spill_bytes;   /* spill stores + loads, summed over kernels (-1: no report) */
     int stack_bytes;   /* largest stack frame (-1: no report) */
-    double compile_ms; /* nvrtcCompileProgram's wall time */
-    char *log;         /* the full NVRTC/ptxas log (malloc'd, may be "") */
+    double compile_ms; /* nvrtcCompileProgram's wall time (a disk-cache hit: the load's) */
+    char *log;         /* the full NVRTC/ptxas log (malloc'd, may be ""; "" on a cache hit) */
+    int cached;        /* 1: loaded from Kiln's disk cache (ku_nvrtc_compile_cached) */
 } ku_cubin;
 /* 1 if NVRTC can be loaded (loads it); 0 and an error saying why if not. */
 int ku_nvrtc_available(const char *op);
@@ -185,6 +186,27 @@ int ku_nvrtc_version(int *major, int *minor);
  * success, -1 and an error holding NVRTC's log otherwise. */
 int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch, ku_cubin *out);
 void ku_cubin_free(ku_cubin *c);
+/* What besides the source decides a CUBIN, as text for the cache key: every
+ * option of the compile for sm_<arch> and the name and SHA-256 of every
+ * in-memory header, one per line. 0, or -1 if cap is too small. */
+int ku_nvrtc_inputs(int arch, char *buf, size_t cap);
+
+/* ---- The on-disk kernel cache (cuda_cache.c) ----------------------------- */
+/* The key of a CUBIN: SHA-256 of (entry format, source, architecture, NVRTC
+ * version "major.minor", options text), each part length-framed. */
+struct ke_cache_key;
+void ku_cubin_key(struct ke_cache_key *k, const char *src, int arch, const char *nvrtc_version, const char *options);
+/* The CUBIN (with ptxas's register/spill/stack report) stored under k in the
+ * disk cache (src/eager/diskcache.h, kind KE_CACHE_CUBIN; KL_CACHE_DIR): 1
+ * and *out filled (out->cached = 1), or 0 on a miss, a disabled cache, or a
+ * bad entry (deleted, never trusted). Never an error. */
+int ku_cache_get(const struct ke_cache_key *k, ku_cubin *out);
+/* Stores c under k (atomically; failures only log). */
+void ku_cache_put(const struct ke_cache_key *k, const ku_cubin *c);
+/* The seam every kernel load goes through: source -> CUBIN for sm_<arch>,
+ * from the disk cache when it holds one, else ku_nvrtc_compile and stored.
+ * Same contract as ku_nvrtc_compile. */
+int ku_nvrtc_compile_cached(const char *op, const char *src, const char *name, int arch, ku_cubin *out);
 
 /* ---- cuBLAS (cublas.c) ------------------------------------------------ */
 typedef struct cublasContext *cublasHandle_t;
