@@ -21,6 +21,7 @@
 #include "cuda_harness.h"
 #include "../src/codegen_nvrtc/ku_cublas.h"
 #include "../src/eager/core.h"
+#include "../src/eager/dispatch.h"
 
 static const char *OP = "cuda_blas_test";
 
@@ -453,11 +454,126 @@ static void test_unavailable(void **state) {
     KT_EXPECT_ERROR(KL_ERR_DEVICE, "CUDA not available: ");
 }
 
+/* ---- The eager kernels (cuda_matmul.c) on CUDA tensors ----------------------
+ * CUDA tensors come with another change; here the test gives the tensor
+ * layer the caching allocator as KL_CUDA's allocator (what that change
+ * registers) and calls the kernels as the dispatcher would, after infer. */
+/* (ku_malloc gives 0 for 0 bytes, which the tensor layer takes for out of memory) */
+static void *dev_alloc(size_t n, int dev) {
+    return (void *)(uintptr_t)ku_malloc(OP, dev, n ? n : 1, ku_current_stream(dev));
+}
+static void dev_free(void *p, size_t n, int dev) {
+    (void)n, (void)dev;
+    ku_free(OP, (CUdeviceptr)(uintptr_t)p);
+}
+
+static const kl_device CUDA0 = {KL_CUDA, 0};
+
+/* A fresh contiguous CUDA tensor in the current scope (kl_empty_on would
+ * dispatch to a CUDA creation kernel, which comes with CUDA tensors). */
+static kl_tensor *cuda_empty(kl_dtype dt, int ndim, const int64_t *shape) {
+    kl_tensor *t = ke_tensor_new(dt, ndim, shape, CUDA0, OP);
+    if (!t) print_error("%s\n", kl_last_error());
+    assert_non_null(t);
+    ke_scope_adopt(t);
+    return t;
+}
+
+/* x's contiguous values in a new CUDA tensor. */
+static kl_tensor *to_cuda(kl_tensor *x) {
+    kl_tensor *d = cuda_empty((kl_dtype)x->dtype, x->ndim, x->shape);
+    if (!d) print_error("%s\n", kl_last_error());
+    assert_non_null(d);
+    size_t bytes = (size_t)ke_numel(x->ndim, x->shape) * esize((kl_dtype)x->dtype);
+    if (bytes)
+        assert_int_equal(KU_CALL(OP, ku_driver_get(OP), MemcpyHtoD, (CUdeviceptr)(uintptr_t)ke_data(d), ke_data(x), bytes), 0);
+    return d;
+}
+
+/* Runs kernel fn on (a, b) (CPU tensors, copied to CUDA as contiguous
+ * tensors and viewed by `view` on both devices) and compares with the CPU
+ * op on the same views. */
+typedef kl_tensor *(*view_fn)(kl_tensor *);
+static kl_tensor *no_view(kl_tensor *t) { return t; }
+static kl_tensor *swap_last(kl_tensor *t) { return kl_transpose(t, -1, -2); }
+
+static void eager_case(int op, kl_dtype dt, int na, const int64_t *sa, view_fn va, int nb, const int64_t *sb,
+                       view_fn vb) {
+    kl_scope_begin();
+    kl_tensor *a = kl_randn(na, sa, dt), *b = kl_randn(nb, sb, dt);
+    assert_non_null(a);
+    assert_non_null(b);
+    kl_tensor *ad = va(to_cuda(a)), *bd = vb(to_cuda(b));
+    a = va(a), b = vb(b);
+    assert_non_null(ad);
+    assert_non_null(bd);
+    kl_tensor *ref = op == KE_OP_linear ? kl_linear(a, b, NULL) : op == KE_OP_bmm ? kl_bmm(a, b) : kl_matmul(a, b);
+    if (!ref) print_error("reference: %s\n", kl_last_error());
+    assert_non_null(ref);
+    kl_tensor *out = cuda_empty(dt, ref->ndim, ref->shape);
+    assert_non_null(out);
+    kl_tensor *in[2] = {ad, bd};
+    ke_call k = {.op = op, .nin = 2, .in = in, .nout = 1, .device = CUDA0, .compute = dt};
+    k.out[0] = out;
+    int rc = op == KE_OP_linear ? ku_cuda_linear(&k) : ku_cuda_matmul(&k);
+    if (rc) print_error("%s\n", kl_last_error());
+    assert_int_equal(rc, 0);
+    int64_t n = ke_numel(ref->ndim, ref->shape);
+    void *got = malloc((size_t)(n ? n : 1) * esize(dt));
+    assert_non_null(got);
+    download(got, (CUdeviceptr)(uintptr_t)ke_data(out), (size_t)n * esize(dt));
+    kl_tensor *r64 = kl_contiguous(kl_to_dtype(ref, KL_F64));
+    const double *want = (const double *)ke_data(r64);
+    int64_t K = sa[na - 1];
+    double tol = dt == KL_F64 ? 1e-12 : dt == KL_F32 ? 1e-5 : dt == KL_F16 ? 2e-3 : 1.6e-2;
+    for (int64_t i = 0; i < n; i++) {
+        double g = get(got, dt, (size_t)i);
+        if (!(fabs(g - want[i]) <= tol * (sqrt((double)K) * 3 + fabs(want[i])))) {
+            print_error("%s element %lld: got %.9g want %.9g\n", ke_dtypes[dt].name, (long long)i, g, want[i]);
+            fail();
+        }
+    }
+    free(got);
+    kl_scope_end();
+}
+
+static void test_eager_kernels(void **state) {
+    (void)state;
+    NEED_CUDA();
+    ke_register_device_allocator(KL_CUDA, &(ke_device_allocator){dev_alloc, dev_free});
+    for (int d = 0; d < 4; d++) {
+        kl_dtype dt = dtypes[d];
+        /* x [2,3,4,5] @ W [5,6]: B broadcast, batches folded into one GEMM */
+        eager_case(KE_OP_matmul, dt, 4, (int64_t[]){2, 3, 4, 5}, no_view, 2, (int64_t[]){5, 6}, no_view);
+        /* both broadcast over two batch dims: an outer loop of strided-batched calls */
+        eager_case(KE_OP_matmul, dt, 4, (int64_t[]){3, 1, 4, 5}, no_view, 3, (int64_t[]){2, 5, 6}, no_view);
+        /* transposed views of both (col-major operands, no copy) */
+        eager_case(KE_OP_matmul, dt, 3, (int64_t[]){2, 5, 4}, swap_last, 3, (int64_t[]){2, 6, 5}, swap_last);
+        /* 1-D operands */
+        eager_case(KE_OP_matmul, dt, 1, (int64_t[]){5}, no_view, 3, (int64_t[]){2, 5, 6}, no_view);
+        eager_case(KE_OP_matmul, dt, 2, (int64_t[]){4, 5}, no_view, 1, (int64_t[]){5}, no_view);
+        eager_case(KE_OP_matmul, dt, 1, (int64_t[]){7}, no_view, 1, (int64_t[]){7}, no_view);
+        eager_case(KE_OP_bmm, dt, 3, (int64_t[]){3, 4, 5}, no_view, 3, (int64_t[]){3, 2, 5}, swap_last);
+        /* linear: x @ w^T with w read transposed in place */
+        eager_case(KE_OP_linear, dt, 3, (int64_t[]){2, 3, 5}, no_view, 2, (int64_t[]){6, 5}, no_view);
+        /* empty batch and k = 0 */
+        eager_case(KE_OP_matmul, dt, 3, (int64_t[]){0, 4, 5}, no_view, 2, (int64_t[]){5, 6}, no_view);
+    }
+    /* integers: no cuBLAS GEMM, a clear error */
+    kl_scope_begin();
+    kl_tensor *ai = cuda_empty(KL_I32, 2, (int64_t[]){2, 2}), *in[2] = {ai, ai};
+    ke_call k = {.op = KE_OP_matmul, .nin = 2, .in = in, .nout = 1, .device = CUDA0, .compute = KL_I32};
+    k.out[0] = cuda_empty(KL_I32, 2, (int64_t[]){2, 2});
+    assert_int_equal(ku_cuda_matmul(&k), -1);
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "on CUDA takes floating tensors (cuBLAS has no int32 GEMM)");
+    kl_scope_end();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_unavailable), T(test_layouts),  T(test_larger),          T(test_batched), T(test_degenerate),
         T(test_alpha_beta),  T(test_tf32),     T(test_errors),          T(test_cublas_statuses),
-        T(test_threads),
+        T(test_threads),     T(test_eager_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -234,5 +234,16 @@ typedef struct ku_matrix {
  * call and its status. */
 int ku_gemm(const char *op, int dev, int dtype, int64_t batch, int64_t m, int64_t n, int64_t k, double alpha,
             ku_matrix a, ku_matrix b, double beta, ku_matrix c, CUstream stream);
+/* 1 if ku_gemm takes an r x c operand with strides (rs, cs) as it is. */
+int ku_gemm_operand_ok(int64_t r, int64_t c, int64_t rs, int64_t cs);
+
+/* ---- Eager CUDA kernels of matmul / mm / bmm, addmm, linear (cuda_matmul.c) ----
+ * ke_kernel_fn's signature (struct ke_call from src/eager/dispatch.h); not
+ * registered yet: see cuda_matmul.c for the registration src/init.c makes
+ * once CUDA tensors exist. */
+struct ke_call;
+int ku_cuda_matmul(struct ke_call *c);
+int ku_cuda_addmm(struct ke_call *c);
+int ku_cuda_linear(struct ke_call *c);
 
 #endif

@@ -49,6 +49,11 @@ static int as_operand(ku_matrix x, int64_t r, int64_t c, int64_t rs, int64_t cs,
     return 0;
 }
 
+int ku_gemm_operand_ok(int64_t r, int64_t c, int64_t rs, int64_t cs) {
+    operand o;
+    return as_operand((ku_matrix){0, rs, cs, 0}, r, c, rs, cs, &o) == 0;
+}
+
 static int too_big(int64_t v) { return v > INT_MAX; }
 
 int ku_gemm(const char *op, int dev, int dtype, int64_t batch, int64_t m, int64_t n, int64_t k, double alpha,
