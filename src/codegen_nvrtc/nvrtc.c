@@ -116,20 +116,27 @@ static int compile_options(int arch, char archopt[32], const char **opts) {
     return n;
 }
 
+/* The headers' digests, once per process (vmath.h is tens of KB: hashing it
+ * at every kernel load would cost more than the rest of a cache hit). */
+static char hdr_hex[N_HDR][65];
+static pthread_once_t hdr_once = PTHREAD_ONCE_INIT;
+static void hash_headers(void) {
+    for (int i = 0; i < N_HDR; i++) {
+        uint8_t d[32];
+        ke_sha256(hdr_texts[i], strlen(hdr_texts[i]), d);
+        for (int j = 0; j < 32; j++) snprintf(hdr_hex[i] + 2 * j, 3, "%02x", d[j]);
+    }
+}
+
 int ku_nvrtc_inputs(int arch, char *buf, size_t cap) {
     char archopt[32];
     const char *opts[8];
     int n = compile_options(arch, archopt, opts);
+    pthread_once(&hdr_once, hash_headers);
     size_t len = 0;
     for (int i = 0; i < n + N_HDR; i++) {
-        char hex[65] = "";
-        if (i >= n) {
-            uint8_t d[32];
-            ke_sha256(hdr_texts[i - n], strlen(hdr_texts[i - n]), d);
-            for (int j = 0; j < 32; j++) snprintf(hex + 2 * j, 3, "%02x", d[j]);
-        }
         int w = i < n ? snprintf(buf + len, cap - len, "%s\n", opts[i])
-                      : snprintf(buf + len, cap - len, "header %s %s\n", hdr_names[i - n], hex);
+                      : snprintf(buf + len, cap - len, "header %s %s\n", hdr_names[i - n], hdr_hex[i - n]);
         if (w < 0 || (size_t)w >= cap - len) return -1;
         len += (size_t)w;
     }
