@@ -4,13 +4,17 @@
  * cuMemAlloc+cuMemFree; device-to-device copy bandwidth at 2^26 floats timed
  * with events; NVRTC cold compile of one unary vmath kernel. Without a GPU
  * (or on the emulated device) it says so and exits 0; never run by meson test.
+ * Before that, on any machine with NVRTC (no GPU needed): cold compile vs a
+ * load from the on-disk kernel cache (ku_nvrtc_compile_cached) for sm_90.
  *
  *     cuda_bench            # prints one line per measurement
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "../src/codegen_nvrtc/cuda_api.h"
+#include "../src/eager/diskcache.h"
 #include "bench_util.h"
 #include "kiln.h"
 
@@ -24,7 +28,57 @@ static const char *OP = "cuda_bench";
         }                                                             \
     } while (0)
 
+/* Cold NVRTC compile vs disk-cache hit for unary vmath kernels, in a fresh
+ * cache folder under /tmp (removed after). A hit's time is the whole
+ * ku_nvrtc_compile_cached call: key, read, checksum. */
+static int bench_disk_cache(int arch) {
+    if (!ku_nvrtc_available(OP)) {
+        printf("disk cache: %s\n", kl_last_error());
+        kl_clear_error();
+        return 0;
+    }
+    char dir[] = "/tmp/kiln_cuda_bench_XXXXXX";
+    if (!mkdtemp(dir)) return 0;
+    setenv("KL_CACHE_DIR", dir, 1);
+    ke_cache_reset();
+    const char *fns[] = {"exp", "log", "tanh", "sigmoid", "gelu_tanh", "erf", "gelu_erf", "sin", "rsqrt"};
+    enum { NF = sizeof fns / sizeof *fns, NHIT = 20 };
+    double cold[NF], hit[NF * NHIT];
+    int nh = 0;
+    for (int f = 0; f < NF; f++) {
+        char src[1024], nm[64];
+        snprintf(src, sizeof src,
+                 "#include \"vmath.h\"\n"
+                 "extern \"C\" __global__ void k_%s(const float *x, float *y, long long n) {\n"
+                 "  for (long long i = blockIdx.x * 128LL + threadIdx.x; i < n; i += (long long)gridDim.x * 128)\n"
+                 "    y[i] = ke_v%sf(x[i]);\n"
+                 "}\n",
+                 fns[f], fns[f]);
+        snprintf(nm, sizeof nm, "k_%s.cu", fns[f]);
+        for (int r = 0; r <= NHIT; r++) {
+            ku_cubin c;
+            CHECK(ku_nvrtc_compile_cached(OP, src, nm, arch, &c));
+            if (r == 0 && c.cached) printf("disk cache: unexpected hit on a fresh folder\n");
+            if (r == 0) cold[f] = c.compile_ms;
+            else hit[nh++] = c.compile_ms;
+            ku_cubin_free(&c);
+        }
+    }
+    kb_stats cs = kb_summarize(cold, NF), hs = kb_summarize(hit, nh);
+    printf("NVRTC cold compile (cache miss, then stored), unary vmath kernel, sm_%d: median %.1f ms (q1 %.1f, q3 %.1f)\n",
+           arch, cs.median, cs.q1, cs.q3);
+    printf("disk-cache load of the same kernels: median %.3f ms (q1 %.3f, q3 %.3f) over %d loads\n", hs.median, hs.q1,
+           hs.q3, nh);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("could not remove %s\n", dir);
+    unsetenv("KL_CACHE_DIR");
+    ke_cache_reset();
+    return 0;
+}
+
 int main(void) {
+    if (bench_disk_cache(90)) return 1;
     if (!kl_cuda_is_available()) {
         printf("cuda_bench: no GPU: %s\n", kl_cuda_unavailable_reason());
         return 0;

@@ -13,7 +13,7 @@
 #include "kernels_nn.h"
 #include "trace.h"
 #ifdef KL_HAVE_LLVM
-#include "../src/codegen_llvm/objcache.h"
+#include "../src/eager/diskcache.h"
 #endif
 
 #include <float.h>
@@ -731,7 +731,7 @@ static void objects_come_back_from_the_cache(void **state) {
     (void)state;
     const char *dir = kt_tmp_path("cache");
     setenv("KL_CACHE_DIR", dir, 1);
-    cg_cache_reset();
+    ke_cache_reset();
     kbuild b;
     kb_init(&b, 1, (int64_t[]){100});
     kb_buf(&b, KL_F32, 0);
@@ -742,22 +742,22 @@ static void objects_come_back_from_the_cache(void **state) {
     c.a.f[1] = (double)getpid() / 1e6; /* a kernel no earlier run has cached */
     int r = kb_stmt(&b, c);
     kb_stmt(&b, (ir_kstmt){.kind = IR_K_STORE, .dtype = KL_F32, .buf = 1, .nargs = 1, .args = {r}, .op = -1});
-    cg_cache_stats s0, s1, s2;
-    cg_cache_get_stats(&s0);
+    ke_cache_stats s0, s1, s2;
+    ke_cache_get_stats(&s0);
     kl_tensor *x = seq(100, 0.1, KL_F32);
     kl_tensor *y1 = run_backend(&cg_llvm_backend, &b.k, &x, KL_F32);
-    cg_cache_get_stats(&s1);
+    ke_cache_get_stats(&s1);
     assert_int_equal(s1.stores, s0.stores + 1);
     assert_int_equal(s1.misses, s0.misses + 1);
     kl_tensor *y2 = run_backend(&cg_llvm_backend, &b.k, &x, KL_F32);
-    cg_cache_get_stats(&s2);
+    ke_cache_get_stats(&s2);
     assert_int_equal(s2.hits, s1.hits + 1);
     assert_int_equal(s2.stores, s1.stores);
     assert_int_equal(kl_equal(y1, y2), 1);
     assert_int_equal(kl_allclose(y1, kl_clamp(x, -1, c.a.f[1]), 0, 0, true), 1);
     unsetenv("KL_CACHE_DIR");
     setenv("KL_CACHE_DIR", "off", 1);
-    cg_cache_reset();
+    ke_cache_reset();
 }
 
 /* KL_DEBUG_DIR receives per kernel its IR text, the LLVM IR before and

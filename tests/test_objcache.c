@@ -13,8 +13,8 @@
 
 #include "core.h" /* ke_err: a pending error the cache must leave alone */
 
-#include "../src/codegen_llvm/objcache.h"
-#include "../src/codegen_llvm/sha256.h"
+#include "../src/eager/diskcache.h"
+#include "../src/eager/sha256.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +26,7 @@
 /* ---- helpers ---------------------------------------------------------------- */
 
 static void hex_of(const uint8_t *d, char out[65]) {
-    cg_key_hex((const cg_key *)(const void *)d, out);
+    ke_cache_key_hex((const ke_cache_key *)(const void *)d, out);
 }
 
 static void fill(uint8_t *p, size_t n, uint32_t seed) {
@@ -37,11 +37,11 @@ static void fill(uint8_t *p, size_t n, uint32_t seed) {
     }
 }
 
-static cg_key key_named(const char *name) {
-    cg_key k;
+static ke_cache_key key_named(const char *name) {
+    ke_cache_key k;
     const void *parts[1] = {name};
     size_t sizes[1] = {strlen(name)};
-    cg_key_of(&k, 1, parts, sizes);
+    ke_cache_key_of(&k, 1, parts, sizes);
     return k;
 }
 
@@ -51,13 +51,13 @@ static const char *use_dir(const char *name) {
     snprintf(d, sizeof d, "%s", kt_tmp_path(name));
     kt_rm_tree(d);
     setenv("KL_CACHE_DIR", d, 1);
-    cg_cache_reset();
+    ke_cache_reset();
     return d;
 }
 
-static void entry_path(char *out, size_t cap, const char *dir, const cg_key *k) {
+static void entry_path(char *out, size_t cap, const char *dir, const ke_cache_key *k) {
     char h[65];
-    cg_key_hex(k, h);
+    ke_cache_key_hex(k, h);
     snprintf(out, cap, "%s/%s.o.kc", dir, h);
 }
 
@@ -110,20 +110,20 @@ static int count_files(const char *dir, const char *suffix) {
 }
 
 /* Asserts a load of k is a hit returning exactly want[0..n). */
-static void expect_hit(const cg_key *k, const uint8_t *want, size_t n) {
+static void expect_hit(const ke_cache_key *k, const uint8_t *want, size_t n) {
     void *obj = (void *)1;
     size_t size = 12345;
-    assert_int_equal(cg_cache_load(k, &obj, &size), 1);
+    assert_int_equal(ke_cache_load(KE_CACHE_OBJ, k, &obj, &size), 1);
     assert_non_null(obj);
     assert_int_equal(size, n);
     if (n) assert_memory_equal(obj, want, n);
     free(obj);
 }
 
-static void expect_miss(const cg_key *k) {
+static void expect_miss(const ke_cache_key *k) {
     void *obj = (void *)1;
     size_t size = 12345;
-    assert_int_equal(cg_cache_load(k, &obj, &size), 0);
+    assert_int_equal(ke_cache_load(KE_CACHE_OBJ, k, &obj, &size), 0);
     assert_null(obj);
     assert_int_equal(size, 0);
 }
@@ -157,17 +157,17 @@ static int run_self(const char *const *args, const char *const *env_add, const c
 static void expect_digest(const void *p, size_t n, const char *want) {
     uint8_t d[32];
     char h[65];
-    cg_sha256(p, n, d);
+    ke_sha256(p, n, d);
     hex_of(d, h);
     assert_string_equal(h, want);
     /* The same message fed in uneven pieces must give the same digest. */
-    cg_sha256_ctx s;
-    cg_sha256_init(&s);
+    ke_sha256_ctx s;
+    ke_sha256_init(&s);
     const uint8_t *b = p;
     for (size_t i = 0, step = 1; i < n; i += step, step = step * 3 % 97 + 1)
-        cg_sha256_update(&s, b + i, step < n - i ? step : n - i);
-    cg_sha256_update(&s, NULL, 0);
-    cg_sha256_final(&s, d);
+        ke_sha256_update(&s, b + i, step < n - i ? step : n - i);
+    ke_sha256_update(&s, NULL, 0);
+    ke_sha256_final(&s, d);
     hex_of(d, h);
     assert_string_equal(h, want);
 }
@@ -206,27 +206,27 @@ static void test_sha256_vectors(void **state) {
 static void test_key_of(void **state) {
     (void)state;
     /* sha256(le64(6) "kernel" le64(0)), from hashlib. */
-    cg_key k;
+    ke_cache_key k;
     char h[65];
     const void *parts[2] = {"kernel", NULL};
     size_t sizes[2] = {6, 0};
-    cg_key_of(&k, 2, parts, sizes);
-    cg_key_hex(&k, h);
+    ke_cache_key_of(&k, 2, parts, sizes);
+    ke_cache_key_hex(&k, h);
     assert_string_equal(h, "07cde08d4816b95c8d727896731bfe218e01cbfc90560fda4c6fe1c84b6ff736");
     /* No parts: the digest of nothing. */
-    cg_key_of(&k, 0, NULL, NULL);
-    cg_key_hex(&k, h);
+    ke_cache_key_of(&k, 0, NULL, NULL);
+    ke_cache_key_hex(&k, h);
     assert_string_equal(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     /* Length framing keeps part boundaries apart. */
-    cg_key k1, k2, k3;
+    ke_cache_key k1, k2, k3;
     const void *p1[2] = {"ab", "c"}, *p2[2] = {"a", "bc"}, *p3[1] = {"abc"};
     size_t s1[2] = {2, 1}, s2[2] = {1, 2}, s3[1] = {3};
-    cg_key_of(&k1, 2, p1, s1);
-    cg_key_of(&k2, 2, p2, s2);
-    cg_key_of(&k3, 1, p3, s3);
+    ke_cache_key_of(&k1, 2, p1, s1);
+    ke_cache_key_of(&k2, 2, p2, s2);
+    ke_cache_key_of(&k3, 1, p3, s3);
     assert_memory_not_equal(k1.b, k2.b, 32);
     assert_memory_not_equal(k1.b, k3.b, 32);
-    cg_key_of(&k2, 2, p1, s1);
+    ke_cache_key_of(&k2, 2, p1, s1);
     assert_memory_equal(k1.b, k2.b, 32);
 }
 
@@ -235,13 +235,13 @@ static void test_key_of(void **state) {
 static void test_store_load(void **state) {
     (void)state;
     const char *dir = use_dir("rt");
-    assert_string_equal(cg_cache_dir(), dir);
-    cg_key k = key_named("roundtrip");
+    assert_string_equal(ke_cache_dir(), dir);
+    ke_cache_key k = key_named("roundtrip");
     expect_miss(&k); /* the folder does not exist yet: a plain miss */
     assert_false(exists(dir));
     uint8_t obj[10000];
     fill(obj, sizeof obj, 1);
-    cg_cache_store(&k, obj, sizeof obj);
+    ke_cache_store(KE_CACHE_OBJ, &k, obj, sizeof obj);
     char p[600];
     entry_path(p, sizeof p, dir, &k);
     assert_int_equal(file_size(p), HDR + (long)sizeof obj);
@@ -249,13 +249,13 @@ static void test_store_load(void **state) {
     expect_hit(&k, obj, sizeof obj); /* a hit leaves the entry in place */
     /* Overwriting an entry replaces it whole. */
     fill(obj, 777, 2);
-    cg_cache_store(&k, obj, 777);
+    ke_cache_store(KE_CACHE_OBJ, &k, obj, 777);
     expect_hit(&k, obj, 777);
     assert_int_equal(count_files(dir, NULL), 1); /* no temporaries left behind */
     /* The folder may be deleted under a running process: the next store makes it again. */
     kt_rm_tree(dir);
     expect_miss(&k);
-    cg_cache_store(&k, obj, 100);
+    ke_cache_store(KE_CACHE_OBJ, &k, obj, 100);
     expect_hit(&k, obj, 100);
     kt_rm_tree(dir);
 }
@@ -263,8 +263,8 @@ static void test_store_load(void **state) {
 static void test_empty_payload(void **state) {
     (void)state;
     const char *dir = use_dir("empty");
-    cg_key k = key_named("empty");
-    cg_cache_store(&k, NULL, 0);
+    ke_cache_key k = key_named("empty");
+    ke_cache_store(KE_CACHE_OBJ, &k, NULL, 0);
     char p[600];
     entry_path(p, sizeof p, dir, &k);
     assert_int_equal(file_size(p), HDR);
@@ -274,26 +274,26 @@ static void test_empty_payload(void **state) {
 
 /* Child side of test_restart: loads the entry the parent stored. */
 static int child_load(void) {
-    cg_key k = key_named("restart");
+    ke_cache_key k = key_named("restart");
     uint8_t want[5000];
     fill(want, sizeof want, 3);
     void *obj;
     size_t size;
-    if (!cg_cache_load(&k, &obj, &size)) return 2;
+    if (!ke_cache_load(KE_CACHE_OBJ, &k, &obj, &size)) return 2;
     int ok = size == sizeof want && memcmp(obj, want, size) == 0;
     free(obj);
-    cg_cache_stats st;
-    cg_cache_get_stats(&st);
+    ke_cache_stats st;
+    ke_cache_get_stats(&st);
     return ok && st.hits == 1 ? 0 : 3;
 }
 
 static void test_restart(void **state) {
     (void)state;
     const char *dir = use_dir("restart");
-    cg_key k = key_named("restart");
+    ke_cache_key k = key_named("restart");
     uint8_t obj[5000];
     fill(obj, sizeof obj, 3);
-    cg_cache_store(&k, obj, sizeof obj);
+    ke_cache_store(KE_CACHE_OBJ, &k, obj, sizeof obj);
     const char *args[] = {"--child-load", NULL};
     assert_int_equal(run_self(args, NULL, NULL), 0);
     kt_rm_tree(dir);
@@ -303,20 +303,20 @@ static void test_restart(void **state) {
 /* ---- bad entries ---------------------------------------------------------------- */
 
 /* Stores a fresh entry for k and returns the file's bytes. */
-static uint8_t *fresh_entry(const cg_key *k, const char *p, size_t n, size_t *len) {
+static uint8_t *fresh_entry(const ke_cache_key *k, const char *p, size_t n, size_t *len) {
     uint8_t *obj = malloc(n);
     assert_non_null(obj);
     fill(obj, n, 4);
-    cg_cache_store(k, obj, n);
+    ke_cache_store(KE_CACHE_OBJ, k, obj, n);
     free(obj);
     return read_file(p, len);
 }
 
-static void expect_rejected(const cg_key *k, const char *p) {
-    cg_cache_stats a, b;
-    cg_cache_get_stats(&a);
+static void expect_rejected(const ke_cache_key *k, const char *p) {
+    ke_cache_stats a, b;
+    ke_cache_get_stats(&a);
     expect_miss(k);
-    cg_cache_get_stats(&b);
+    ke_cache_get_stats(&b);
     assert_int_equal(b.corrupt, a.corrupt + 1);
     assert_false(exists(p));
 }
@@ -324,7 +324,7 @@ static void expect_rejected(const cg_key *k, const char *p) {
 static void test_corrupt(void **state) {
     (void)state;
     const char *dir = use_dir("corrupt");
-    cg_key k = key_named("corrupt");
+    ke_cache_key k = key_named("corrupt");
     char p[600];
     entry_path(p, sizeof p, dir, &k);
     size_t n = 300, len;
@@ -356,7 +356,7 @@ static void test_corrupt(void **state) {
 static void test_truncated(void **state) {
     (void)state;
     const char *dir = use_dir("trunc");
-    cg_key k = key_named("truncated");
+    ke_cache_key k = key_named("truncated");
     char p[600];
     entry_path(p, sizeof p, dir, &k);
     size_t n = 1000, len;
@@ -384,14 +384,14 @@ static void test_truncated(void **state) {
 static void test_foreign(void **state) {
     (void)state;
     const char *dir = use_dir("foreign");
-    cg_key k = key_named("foreign"), other = key_named("other");
+    ke_cache_key k = key_named("foreign"), other = key_named("other");
     char p[600], q[600];
     entry_path(p, sizeof p, dir, &k);
     entry_path(q, sizeof q, dir, &other);
     /* Some other program's file under our name. */
     uint8_t obj[64];
     fill(obj, sizeof obj, 5);
-    cg_cache_store(&other, obj, sizeof obj); /* makes the folder */
+    ke_cache_store(KE_CACHE_OBJ, &other, obj, sizeof obj); /* makes the folder */
     const char text[] = "this is not a cache entry, but it is long enough to cover the whole header......\n";
     write_file(p, text, sizeof text - 1);
     expect_rejected(&k, p);
@@ -402,7 +402,7 @@ static void test_foreign(void **state) {
     assert_int_equal(mkdir(p, 0700), 0);
     expect_miss(&k);
     assert_true(exists(p));
-    cg_cache_store(&k, obj, sizeof obj); /* rename fails: logged only */
+    ke_cache_store(KE_CACHE_OBJ, &k, obj, sizeof obj); /* rename fails: logged only */
     KT_NO_ERROR();
     rmdir(p);
     kt_rm_tree(dir);
@@ -420,18 +420,18 @@ static void test_unusable_dir(void **state) {
     const char *dirs[2] = {d, file};
     for (int i = 0; i < 2; i++) {
         setenv("KL_CACHE_DIR", dirs[i], 1);
-        cg_cache_reset();
-        assert_string_equal(cg_cache_dir(), dirs[i]); /* not known to be bad until used */
-        cg_key k = key_named("unusable");
+        ke_cache_reset();
+        assert_string_equal(ke_cache_dir(), dirs[i]); /* not known to be bad until used */
+        ke_cache_key k = key_named("unusable");
         uint8_t obj[32] = {1, 2, 3};
-        cg_cache_stats a, b;
-        cg_cache_get_stats(&a);
-        cg_cache_store(&k, obj, sizeof obj);
+        ke_cache_stats a, b;
+        ke_cache_get_stats(&a);
+        ke_cache_store(KE_CACHE_OBJ, &k, obj, sizeof obj);
         KT_NO_ERROR();
-        assert_null(cg_cache_dir());
-        cg_cache_store(&k, obj, sizeof obj);
+        assert_null(ke_cache_dir());
+        ke_cache_store(KE_CACHE_OBJ, &k, obj, sizeof obj);
         expect_miss(&k);
-        cg_cache_get_stats(&b);
+        ke_cache_get_stats(&b);
         assert_int_equal(b.stores, a.stores);
         assert_int_equal(b.hits, a.hits);
     }
@@ -445,17 +445,17 @@ static void test_error_state_untouched(void **state) {
     (void)state;
     const char *dir = use_dir("errstate");
     ke_err(KL_ERR_ARG, "test", "pending before the cache ran");
-    cg_key k = key_named("errstate");
+    ke_cache_key k = key_named("errstate");
     uint8_t obj[100];
     fill(obj, sizeof obj, 9);
-    cg_cache_store(&k, obj, sizeof obj);
+    ke_cache_store(KE_CACHE_OBJ, &k, obj, sizeof obj);
     expect_hit(&k, obj, sizeof obj);
     char p[600];
     entry_path(p, sizeof p, dir, &k);
     write_file(p, "junk", 4);
     expect_rejected(&k, p);
     assert_int_equal(mkdir(p, 0700), 0);
-    cg_cache_store(&k, obj, sizeof obj);
+    ke_cache_store(KE_CACHE_OBJ, &k, obj, sizeof obj);
     expect_miss(&k);
     KT_EXPECT_ERROR(KL_ERR_ARG, "kl_test: pending before the cache ran");
     kt_rm_tree(dir);
@@ -466,14 +466,14 @@ static void test_disabled(void **state) {
     const char *vals[2] = {"", "off"};
     for (int i = 0; i < 2; i++) {
         setenv("KL_CACHE_DIR", vals[i], 1);
-        cg_cache_reset();
-        assert_null(cg_cache_dir());
-        cg_key k = key_named("disabled");
-        cg_cache_stats a, b;
-        cg_cache_get_stats(&a);
-        cg_cache_store(&k, "abc", 3);
+        ke_cache_reset();
+        assert_null(ke_cache_dir());
+        ke_cache_key k = key_named("disabled");
+        ke_cache_stats a, b;
+        ke_cache_get_stats(&a);
+        ke_cache_store(KE_CACHE_OBJ, &k, "abc", 3);
         expect_miss(&k);
-        cg_cache_get_stats(&b);
+        ke_cache_get_stats(&b);
         assert_int_equal(b.stores, a.stores);
         assert_int_equal(b.store_failures, a.store_failures);
         KT_NO_ERROR();
@@ -490,33 +490,33 @@ static void test_dir_resolution(void **state) {
     unsetenv("KL_CACHE_DIR");
     setenv("XDG_CACHE_HOME", "/somewhere/xdg", 1);
     setenv("HOME", "/home/someone", 1);
-    cg_cache_reset();
-    assert_string_equal(cg_cache_dir(), "/somewhere/xdg/kiln");
+    ke_cache_reset();
+    assert_string_equal(ke_cache_dir(), "/somewhere/xdg/kiln");
     /* Read once: a change is seen only after a reset. */
     setenv("XDG_CACHE_HOME", "/elsewhere", 1);
-    assert_string_equal(cg_cache_dir(), "/somewhere/xdg/kiln");
+    assert_string_equal(ke_cache_dir(), "/somewhere/xdg/kiln");
     /* XDG says relative and empty values are to be ignored. */
     setenv("XDG_CACHE_HOME", "relative/xdg", 1);
-    cg_cache_reset();
-    assert_string_equal(cg_cache_dir(), "/home/someone/.cache/kiln");
+    ke_cache_reset();
+    assert_string_equal(ke_cache_dir(), "/home/someone/.cache/kiln");
     setenv("XDG_CACHE_HOME", "", 1);
-    cg_cache_reset();
-    assert_string_equal(cg_cache_dir(), "/home/someone/.cache/kiln");
+    ke_cache_reset();
+    assert_string_equal(ke_cache_dir(), "/home/someone/.cache/kiln");
     unsetenv("XDG_CACHE_HOME");
     unsetenv("HOME");
-    cg_cache_reset();
-    assert_null(cg_cache_dir());
+    ke_cache_reset();
+    assert_null(ke_cache_dir());
     setenv("XDG_CACHE_HOME", "/x", 1);
     setenv("KL_CACHE_DIR", "relative/dir", 1); /* taken as given */
-    cg_cache_reset();
-    assert_string_equal(cg_cache_dir(), "relative/dir");
+    ke_cache_reset();
+    assert_string_equal(ke_cache_dir(), "relative/dir");
 
     for (int i = 0; i < 3; i++) {
         if (saved[i]) setenv(names[i], saved[i], 1);
         else unsetenv(names[i]);
         free(saved[i]);
     }
-    cg_cache_reset();
+    ke_cache_reset();
 }
 
 /* ---- concurrency ---------------------------------------------------------------- */
@@ -526,28 +526,28 @@ enum { ROUNDS = 100 };
 /* Child side of test_concurrent: stores the shared key and its own keys,
  * loading between stores; any corrupt sighting or wrong bytes fails. */
 static int child_writer(int id) {
-    cg_cache_stats st0, st;
-    cg_cache_get_stats(&st0); /* counts inherited through fork */
-    cg_key shared = key_named("shared");
+    ke_cache_stats st0, st;
+    ke_cache_get_stats(&st0); /* counts inherited through fork */
+    ke_cache_key shared = key_named("shared");
     uint8_t want[4096], obj[4096];
     fill(want, sizeof want, 100);
     for (int i = 0; i < ROUNDS; i++) {
-        cg_cache_store(&shared, want, sizeof want);
+        ke_cache_store(KE_CACHE_OBJ, &shared, want, sizeof want);
         char name[64];
         snprintf(name, sizeof name, "own-%d-%d", id, i);
-        cg_key own = key_named(name);
+        ke_cache_key own = key_named(name);
         size_t n = 100 + (size_t)(i * 37 % 4000);
         fill(obj, n, (uint32_t)(id * 1000 + i));
-        cg_cache_store(&own, obj, n);
+        ke_cache_store(KE_CACHE_OBJ, &own, obj, n);
         void *got;
         size_t size;
-        if (cg_cache_load(&shared, &got, &size)) {
+        if (ke_cache_load(KE_CACHE_OBJ, &shared, &got, &size)) {
             int ok = size == sizeof want && memcmp(got, want, size) == 0;
             free(got);
             if (!ok) return 4;
         }
     }
-    cg_cache_get_stats(&st);
+    ke_cache_get_stats(&st);
     return st.corrupt == st0.corrupt && st.store_failures == st0.store_failures &&
                    st.stores - st0.stores == 2 * ROUNDS
                ? 0
@@ -562,7 +562,7 @@ static void test_concurrent(void **state) {
         pids[c] = fork();
         assert_true(pids[c] >= 0);
         if (pids[c] == 0) {
-            cg_cache_reset();
+            ke_cache_reset();
             _exit(child_writer(c));
         }
     }
@@ -574,13 +574,13 @@ static void test_concurrent(void **state) {
     }
     uint8_t want[4096];
     fill(want, sizeof want, 100);
-    cg_key shared = key_named("shared");
+    ke_cache_key shared = key_named("shared");
     expect_hit(&shared, want, sizeof want);
     for (int c = 0; c < 2; c++)
         for (int i = 0; i < ROUNDS; i++) {
             char name[64];
             snprintf(name, sizeof name, "own-%d-%d", c, i);
-            cg_key own = key_named(name);
+            ke_cache_key own = key_named(name);
             size_t n = 100 + (size_t)(i * 37 % 4000);
             fill(want, n, (uint32_t)(c * 1000 + i));
             expect_hit(&own, want, n);
@@ -597,18 +597,18 @@ static int child_log(const char *dir) {
     char d[600], p[700], blocked[700];
     snprintf(d, sizeof d, "%s/cache", dir);
     setenv("KL_CACHE_DIR", d, 1);
-    cg_key k = key_named("logged"), absent = key_named("absent");
+    ke_cache_key k = key_named("logged"), absent = key_named("absent");
     void *obj;
     size_t size;
-    cg_cache_store(&k, "payload", 7);
-    if (!cg_cache_load(&k, &obj, &size)) return 2;
+    ke_cache_store(KE_CACHE_OBJ, &k, "payload", 7);
+    if (!ke_cache_load(KE_CACHE_OBJ, &k, &obj, &size)) return 2;
     free(obj);
-    if (cg_cache_load(&absent, &obj, &size)) return 3;
+    if (ke_cache_load(KE_CACHE_OBJ, &absent, &obj, &size)) return 3;
     entry_path(p, sizeof p, d, &k);
     int fd = open(p, O_WRONLY | O_TRUNC);
     if (fd < 0) return 4;
     close(fd);
-    if (cg_cache_load(&k, &obj, &size)) return 5;
+    if (ke_cache_load(KE_CACHE_OBJ, &k, &obj, &size)) return 5;
     /* An unusable folder: one "disabled" line however many stores follow. */
     snprintf(blocked, sizeof blocked, "%s/entry-in-the-way/cache", dir);
     char file[700];
@@ -617,18 +617,18 @@ static int child_log(const char *dir) {
     if (fd < 0) return 6;
     close(fd);
     setenv("KL_CACHE_DIR", blocked, 1);
-    cg_cache_reset();
-    for (int i = 0; i < 3; i++) cg_cache_store(&k, "payload", 7);
+    ke_cache_reset();
+    for (int i = 0; i < 3; i++) ke_cache_store(KE_CACHE_OBJ, &k, "payload", 7);
     /* A failing write (a folder where the entry goes) must not record an
      * error either: the parent runs this with KL_ABORT_ON_ERROR=1. */
     snprintf(d, sizeof d, "%s/cache2", dir);
     setenv("KL_CACHE_DIR", d, 1);
-    cg_cache_reset();
-    cg_cache_store(&absent, "x", 1);
+    ke_cache_reset();
+    ke_cache_store(KE_CACHE_OBJ, &absent, "x", 1);
     entry_path(p, sizeof p, d, &k);
     if (mkdir(p, 0700) != 0) return 7;
-    cg_cache_store(&k, "payload", 7);
-    if (cg_cache_load(&k, &obj, &size)) return 8;
+    ke_cache_store(KE_CACHE_OBJ, &k, "payload", 7);
+    if (ke_cache_load(KE_CACHE_OBJ, &k, &obj, &size)) return 8;
     return kl_last_status() == KL_OK ? 0 : 9;
 }
 
@@ -650,8 +650,8 @@ static void test_log_lines(void **state) {
     text[n] = 0;
     free(raw);
     char pre[65];
-    cg_key k = key_named("logged");
-    cg_key_hex(&k, pre);
+    ke_cache_key k = key_named("logged");
+    ke_cache_key_hex(&k, pre);
     pre[16] = 0;
     char line[256];
     snprintf(line, sizeof line, "[kiln:cache] store %s 7 bytes", pre);

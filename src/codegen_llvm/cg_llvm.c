@@ -5,7 +5,7 @@
  * the host CPU name and features, the LLVM and Kiln versions and the eager
  * bitcode itself. A kernel already loaded in this process with that key is
  * shared (refcounted: graphs are cloned and recompiled per signature); else
- * the disk cache (objcache.h) may hold its object; else cg_emit builds the
+ * the disk cache (diskcache.h) may hold its object; else cg_emit builds the
  * module, cg_jit optimizes and emits it, and the object is stored. Objects
  * go into the one LLJIT under one resource tracker per key, removed when
  * the last kernel using it is freed.
@@ -25,7 +25,7 @@
 
 #include "ew.h"
 #include "log.h"
-#include "objcache.h"
+#include "diskcache.h"
 #include "threadpool.h"
 
 #include <pthread.h>
@@ -43,7 +43,7 @@ extern const char cg_generator_digest[];          /* of the code generator's sou
 
 /* Code loaded in the JIT, shared by the kernels with its key. */
 typedef struct cg_code {
-    cg_key key;
+    ke_cache_key key;
     void *rt;
     cg_entry fn;
     int refs;
@@ -148,7 +148,7 @@ static void serialize(sbuf *s, const ir_kernel *k) {
     }
 }
 
-static void kernel_key(cg_key *key, const ir_kernel *k, sbuf *s) {
+static void kernel_key(ke_cache_key *key, const ir_kernel *k, sbuf *s) {
     const char *cpu = cg_cpu_name(), *feat = cg_cpu_features();
     char llvm_ver[32];
     unsigned maj = 0, min = 0, pat = 0;
@@ -158,7 +158,7 @@ static void kernel_key(cg_key *key, const ir_kernel *k, sbuf *s) {
                            cg_generator_digest};
     size_t sizes[] = {strlen(CG_FORMAT), s->n, strlen(cpu), strlen(feat), strlen(llvm_ver),
                       strlen(KL_VERSION_STRING), sizeof cg_bitcode_sha256, strlen(cg_generator_digest)};
-    cg_key_of(key, 8, parts, sizes);
+    ke_cache_key_of(key, 8, parts, sizes);
 }
 
 /* ---- compile ----------------------------------------------------------------------- */
@@ -196,11 +196,11 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
         ke_err(KL_ERR_OOM, "compile", "out of memory");
         return NULL;
     }
-    cg_key key;
+    ke_cache_key key;
     kernel_key(&key, k, &s);
     free(s.p);
     char hex[65], sym[40];
-    cg_key_hex(&key, hex);
+    ke_cache_key_hex(&key, hex);
     snprintf(sym, sizeof sym, "kiln_k_%.24s", hex);
     for (cg_code *c = codes; c; c = c->next)
         if (!memcmp(c->key.b, key.b, sizeof key.b)) {
@@ -220,7 +220,7 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
     int n0 = 0, n1 = 0, rc = -1;
     double ms[3] = {0, 0, 0};
     const char *how = "compiled";
-    if (cg_cache_load(&key, &obj, &size)) {
+    if (ke_cache_load(KE_CACHE_OBJ, &key, &obj, &size)) {
         rc = cg_jit_add(obj, size, sym, &c->rt, (void **)&c->fn);
         free(obj);
         obj = NULL;
@@ -242,11 +242,11 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
             LLVMDisposeModule(m);
         }
         if (!rc) {
-            cg_cache_store(&key, obj, size);
+            ke_cache_store(KE_CACHE_OBJ, &key, obj, size);
             rc = cg_jit_add(obj, size, sym, &c->rt, (void **)&c->fn);
         }
         free(obj);
-        how = cg_cache_dir() ? "cache miss, compiled" : "compiled";
+        how = ke_cache_dir() ? "cache miss, compiled" : "compiled";
     }
     if (rc) {
         free(c);

@@ -148,6 +148,11 @@ size_t ku_emu_used(void);
 /* Forgets the host compiler and cache folder found for emulated modules, so
  * the next load reads $KL_CUDA_EMU_CXX and the cache variables again. */
 void ku_emu_reset_compiler(void);
+/* 1 if [p, p+n) lies inside one live emulated allocation (the emulated
+ * cuBLAS checks every operand with it). */
+int ku_emu_range_ok(CUdeviceptr p, size_t n);
+/* 1 if s is NULL (the default stream) or a live emulated stream. */
+int ku_emu_stream_ok(CUstream s);
 
 /* ---- Streams (cuda_alloc.c) ------------------------------------------ */
 /* This thread's current stream on `dev` (NULL: the legacy default stream). */
@@ -174,8 +179,9 @@ typedef struct ku_cubin {
     int registers;     /* of the most demanding kernel, from ptxas -v (-1: no report in the log) */
     int spill_bytes;   /* spill stores + loads, summed over kernels (-1: no report) */
     int stack_bytes;   /* largest stack frame (-1: no report) */
-    double compile_ms; /* nvrtcCompileProgram's wall time */
-    char *log;         /* the full NVRTC/ptxas log (malloc'd, may be "") */
+    double compile_ms; /* nvrtcCompileProgram's wall time (a disk-cache hit: the load's) */
+    char *log;         /* the full NVRTC/ptxas log (malloc'd, may be ""; "" on a cache hit) */
+    int cached;        /* 1: loaded from Kiln's disk cache (ku_nvrtc_compile_cached) */
 } ku_cubin;
 /* 1 if NVRTC can be loaded (loads it); 0 and an error saying why if not. */
 int ku_nvrtc_available(const char *op);
@@ -186,6 +192,27 @@ int ku_nvrtc_version(int *major, int *minor);
  * success, -1 and an error holding NVRTC's log otherwise. */
 int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch, ku_cubin *out);
 void ku_cubin_free(ku_cubin *c);
+/* What besides the source decides a CUBIN, as text for the cache key: every
+ * option of the compile for sm_<arch> and the name and SHA-256 of every
+ * in-memory header, one per line. 0, or -1 if cap is too small. */
+int ku_nvrtc_inputs(int arch, char *buf, size_t cap);
+
+/* ---- The on-disk kernel cache (cuda_cache.c) ----------------------------- */
+/* The key of a CUBIN: SHA-256 of (entry format, source, architecture, NVRTC
+ * version "major.minor", options text), each part length-framed. */
+struct ke_cache_key;
+void ku_cubin_key(struct ke_cache_key *k, const char *src, int arch, const char *nvrtc_version, const char *options);
+/* The CUBIN (with ptxas's register/spill/stack report) stored under k in the
+ * disk cache (src/eager/diskcache.h, kind KE_CACHE_CUBIN; KL_CACHE_DIR): 1
+ * and *out filled (out->cached = 1), or 0 on a miss, a disabled cache, or a
+ * bad entry (deleted, never trusted). Never an error. */
+int ku_cache_get(const struct ke_cache_key *k, ku_cubin *out);
+/* Stores c under k (atomically; failures only log). */
+void ku_cache_put(const struct ke_cache_key *k, const ku_cubin *c);
+/* The seam every kernel load goes through: source -> CUBIN for sm_<arch>,
+ * from the disk cache when it holds one, else ku_nvrtc_compile and stored.
+ * Same contract as ku_nvrtc_compile. */
+int ku_nvrtc_compile_cached(const char *op, const char *src, const char *name, int arch, ku_cubin *out);
 
 /* ---- Modules and launches (cuda_module.c) ----------------------------- */
 /* The first line of a module image for the emulated device: the CUDA C
@@ -217,5 +244,36 @@ typedef struct cublasContext *cublasHandle_t;
 int ku_cublas_available(const char *op);
 /* cuBLAS's version number (e.g. 130100), -1 without cuBLAS. */
 int ku_cublas_version(void);
+
+/* ---- GEMM through cuBLAS (cuda_gemm.c) --------------------------------- */
+/* A row-major matrix operand in device memory: element (i, j) of batch b is
+ * at ptr + (b*bs + i*rs + j*cs) elements. bs == 0 broadcasts one matrix over
+ * the batch. */
+typedef struct ku_matrix {
+    CUdeviceptr ptr;
+    int64_t rs, cs, bs;
+} ku_matrix;
+/* C[b] = alpha * A[b] @ B[b] + beta * C[b] for b < batch, A[b] m x k, B[b]
+ * k x n, C[b] m x n, dtype KL_F32 / KL_F64 / KL_F16 / KL_BF16 (an int here:
+ * kl_dtype), enqueued on `stream` of device dev. No copies: each operand
+ * needs a unit row or column stride (a transposed view is a transposed
+ * cuBLAS operand) with the other stride at least its extent; otherwise -1
+ * and an error saying which operand to make contiguous. beta == 0: C is not
+ * read. f16/bf16 multiply and accumulate in f32; f32 uses TF32 only when
+ * kl_cuda_set_allow_tf32(true). 0, or -1 and an error naming the cuBLAS
+ * call and its status. */
+int ku_gemm(const char *op, int dev, int dtype, int64_t batch, int64_t m, int64_t n, int64_t k, double alpha,
+            ku_matrix a, ku_matrix b, double beta, ku_matrix c, CUstream stream);
+/* 1 if ku_gemm takes an r x c operand with strides (rs, cs) as it is. */
+int ku_gemm_operand_ok(int64_t r, int64_t c, int64_t rs, int64_t cs);
+
+/* ---- Eager CUDA kernels of matmul / mm / bmm, addmm, linear (cuda_matmul.c) ----
+ * ke_kernel_fn's signature (struct ke_call from src/eager/dispatch.h); not
+ * registered yet: see cuda_matmul.c for the registration src/init.c makes
+ * once CUDA tensors exist. */
+struct ke_call;
+int ku_cuda_matmul(struct ke_call *c);
+int ku_cuda_addmm(struct ke_call *c);
+int ku_cuda_linear(struct ke_call *c);
 
 #endif

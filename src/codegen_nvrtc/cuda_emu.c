@@ -507,3 +507,14 @@ static const ku_driver emu = {
 };
 
 const ku_driver *ku_emu_driver(void) { return &emu; }
+
+/* ---- For the emulated cuBLAS (cublas_emu.c) -------------------------------- */
+
+int ku_emu_range_ok(CUdeviceptr p, size_t n) {
+    pthread_mutex_lock(&mu);
+    int i = find_range(p, n);
+    pthread_mutex_unlock(&mu);
+    return i >= 0;
+}
+
+int ku_emu_stream_ok(CUstream s) { return !s || s->magic == STREAM_MAGIC; }

@@ -11,6 +11,7 @@
 #include "cuda_api.h"
 
 #include "core.h"
+#include "sha256.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -90,6 +91,59 @@ static const char hdr_prelude[] =
     "#define __builtin_fma(a, b, c) fma((a), (b), (c))\n"
     "#include \"kiln_vmath_impl.h\"\n";
 
+/* The in-memory headers and the options of every compile: one list, which the
+ * disk cache's key hashes too (ku_nvrtc_inputs), so changing a header's text or
+ * an option changes every key. */
+static const char *const hdr_texts[] = {hdr_stdint, hdr_string, hdr_prelude, ku_vmath_h, ku_kiln_cuda_h};
+static const char *const hdr_names[] = {"stdint.h", "string.h", "vmath.h", "kiln_vmath_impl.h", "kiln_cuda.h"};
+#define N_HDR ((int)(sizeof hdr_names / sizeof *hdr_names))
+
+/* Fills opts (room for 8) for sm_<arch>, archopt holding its -arch; returns the count. */
+static int compile_options(int arch, char archopt[32], const char **opts) {
+    snprintf(archopt, 32, "-arch=sm_%d", arch);
+    /* -no-cache: NVRTC 12.9+ keeps its own cache in the driver's compute
+     * cache when libcuda is loaded; a hit skips ptxas, so there is no resource
+     * report (the spill check could not run) and compile times measure the
+     * cache. Kiln keeps its own kernel cache, with its own keys and checks. */
+    int n = 0;
+    opts[n++] = archopt;
+    opts[n++] = "-fmad=false";
+    opts[n++] = "-default-device";
+    opts[n++] = "-Xptxas=-v";
+    opts[n++] = "-no-cache";
+#if defined(__FMA__)
+    opts[n++] = "-D__FMA__=1";
+#endif
+    return n;
+}
+
+/* The headers' digests, once per process (vmath.h is tens of KB: hashing it
+ * at every kernel load would cost more than the rest of a cache hit). */
+static char hdr_hex[N_HDR][65];
+static pthread_once_t hdr_once = PTHREAD_ONCE_INIT;
+static void hash_headers(void) {
+    for (int i = 0; i < N_HDR; i++) {
+        uint8_t d[32];
+        ke_sha256(hdr_texts[i], strlen(hdr_texts[i]), d);
+        for (int j = 0; j < 32; j++) snprintf(hdr_hex[i] + 2 * j, 3, "%02x", d[j]);
+    }
+}
+
+int ku_nvrtc_inputs(int arch, char *buf, size_t cap) {
+    char archopt[32];
+    const char *opts[8];
+    int n = compile_options(arch, archopt, opts);
+    pthread_once(&hdr_once, hash_headers);
+    size_t len = 0;
+    for (int i = 0; i < n + N_HDR; i++) {
+        int w = i < n ? snprintf(buf + len, cap - len, "%s\n", opts[i])
+                      : snprintf(buf + len, cap - len, "header %s %s\n", hdr_names[i - n], hdr_hex[i - n]);
+        if (w < 0 || (size_t)w >= cap - len) return -1;
+        len += (size_t)w;
+    }
+    return 0;
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -118,23 +172,12 @@ int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch
     if (!src || !name) return ke_err(KL_ERR_NULL_ARG, op, "NVRTC compile: NULL source or name");
     if (arch < 50 || arch > 199) return ke_err(KL_ERR_ARG, op, "NVRTC compile of %s: bad architecture sm_%d", name, arch);
     if (!ku_nvrtc_available(op)) return -1;
-    const char *headers[] = {hdr_stdint, hdr_string, hdr_prelude, ku_vmath_h, ku_kiln_cuda_h};
-    const char *hnames[] = {"stdint.h", "string.h", "vmath.h", "kiln_vmath_impl.h", "kiln_cuda.h"};
     char archopt[32];
-    snprintf(archopt, sizeof archopt, "-arch=sm_%d", arch);
-    /* -no-cache: NVRTC 12.9+ keeps its own cache in the driver's compute
-     * cache when libcuda is loaded; a hit skips ptxas, so there is no resource
-     * report (the spill check could not run) and compile times measure the
-     * cache. Kiln keeps its own kernel cache, with its own keys and checks. */
-    const char *opts[] = {archopt, "-fmad=false", "-default-device", "-Xptxas=-v", "-no-cache",
-#if defined(__FMA__)
-                          "-D__FMA__=1"
-#endif
-    };
-    int nopt = (int)(sizeof opts / sizeof *opts);
+    const char *opts[8];
+    int nopt = compile_options(arch, archopt, opts);
     double t0 = now_ms();
     nvrtcProgram prog = NULL;
-    nvrtcResult r = nv.nvrtcCreateProgram(&prog, src, name, (int)(sizeof headers / sizeof *headers), headers, hnames);
+    nvrtcResult r = nv.nvrtcCreateProgram(&prog, src, name, N_HDR, hdr_texts, hdr_names);
     if (r != 0) return ke_err(KL_ERR_INTERNAL, op, "nvrtcCreateProgram failed: %s", nv.nvrtcGetErrorString(r));
     r = nv.nvrtcCompileProgram(prog, nopt, opts);
     size_t logn = 0;

@@ -21,6 +21,35 @@ void ke_blas_prepare(void);
  * independent GEMMs over Kiln's pool instead. */
 #define KE_GEMM_SMALL 262144
 
+/* ---- matmul as GEMMs over batches (linalg.c) --------------------------------
+ * What the CPU kernel and the CUDA kernel (src/codegen_nvrtc/cuda_matmul.c)
+ * share, so matmul's shape rules (1-D operands, broadcast batch dims) are
+ * written once: the rows' infer functions check shapes, then
+ * ke_mm_plan_build turns (a, b, out) into M, N, K, each operand's row and
+ * column strides and its stride over every batch dim of out (0: broadcast).
+ * Data pointers are ke_data()'s: host or device addresses alike. */
+typedef struct ke_mm_mat {
+    const char *p;               /* element [0, ..., 0] */
+    int64_t rs, cs;              /* row and column strides of each matrix */
+    int64_t bst[KL_MAX_DIMS];    /* strides over the output's batch dims (0: broadcast) */
+} ke_mm_mat;
+
+typedef struct ke_mm_plan {
+    kl_dtype dt;
+    int nb;                      /* batch dims */
+    int64_t bshape[KL_MAX_DIMS], nbatch;
+    int64_t M, N, K;
+    ke_mm_mat A, B;
+    char *C;                     /* contiguous [batch..., M, N] */
+    double alpha, beta;
+} ke_mm_plan;
+
+void ke_mm_plan_build(ke_mm_plan *p, const kl_tensor *a, const kl_tensor *b, const kl_tensor *out, double alpha,
+                      double beta);
+/* When B is one matrix for every batch and A's batch dims line up with its
+ * rows, folds them into M: one large GEMM instead of many. */
+void ke_mm_plan_fold(ke_mm_plan *p);
+
 /* Row helpers from nn.c, shared with loss.c: log(sum(exp(x))) computed
  * stably, the plain sum and the max of n contiguous values, each by the row
  * fold (row_fold.h: the sum and max bitwise kl_sum's and kl_amax's). `next`

@@ -260,23 +260,7 @@ int ke_infer_linear(ke_call *c, ke_outspec *out) {
 
 /* ---- the batched executor --------------------------------------------------------- */
 
-typedef struct mm_mat {
-    const char *p;               /* element [0, ..., 0] */
-    int64_t rs, cs;              /* row and column strides of each matrix */
-    int64_t bst[KL_MAX_DIMS];    /* strides over the output's batch dims (0: broadcast) */
-} mm_mat;
-
-typedef struct mm_plan {
-    kl_dtype dt;
-    int nb;                      /* batch dims */
-    int64_t bshape[KL_MAX_DIMS], nbatch;
-    int64_t M, N, K;
-    mm_mat A, B;
-    char *C;                     /* contiguous [batch..., M, N] */
-    double alpha, beta;
-} mm_plan;
-
-static void plan_build(mm_plan *p, const kl_tensor *a, const kl_tensor *b, const kl_tensor *out, double alpha,
+void ke_mm_plan_build(ke_mm_plan *p, const kl_tensor *a, const kl_tensor *b, const kl_tensor *out, double alpha,
                        double beta) {
     memset(p, 0, sizeof *p);
     p->dt = (kl_dtype)out->dtype;
@@ -311,7 +295,7 @@ static void plan_build(mm_plan *p, const kl_tensor *a, const kl_tensor *b, const
 /* When B is the same matrix for every batch, A's batch dims fold into its
  * rows if their strides line up: one large GEMM instead of many (x @ W with
  * x [B, T, in] is one [B*T, in] product). */
-static void plan_fold(mm_plan *p) {
+void ke_mm_plan_fold(ke_mm_plan *p) {
     if (p->nb == 0 || p->nbatch <= 1 || p->M * p->nbatch > INT_MAX) return;
     for (int d = 0; d < p->nb; d++)
         if (p->B.bst[d] != 0) return;
@@ -327,16 +311,16 @@ static void plan_fold(mm_plan *p) {
         if (st != stride * size) return;
         size *= s;
     }
-    mm_plan q = *p;
+    ke_mm_plan q = *p;
     q.M = size, q.A.rs = stride, q.nb = 0, q.nbatch = 1;
-    if (p->dt == KL_F32 || p->dt == KL_F64) {
+    if (ke_is_float(p->dt)) { /* f16/bf16 come from the CUDA kernel (cuBLAS takes them as stored) */
         if (!a_fits(q.M, q.N, q.K, q.A.rs, q.A.cs)) return;
     }
     *p = q;
 }
 
 static void mm_range(void *ctx, int64_t b0, int64_t b1) {
-    const mm_plan *p = ctx;
+    const ke_mm_plan *p = ctx;
     int64_t es = (int64_t)ke_dtypes[p->dt].size;
     for (int64_t b = b0; b < b1; b++) {
         int64_t rem = b, oa = 0, ob = 0;
@@ -354,8 +338,8 @@ static void mm_range(void *ctx, int64_t b0, int64_t b1) {
 /* out = alpha * a @ b + beta * out, all of one compute dtype. An operand
  * BLAS cannot take in either orientation is copied to contiguous first. */
 static int mm_exec(kl_tensor *a, kl_tensor *b, kl_tensor *out, double alpha, double beta, int copied) {
-    mm_plan p;
-    plan_build(&p, a, b, out, alpha, beta);
+    ke_mm_plan p;
+    ke_mm_plan_build(&p, a, b, out, alpha, beta);
     if (p.nbatch == 0 || p.M == 0 || p.N == 0) return 0;
     int is_float = p.dt == KL_F32 || p.dt == KL_F64;
     if (is_float && !copied) {
@@ -368,7 +352,7 @@ static int mm_exec(kl_tensor *a, kl_tensor *b, kl_tensor *out, double alpha, dou
             return rc;
         }
     }
-    plan_fold(&p);
+    ke_mm_plan_fold(&p);
     double work = (double)p.M * (double)p.N * (double)(p.K > 0 ? p.K : 1);
     if (p.nbatch > 1 && work < KE_GEMM_SMALL) {
         ke_parallel_for(p.nbatch, (int64_t)(KE_GEMM_SMALL / work), mm_range, &p);

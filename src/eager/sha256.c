@@ -44,7 +44,7 @@ static void compress(uint32_t h[8], const uint8_t *blk) {
     h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
 }
 
-void cg_sha256_init(cg_sha256_ctx *s) {
+void ke_sha256_init(ke_sha256_ctx *s) {
     static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
     memcpy(s->h, h0, sizeof h0);
@@ -52,7 +52,7 @@ void cg_sha256_init(cg_sha256_ctx *s) {
     s->nbuf = 0;
 }
 
-void cg_sha256_update(cg_sha256_ctx *s, const void *p, size_t n) {
+void ke_sha256_update(ke_sha256_ctx *s, const void *p, size_t n) {
     if (n == 0) return; /* p may be NULL; memcpy must not see it */
     const uint8_t *b = p;
     s->nbytes += n;
@@ -71,7 +71,7 @@ void cg_sha256_update(cg_sha256_ctx *s, const void *p, size_t n) {
     s->nbuf = n;
 }
 
-void cg_sha256_final(cg_sha256_ctx *s, uint8_t out[32]) {
+void ke_sha256_final(ke_sha256_ctx *s, uint8_t out[32]) {
     uint64_t bits = s->nbytes * 8;
     /* Padding (5.1.1): a 1 bit, zeros to 56 mod 64, the 64-bit big-endian length. */
     s->buf[s->nbuf++] = 0x80;
@@ -91,9 +91,9 @@ void cg_sha256_final(cg_sha256_ctx *s, uint8_t out[32]) {
     }
 }
 
-void cg_sha256(const void *p, size_t n, uint8_t out[32]) {
-    cg_sha256_ctx s;
-    cg_sha256_init(&s);
-    cg_sha256_update(&s, p, n);
-    cg_sha256_final(&s, out);
+void ke_sha256(const void *p, size_t n, uint8_t out[32]) {
+    ke_sha256_ctx s;
+    ke_sha256_init(&s);
+    ke_sha256_update(&s, p, n);
+    ke_sha256_final(&s, out);
 }

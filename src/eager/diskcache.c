@@ -1,11 +1,11 @@
 /*
- * objcache.c — the on-disk object cache (see objcache.h for the contract and
+ * objcache.c — the on-disk object cache (see diskcache.h for the contract and
  * the file format). The folder is resolved from the environment once per
- * process (or per cg_cache_reset) under a mutex; the file work itself runs
+ * process (or per ke_cache_reset) under a mutex; the file work itself runs
  * outside the lock, which is safe because every store is a temporary file
  * renamed into place and every load reads through one open descriptor.
  */
-#include "objcache.h"
+#include "diskcache.h"
 
 #include "fileio.h"
 #include "log.h"
@@ -34,7 +34,6 @@ enum {
 };
 #define CG_MAGIC "KILNOBJC"
 #define CG_FORMAT_VERSION 1u
-#define CG_SUFFIX ".o.kc"
 
 static void put_u32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -55,19 +54,19 @@ static uint64_t get_u64(const uint8_t *p) {
 
 /* ---- keys ----------------------------------------------------------------- */
 
-void cg_key_of(cg_key *k, int n, const void *const *parts, const size_t *sizes) {
-    cg_sha256_ctx s;
-    cg_sha256_init(&s);
+void ke_cache_key_of(ke_cache_key *k, int n, const void *const *parts, const size_t *sizes) {
+    ke_sha256_ctx s;
+    ke_sha256_init(&s);
     for (int i = 0; i < n; i++) {
         uint8_t len[8];
         put_u64(len, sizes[i]);
-        cg_sha256_update(&s, len, sizeof len);
-        cg_sha256_update(&s, parts[i], sizes[i]);
+        ke_sha256_update(&s, len, sizeof len);
+        ke_sha256_update(&s, parts[i], sizes[i]);
     }
-    cg_sha256_final(&s, k->b);
+    ke_sha256_final(&s, k->b);
 }
 
-void cg_key_hex(const cg_key *k, char out[65]) {
+void ke_cache_key_hex(const ke_cache_key *k, char out[65]) {
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < 32; i++) {
         out[2 * i] = hex[k->b[i] >> 4];
@@ -77,9 +76,9 @@ void cg_key_hex(const cg_key *k, char out[65]) {
 }
 
 /* The first 16 hex digits, enough to tell entries apart in a log. */
-static void key_prefix(const cg_key *k, char out[17]) {
+static void key_prefix(const ke_cache_key *k, char out[17]) {
     char h[65];
-    cg_key_hex(k, h);
+    ke_cache_key_hex(k, h);
     memcpy(out, h, 16);
     out[16] = 0;
 }
@@ -90,7 +89,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int resolved; /* the environment has been read */
 static int enabled;  /* dir is usable (as far as we know) */
 static int created;  /* dir exists: made or found by this process */
-static char *dir;    /* kept until cg_cache_reset, so cg_cache_dir's answer stays valid */
+static char *dir;    /* kept until ke_cache_reset, so ke_cache_dir's answer stays valid */
 
 static _Atomic int64_t n_hits, n_misses, n_corrupt, n_stores, n_store_failures;
 
@@ -151,18 +150,18 @@ static int make_dir(char *path) {
     return 0;
 }
 
-/* Turns the cache off for this process (until cg_cache_reset): one line. */
+/* Turns the cache off for this process (until ke_cache_reset): one line. */
 static void disable_locked(const char *what, const char *path, int e) {
     if (!enabled) return;
     enabled = 0;
     ke_log("cache", "disabled: %s %s: %s", what, path, strerror(e));
 }
 
-/* <dir>/<hex>.o.kc, malloc'd; NULL when the cache is off. With create, makes
+/* <dir>/<hex><kind>, malloc'd; NULL when the cache is off. With create, makes
  * the folder first (once per process) and disables the cache if it cannot. */
-static char *entry_path(const cg_key *k, int create) {
+static char *entry_path(const char *kind, const ke_cache_key *k, int create) {
     char hex[65], *path = NULL;
-    cg_key_hex(k, hex);
+    ke_cache_key_hex(k, hex);
     pthread_mutex_lock(&mu);
     resolve_locked();
     if (enabled && create && !created) {
@@ -173,15 +172,15 @@ static char *entry_path(const cg_key *k, int create) {
         free(tmp);
     }
     if (enabled) {
-        size_t n = strlen(dir) + 1 + 64 + sizeof CG_SUFFIX;
+        size_t n = strlen(dir) + 1 + 64 + strlen(kind) + 1;
         path = malloc(n);
-        if (path) snprintf(path, n, "%s/%s%s", dir, hex, CG_SUFFIX);
+        if (path) snprintf(path, n, "%s/%s%s", dir, hex, kind);
     }
     pthread_mutex_unlock(&mu);
     return path;
 }
 
-const char *cg_cache_dir(void) {
+const char *ke_cache_dir(void) {
     pthread_mutex_lock(&mu);
     resolve_locked();
     const char *d = enabled ? dir : NULL;
@@ -189,7 +188,7 @@ const char *cg_cache_dir(void) {
     return d;
 }
 
-void cg_cache_reset(void) {
+void ke_cache_reset(void) {
     pthread_mutex_lock(&mu);
     free(dir);
     dir = NULL;
@@ -197,7 +196,7 @@ void cg_cache_reset(void) {
     pthread_mutex_unlock(&mu);
 }
 
-void cg_cache_get_stats(cg_cache_stats *s) {
+void ke_cache_get_stats(ke_cache_stats *s) {
     s->hits = n_hits;
     s->misses = n_misses;
     s->corrupt = n_corrupt;
@@ -230,10 +229,10 @@ static void reject(const char *path, const struct stat *seen, const char *prefix
            removed ? "removed" : "not removed");
 }
 
-int cg_cache_load(const cg_key *k, void **obj, size_t *size) {
+int ke_cache_load(const char *kind, const ke_cache_key *k, void **obj, size_t *size) {
     *obj = NULL;
     *size = 0;
-    char *path = entry_path(k, 0), pre[17];
+    char *path = entry_path(kind, k, 0), pre[17];
     if (!path) return 0;
     key_prefix(k, pre);
     int hit = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -271,7 +270,7 @@ int cg_cache_load(const cg_key *k, void **obj, size_t *size) {
         reject(path, &st, pre, "payload unreadable or truncated");
         goto done;
     }
-    cg_sha256(payload, (size_t)psize, digest);
+    ke_sha256(payload, (size_t)psize, digest);
     if (memcmp(digest, hdr + HDR_DIGEST, 32) != 0) {
         reject(path, &st, pre, "payload digest mismatch");
         goto done;
@@ -295,8 +294,8 @@ done:
 /* errno values that mean the folder itself is unusable, not this one write. */
 static int folder_error(int e) { return e == EACCES || e == EPERM || e == EROFS || e == ENOTDIR; }
 
-void cg_cache_store(const cg_key *k, const void *obj, size_t size) {
-    char *path = entry_path(k, 1), pre[17];
+void ke_cache_store(const char *kind, const ke_cache_key *k, const void *obj, size_t size) {
+    char *path = entry_path(kind, k, 1), pre[17];
     if (!path) return;
     key_prefix(k, pre);
     uint8_t hdr[HDR_BYTES];
@@ -305,7 +304,7 @@ void cg_cache_store(const cg_key *k, const void *obj, size_t size) {
     put_u32(hdr + HDR_FLAGS, 0);
     put_u64(hdr + HDR_SIZE, size);
     memcpy(hdr + HDR_KEY, k->b, 32);
-    cg_sha256(obj, size, hdr + HDR_DIGEST);
+    ke_sha256(obj, size, hdr + HDR_DIGEST);
     const void *parts[2] = {hdr, obj};
     const size_t sizes[2] = {HDR_BYTES, size};
     int e = ke_write_file_atomic_quiet(path, 2, parts, sizes);
@@ -316,7 +315,7 @@ void cg_cache_store(const cg_key *k, const void *obj, size_t size) {
         pthread_mutex_lock(&mu);
         created = 0;
         pthread_mutex_unlock(&mu);
-        path = entry_path(k, 1);
+        path = entry_path(kind, k, 1);
         if (!path) {
             n_store_failures++;
             return;
