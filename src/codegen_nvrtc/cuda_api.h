@@ -146,7 +146,8 @@ void ku_emu_hold_stream(CUstream s, int hold);
 /* Bytes the emulated device has allocated now (cuMemAlloc minus cuMemFree). */
 size_t ku_emu_used(void);
 /* Forgets the host compiler and cache folder found for emulated modules, so
- * the next load reads $KL_CUDA_EMU_CXX and the cache variables again. */
+ * the next load reads $KL_CUDA_EMU_CXX and the cache variables again (tests:
+ * call it with no module load in flight). */
 void ku_emu_reset_compiler(void);
 /* 1 if [p, p+n) lies inside one live emulated allocation (the emulated
  * cuBLAS checks every operand with it). */
