@@ -517,4 +517,3 @@ int ku_emu_range_ok(CUdeviceptr p, size_t n) {
     return i >= 0;
 }
 
-int ku_emu_stream_ok(CUstream s) { return !s || s->magic == STREAM_MAGIC; }
