@@ -7,7 +7,8 @@
  *                        free hook (autograd metadata), the data-access hook
  *                        (a data read while tracing breaks the trace)
  *   ir     <- ir_hooks   the decomposition pass's subgraph tracer
- *   ir     <- registry   kernel backends, by name and device (kernel.h)
+ *   ir     <- registry   kernel backends, by name and device (kernel.h): the
+ *                        interpreter, LLVM (CPU), NVRTC (CUDA)
  *
  * kl_init runs this once (pthread_once) from the entry points that need the
  * upper layers (the first autograd metadata, tr_trace, kl_compile, anomaly
@@ -15,6 +16,7 @@
  * behave the same whatever the static link pulls in.
  */
 #include "autograd.h"
+#include "cn.h"
 #include "kernel.h"
 #include "trace.h"
 
@@ -39,6 +41,7 @@ static void init_once(void) {
 #ifdef KL_HAVE_LLVM
     KE_ASSERT(ir_backend_register(&cg_llvm_backend) == 0);
 #endif
+    KE_ASSERT(ir_backend_register(&cn_nvrtc_backend) == 0);
     ag_anomaly_from_env();
 }
 

@@ -79,8 +79,31 @@ static const char hdr_stdint[] =
     "typedef short int16_t; typedef unsigned short uint16_t;\n"
     "typedef int int32_t; typedef unsigned int uint32_t;\n"
     "typedef long long int64_t; typedef unsigned long long uint64_t;\n"
-    "typedef long long intptr_t; typedef unsigned long long uintptr_t;\n";
+    "typedef long long intptr_t; typedef unsigned long long uintptr_t;\n"
+    "#define INT32_MIN (-2147483647 - 1)\n#define INT32_MAX 2147483647\n"
+    "#define INT64_MIN (-9223372036854775807LL - 1)\n#define INT64_MAX 9223372036854775807LL\n"
+    "#define UINT32_MAX 4294967295u\n";
 static const char hdr_string[] = "#pragma once\n";
+/* The eager formulas (cn_emit.c) include <math.h> and <stdbool.h>: device code
+ * has the math functions built in; these are the macros it lacks. */
+static const char hdr_math[] =
+    "#pragma once\n"
+    "#define INFINITY __int_as_float(0x7f800000)\n"
+    "#define NAN __int_as_float(0x7fc00000)\n"
+    "#define M_SQRT1_2 0.70710678118654752440\n";
+static const char hdr_stdbool[] = "#pragma once\n";
+/* STAND-IN for the prelude kiln_cuda.h of the emulator work (issue 13, "emu"):
+ * the generated kernels use plain CUDA built-ins and mark each entry point
+ * with KL_EMU_EXPORT, which means nothing to NVRTC. The lead replaces this
+ * with emu's header at merge. */
+static const char hdr_kiln_cuda[] =
+    "#pragma once\n"
+    "#define KL_EMU_EXPORT(name)\n";
+/* The eager files the generated programs include (embed_header.py --table). */
+typedef struct ku_embedded {
+    const char *name, *text;
+} ku_embedded;
+extern const ku_embedded ku_dev_files[];
 static const char hdr_prelude[] =
     "#pragma once\n"
     "#define __builtin_nanf(s) __int_as_float(0x7fc00000)\n"
@@ -117,8 +140,15 @@ int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch
     if (!src || !name) return ke_err(KL_ERR_NULL_ARG, op, "NVRTC compile: NULL source or name");
     if (arch < 50 || arch > 199) return ke_err(KL_ERR_ARG, op, "NVRTC compile of %s: bad architecture sm_%d", name, arch);
     if (!ku_nvrtc_available(op)) return -1;
-    const char *headers[] = {hdr_stdint, hdr_string, hdr_prelude, ku_vmath_h};
-    const char *hnames[] = {"stdint.h", "string.h", "vmath.h", "kiln_vmath_impl.h"};
+    enum { NFIXED = 7, NMAX = 64 };
+    const char *headers[NMAX] = {hdr_stdint, hdr_string, hdr_prelude, ku_vmath_h, hdr_math, hdr_stdbool, hdr_kiln_cuda};
+    const char *hnames[NMAX] = {"stdint.h", "string.h", "vmath.h", "kiln_vmath_impl.h", "math.h", "stdbool.h",
+                                "kiln_cuda.h"};
+    int nh = NFIXED;
+    for (const ku_embedded *e = ku_dev_files; e->name && nh < NMAX; e++, nh++) {
+        headers[nh] = e->text;
+        hnames[nh] = e->name;
+    }
     char archopt[32];
     snprintf(archopt, sizeof archopt, "-arch=sm_%d", arch);
     /* -no-cache: NVRTC 12.9+ keeps its own cache in the driver's compute
@@ -133,7 +163,7 @@ int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch
     int nopt = (int)(sizeof opts / sizeof *opts);
     double t0 = now_ms();
     nvrtcProgram prog = NULL;
-    nvrtcResult r = nv.nvrtcCreateProgram(&prog, src, name, 4, headers, hnames);
+    nvrtcResult r = nv.nvrtcCreateProgram(&prog, src, name, nh, headers, hnames);
     if (r != 0) return ke_err(KL_ERR_INTERNAL, op, "nvrtcCreateProgram failed: %s", nv.nvrtcGetErrorString(r));
     r = nv.nvrtcCompileProgram(prog, nopt, opts);
     size_t logn = 0;

@@ -2,9 +2,11 @@
  * ew_other.c use besides the loop shells, shared by the CPU build
  * (kernels_ew.h) and the CUDA device build (kernels_ew_device.h, which NVRTC
  * sees under the name kernels_ew.h): one definition of the math on both.
- * Plain C that C++ (NVRTC) also accepts; needs <stdint.h> only. */
+ * Plain C that C++ (NVRTC) also accepts. */
 #ifndef KE_EW_GEN_H
 #define KE_EW_GEN_H
+
+#include "dtype_conv.h"
 
 #include <stdint.h>
 
@@ -47,10 +49,7 @@
 #define KE_WRAP_MUL(T, U, x, y) ((T)((U)(x) * (U)(y)))
 
 /* A double attribute as an integer element: NaN -> 0, out of range wraps
- * through int64 (the rule of ke_convert, without C's undefined cases). */
-static inline int64_t ke_ew_f2i(double v) {
-    if (v != v || v >= 9.2233720368547758e18 || v < -9.2233720368547758e18) return v != v ? 0 : INT64_MIN;
-    return (int64_t)v;
-}
+ * through int64 (the rule of ke_convert: dtype_conv.h). */
+#define ke_ew_f2i ke_f2i
 
 #endif /* KE_EW_GEN_H */
