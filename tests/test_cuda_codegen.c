@@ -33,7 +33,7 @@ static int have_nvrtc(void) {
 
 /* Compiles src for sm_80 and sm_90: no error, no spill. Prints the source
  * and NVRTC's log on failure. */
-static int compiled_kernels, compiled_programs;
+static int compiled_kernels, compiled_programs, max_registers;
 static void compile_both(const char *src, const char *what, int nkernels) {
     static const int arch[2] = {80, 90};
     for (int a = 0; a < 2; a++) {
@@ -48,6 +48,7 @@ static void compile_both(const char *src, const char *what, int nkernels) {
             fail();
         }
         assert_true(c.size > 0);
+        if (c.registers > max_registers) max_registers = c.registers;
         ku_cubin_free(&c);
     }
     compiled_kernels += nkernels;
@@ -164,7 +165,8 @@ static void one_op_kernels_compile(void **state) {
             }
         }
     }
-    print_message("%d one-op kernels in %d programs, each for sm_80 and sm_90\n", compiled_kernels, compiled_programs);
+    print_message("%d one-op kernels in %d programs, each for sm_80 and sm_90: no spills, at most %d registers\n",
+                  compiled_kernels, compiled_programs, max_registers);
     free(kb);
 }
 
@@ -218,7 +220,11 @@ static void row_kernels_compile(void **state) {
     assert_int_equal(cn_emit_program(ks, np, nk, &src), 0);
     assert_non_null(strstr(src, "__shfl_xor_sync"));
     assert_non_null(strstr(src, "#include \"rd_formulas.h\""));
-    if (have_nvrtc()) compile_both(src, "row_kernels.cu", nk);
+    if (have_nvrtc()) {
+        max_registers = 0;
+        compile_both(src, "row_kernels.cu", nk);
+        print_message("%d row kernels: no spills, at most %d registers\n", nk, max_registers);
+    }
     free(src);
     /* a two-pass reduction is refused with a clear error */
     row_kernel(&kb[0], KE_OP_var, KL_F32, KL_F32);
@@ -350,12 +356,15 @@ static void compiled_program_kernels_compile(void **state) {
     assert_true(capture(int_ops, ii, 2, 1, 0) >= 1);
     assert_int_equal(capture_failures, 0);
     print_message("%d kernels from compiled programs\n", ncaptured);
-    if (have_nvrtc())
+    if (have_nvrtc()) {
+        max_registers = 0;
         for (int i = 0; i < ncaptured; i++) {
             char what[32];
             snprintf(what, sizeof what, "captured_%d.cu", i);
             compile_both(captured[i], what, 1);
         }
+        print_message("captured kernels: no spills, at most %d registers\n", max_registers);
+    }
     for (int i = 0; i < ncaptured; i++) free(captured[i]);
     ncaptured = 0;
 }
