@@ -66,14 +66,15 @@ typedef struct kbuild {
     ir_kstmt stmts[10];
 } kbuild;
 
-static void one_op_kernel(kbuild *b, int op, kl_dtype compute, kl_dtype sd, unsigned bcast) {
+static void one_op_kernel_shaped(kbuild *b, int op, kl_dtype compute, kl_dtype sd, unsigned bcast, int64_t d0,
+                                 int64_t d1, int all_flat) {
     const ke_ew_impl *impl = ke_ops[op].impl;
     int nin = ke_ops[op].nin;
     memset(b, 0, sizeof *b);
     ir_kernel *k = &b->k;
     k->ndim = 2;
-    k->shape[0] = 3;
-    k->shape[1] = 5;
+    k->shape[0] = d0;
+    k->shape[1] = d1;
     k->ninputs = nin;
     k->noutputs = 1;
     k->bufs = b->bufs;
@@ -82,22 +83,28 @@ static void one_op_kernel(kbuild *b, int op, kl_dtype compute, kl_dtype sd, unsi
         ir_kbuf *kb = &b->bufs[i];
         kb->dtype = (impl->bool_in >> i) & 1 ? KL_BOOL : sd;
         kb->ndim = 2;
-        if (i == 0) { /* strided: a [5, 3] buffer read transposed */
-            kb->index[0] = 1, kb->index[1] = 3;
-        } else if ((bcast >> i) & 1) { /* one element */
+        if ((bcast >> i) & 1) { /* one element */
             kb->index[0] = kb->index[1] = 0;
+        } else if (all_flat) { /* contiguous */
+            kb->index[0] = d1, kb->index[1] = 1, kb->contig_inner = 1;
+        } else if (i == 0) { /* strided: a [d1, d0] buffer read transposed */
+            kb->index[0] = 1, kb->index[1] = d0;
         } else { /* broadcast along dim 0 */
             kb->index[0] = 0, kb->index[1] = 1, kb->contig_inner = 1;
         }
         b->stmts[i] = (ir_kstmt){.kind = IR_K_LOAD, .dtype = kb->dtype, .buf = i};
     }
     kl_dtype od = impl->out_bool ? KL_BOOL : sd;
-    b->bufs[nin] = (ir_kbuf){.dtype = od, .ndim = 2, .output = 1, .contig_inner = 1, .index = {5, 1}};
+    b->bufs[nin] = (ir_kbuf){.dtype = od, .ndim = 2, .output = 1, .contig_inner = 1, .index = {d1, 1}};
     ir_kstmt *s = &b->stmts[nin];
     *s = (ir_kstmt){.kind = IR_K_OP, .dtype = od, .compute = compute, .op = op, .nargs = nin, .bcast = (uint8_t)bcast};
     for (int i = 0; i < nin; i++) s->args[i] = i;
     b->stmts[nin + 1] = (ir_kstmt){.kind = IR_K_STORE, .dtype = od, .buf = nin, .nargs = 1, .args = {nin}};
     k->nstmts = nin + 2;
+}
+
+static void one_op_kernel(kbuild *b, int op, kl_dtype compute, kl_dtype sd, unsigned bcast) {
+    one_op_kernel_shaped(b, op, compute, sd, bcast, 3, 5, 0);
 }
 
 /* Every elementwise row's loops have a device function, named as the loop. */
@@ -155,7 +162,8 @@ static void one_op_kernels_compile(void **state) {
                 kl_dtype sd = v == 0 ? (kl_dtype)d : v == 1 ? KL_F16 : KL_BF16;
                 for (int bc = 0; bc < (op == KE_OP_pow ? 2 : 1); bc++) {
                     assert_true(nk < MAXK);
-                    one_op_kernel(&kb[nk], op, (kl_dtype)d, sd, bc ? 2u : 0u);
+                    /* operands in the compute dtype: contiguous (the 16-byte path); f16/bf16: strided, broadcast */
+                    one_op_kernel_shaped(&kb[nk], op, (kl_dtype)d, sd, bc ? 2u : 0u, 64, 33, v == 0);
                     snprintf(names[nk], sizeof names[nk], "%s_%s_%s%s", ke_ops[op].name, ke_dtypes[d].short_name,
                              ke_dtypes[sd].short_name, bc ? "_scalar" : "");
                     ks[nk] = &kb[nk].k;
@@ -408,7 +416,16 @@ static void golden_neg_kernel(void **state) {
     assert_int_equal(s.launch.grid[0], 1);
     assert_int_equal(s.index64, 0);
     cn_kernel_src_free(&s);
+    /* contiguous f32 operands: 16-byte accesses when aligned, then the tail */
+    one_op_kernel_shaped(&b, KE_OP_add, KL_F32, KL_F32, 0, 64, 33, 1);
+    assert_int_equal(cn_emit_kernel(&b.k, "add_vec", &s), 0);
+    assert_non_null(strstr(s.src, "if ((((unsigned long long)in0 | (unsigned long long)in1 | (unsigned long long)out0) & 15) == 0) {"));
+    assert_non_null(strstr(s.src, "const kl_vec<float, 4> l0 = reinterpret_cast<const kl_vec<float, 4> *>(in0)[q];"));
+    assert_non_null(strstr(s.src, "reinterpret_cast<kl_vec<float, 4> *>(out0)[q] = s2;"));
+    assert_non_null(strstr(s.src, "for (int i = kl_head + blockIdx.x"));
+    cn_kernel_src_free(&s);
     /* past 2^31 elements, 64-bit index math */
+    one_op_kernel(&b, KE_OP_neg, KL_F32, KL_F16, 0);
     b.k.shape[0] = 1 << 20;
     b.k.shape[1] = 1 << 12;
     b.bufs[0].index[1] = 1 << 20;

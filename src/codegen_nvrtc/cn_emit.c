@@ -13,6 +13,8 @@
  *    per block; each buffer's offset from the domain index and its strides
  *    over the domain, baked in as constants (flat buffers use the index as
  *    is); 32-bit index math when the domain and every offset fit, else 64.
+ *    All-flat kernels first take 16-byte accesses (kl_vec) when every pointer
+ *    is aligned, checked at run time; the element loop does the rest.
  *  - row kernels: one block per row (grid-stride over rows). Each REDUCE is a
  *    pass over the row recomputing the element statements it needs, folding
  *    with the reduction's rd_formulas.h formulas (STEP per element, MERGE
@@ -227,12 +229,17 @@ typedef struct emit {
     const ir_kernel *k;
     cn_buf *o;
     const char *ind;       /* indentation of the current block */
+    int vec;               /* in the 16-byte path: buffers are read from l<b>.v[u], written to s<b>.v[u] */
 } emit;
 
 /* The load of buffer b at the current element. */
 static void put_access(emit *e, int b) {
     const ir_kernel *k = e->k;
     char tmp[16];
+    if (e->vec) {
+        put(e->o, b < k->ninputs ? "l%d.v[u]" : "s%d.v[u]", b);
+        return;
+    }
     put(e->o, "%s[", bufname(k, b, tmp));
     if (!k->row) {
         if (flat(k, b)) put(e->o, "i");
@@ -331,22 +338,9 @@ static void put_shape_comment(cn_buf *o, const ir_kernel *k, const char *name) {
     put(o, "]%s */\n", k->row ? " (one block per row, the last dim reduced)" : "");
 }
 
-static int emit_elementwise(emit *e, const char *name, const char *it) {
+/* The statements of an elementwise kernel for the current element. */
+static void put_body(emit *e) {
     const ir_kernel *k = e->k;
-    cn_buf *o = e->o;
-    put_params(e, name);
-    put_prologue(e);
-    int64_t n = numel(k, k->ndim);
-    int need_idx = 0;
-    for (int b = 0; b < k->ninputs + k->noutputs; b++) need_idx |= !flat(k, b);
-    put(o, "    for (%s i = blockIdx.x * (%s)blockDim.x + threadIdx.x; i < %" PRId64 "; i += (%s)gridDim.x * blockDim.x) {\n",
-        it, it, n, it);
-    if (need_idx && k->ndim > 0) {
-        put(o, "        /* the domain index, for the buffers that are not flat */\n        %s r = i;\n", it);
-        for (int d = k->ndim - 1; d > 0; d--) put(o, "        const %s i%d = r %% %" PRId64 "; r /= %" PRId64 ";\n", it, d, k->shape[d], k->shape[d]);
-        put(o, "        const %s i0 = r;\n", it);
-    }
-    e->ind = "        ";
     for (int s = 0; s < k->nstmts; s++) {
         const ir_kstmt *st = &k->stmts[s];
         if (st->kind != IR_K_STORE) {
@@ -355,12 +349,72 @@ static int emit_elementwise(emit *e, const char *name, const char *it) {
         }
         char tmp[16], v[16];
         snprintf(v, sizeof v, "v%d", st->args[0]);
-        put(o, "        /* STORE %s */\n        ", bufname(k, st->buf, tmp));
+        put(e->o, "%s/* STORE %s */\n%s", e->ind, bufname(k, st->buf, tmp), e->ind);
         put_access(e, st->buf);
-        put(o, " = ");
-        put_conv(o, st->dtype, k->stmts[st->args[0]].dtype, v);
-        put(o, ";\n");
+        put(e->o, " = ");
+        put_conv(e->o, st->dtype, k->stmts[st->args[0]].dtype, v);
+        put(e->o, ";\n");
     }
+}
+
+/* Elements per 16-byte access when every buffer is flat (no broadcast, no
+ * strides) and the domain is long enough to be worth it; else 0. */
+static int vec_width(const ir_kernel *k) {
+    int maxsz = 1;
+    if (numel(k, k->ndim) < 4 * CN_BLOCK) return 0;
+    for (int b = 0; b < k->ninputs + k->noutputs; b++) {
+        if (!flat(k, b)) return 0;
+        int sz = ke_dtypes[k->bufs[b].dtype].size;
+        maxsz = sz > maxsz ? sz : maxsz;
+    }
+    return 16 / maxsz >= 2 ? 16 / maxsz : 0;
+}
+
+static int emit_elementwise(emit *e, const char *name, const char *it) {
+    const ir_kernel *k = e->k;
+    cn_buf *o = e->o;
+    const int nb = k->ninputs + k->noutputs;
+    put_params(e, name);
+    put_prologue(e);
+    int64_t n = numel(k, k->ndim);
+    int need_idx = 0;
+    for (int b = 0; b < nb; b++) need_idx |= !flat(k, b);
+    const char *start = "";
+    int vw = vec_width(k);
+    if (vw) {
+        char tmp[16];
+        put(o, "    /* 16-byte accesses, %d elements at a time, when every buffer is 16-byte aligned;\n"
+               "       the rest (or everything, unaligned) element by element below */\n", vw);
+        put(o, "    %s kl_head = 0;\n    if (((", it);
+        for (int b = 0; b < nb; b++) put(o, "%s(unsigned long long)%s", b ? " | " : "", bufname(k, b, tmp));
+        put(o, ") & 15) == 0) {\n        kl_head = %" PRId64 ";\n", n / vw * vw);
+        put(o, "        for (%s q = blockIdx.x * (%s)blockDim.x + threadIdx.x; q < %" PRId64 "; q += (%s)gridDim.x * blockDim.x) {\n",
+            it, it, n / vw, it);
+        for (int b = 0; b < k->ninputs; b++)
+            put(o, "            const kl_vec<%s, %d> l%d = reinterpret_cast<const kl_vec<%s, %d> *>(in%d)[q];\n",
+                ctype(k->bufs[b].dtype), vw, b, ctype(k->bufs[b].dtype), vw, b);
+        for (int b = k->ninputs; b < nb; b++) put(o, "            kl_vec<%s, %d> s%d;\n", ctype(k->bufs[b].dtype), vw, b);
+        put(o, "#pragma unroll\n            for (int u = 0; u < %d; u++) {\n", vw);
+        e->ind = "                ";
+        e->vec = 1;
+        put_body(e);
+        e->vec = 0;
+        put(o, "            }\n");
+        for (int b = k->ninputs; b < nb; b++)
+            put(o, "            reinterpret_cast<kl_vec<%s, %d> *>(out%d)[q] = s%d;\n", ctype(k->bufs[b].dtype), vw,
+                b - k->ninputs, b);
+        put(o, "        }\n    }\n");
+        start = "kl_head + ";
+    }
+    put(o, "    for (%s i = %sblockIdx.x * (%s)blockDim.x + threadIdx.x; i < %" PRId64 "; i += (%s)gridDim.x * blockDim.x) {\n",
+        it, start, it, n, it);
+    if (need_idx && k->ndim > 0) {
+        put(o, "        /* the domain index, for the buffers that are not flat */\n        %s r = i;\n", it);
+        for (int d = k->ndim - 1; d > 0; d--) put(o, "        const %s i%d = r %% %" PRId64 "; r /= %" PRId64 ";\n", it, d, k->shape[d], k->shape[d]);
+        put(o, "        const %s i0 = r;\n", it);
+    }
+    e->ind = "        ";
+    put_body(e);
     put(o, "    }\n");
     put_epilogue(e, name);
     return 0;
@@ -519,6 +573,8 @@ int cn_emit_program(const ir_kernel *const *ks, const char *const *names, int n,
     for (unsigned f = 0; f < 4; f++)
         if (files & (1u << f)) put(&o, "#include \"%s\"\n", inc_files[f]);
     put(&o, "\n");
+    put(&o, "/* n elements of T as one aligned access (16 bytes at most) */\n"
+            "template <typename T, int N> struct alignas(sizeof(T) * N) kl_vec {\n    T v[N];\n};\n\n");
     if (any_row) put(&o, "%s", prelude_row);
     for (int i = 0; i < n; i++) {
         const ir_kernel *k = ks[i];
