@@ -37,9 +37,10 @@ typedef struct ke_ew_loop_name {
     const char *name; /* "neg_f32" */
     const char *file; /* the source file defining it: "ew_unary.c" */
 } ke_ew_loop_name;
-#define KE_EW_NAME(fname)                                                                    \
-    static const ke_ew_loop_name fname##_kename_                                             \
-        __attribute__((used, section("ke_ew_names"), aligned(sizeof(void *)))) = {fname, #fname, __FILE__};
+#define KE_EW_NAME(fname)                                                                     \
+    static const ke_ew_loop_name fname##_kename_                                              \
+        __attribute__((used, section("ke_ew_names"), aligned(sizeof(void *)))) = {fname, #fname, \
+                                                                                  __FILE__};
 /* The entry of loop f (NULL if f is no loop of ew_*.c). */
 const ke_ew_loop_name *ke_ew_loop_name_of(ke_ew_loop f);
 
@@ -66,7 +67,7 @@ int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute);
             T x = X[i];                                                                           \
             o[i] = (TO)(EXPR);                                                                    \
         }                                                                                         \
-    }                                                                                      \
+    }                                                                                             \
     KE_EW_NAME(fname)
 
 #define KE_EW_BINARY(fname, T, TO, EXPR)                                                        \
@@ -98,7 +99,7 @@ int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute);
             const TO v = (TO)(EXPR);                                                              \
             for (int64_t i = 0; i < n; i++) o[i] = v;                                             \
         }                                                                                         \
-    }                                                                                      \
+    }                                                                                             \
     KE_EW_NAME(fname)
 
 /* Ternary loops never see broadcast inputs (bcast_ok = 0): the engine expands them. */
@@ -115,7 +116,7 @@ int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute);
             T x = X[i], y = Y[i], z = Z[i];                                                       \
             o[i] = (TO)(EXPR);                                                                    \
         }                                                                                         \
-    }                                                                                      \
+    }                                                                                             \
     KE_EW_NAME(fname)
 
 
