@@ -7,7 +7,8 @@
  *                        free hook (autograd metadata), the data-access hook
  *                        (a data read while tracing breaks the trace)
  *   ir     <- ir_hooks   the decomposition pass's subgraph tracer
- *   ir     <- registry   kernel backends, by name and device (kernel.h)
+ *   ir     <- registry   kernel backends, by name and device (kernel.h): the
+ *                        interpreter, LLVM (CPU), NVRTC (CUDA)
  *   eager  <- devices    the CUDA device's data movers (ke_device_ops) and
  *                        eager's CUDA kernels; eager calls kl_init at its
  *                        first CUDA request, so CPU-only programs never join CUDA
@@ -20,6 +21,7 @@
 #include "autograd.h"
 #include "cuda_device.h"
 #include "dispatch.h"
+#include "cn.h"
 #include "kernel.h"
 #include "trace.h"
 
@@ -44,6 +46,7 @@ static void init_once(void) {
 #ifdef KL_HAVE_LLVM
     KE_ASSERT(ir_backend_register(&cg_llvm_backend) == 0);
 #endif
+    KE_ASSERT(ir_backend_register(&cn_nvrtc_backend) == 0);
     ag_anomaly_from_env();
     /* CUDA: kernels first, then the device, whose publication (release) is
      * what eager waits for. Nothing is loaded here: the driver comes with

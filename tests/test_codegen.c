@@ -690,7 +690,7 @@ static void loop_errors_are_raised(void **state) {
     /* an unknown backend */
     o.backend = "gpu";
     assert_null(kl_compile(int_remainder, NULL, &o));
-    KT_EXPECT_ERROR(KL_ERR_ARG, "unknown or unavailable backend \"gpu\" (registered: interp, llvm)");
+    KT_EXPECT_ERROR(KL_ERR_ARG, "unknown or unavailable backend \"gpu\" (registered: interp, llvm, nvrtc)");
 }
 
 /* A kernel with an op LLVM has no loop for: the strict compile fails with

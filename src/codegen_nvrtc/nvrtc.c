@@ -81,8 +81,24 @@ static const char hdr_stdint[] =
     "typedef short int16_t; typedef unsigned short uint16_t;\n"
     "typedef int int32_t; typedef unsigned int uint32_t;\n"
     "typedef long long int64_t; typedef unsigned long long uint64_t;\n"
-    "typedef long long intptr_t; typedef unsigned long long uintptr_t;\n";
+    "typedef long long intptr_t; typedef unsigned long long uintptr_t;\n"
+    "#define INT32_MIN (-2147483647 - 1)\n#define INT32_MAX 2147483647\n"
+    "#define INT64_MIN (-9223372036854775807LL - 1)\n#define INT64_MAX 9223372036854775807LL\n"
+    "#define UINT32_MAX 4294967295u\n";
 static const char hdr_string[] = "#pragma once\n";
+/* The eager formulas (cn_emit.c) include <math.h> and <stdbool.h>: device code
+ * has the math functions built in; these are the macros it lacks. */
+static const char hdr_math[] =
+    "#pragma once\n"
+    "#define INFINITY __int_as_float(0x7f800000)\n"
+    "#define NAN __int_as_float(0x7fc00000)\n"
+    "#define M_SQRT1_2 0.70710678118654752440\n";
+static const char hdr_stdbool[] = "#pragma once\n";
+/* The eager files the generated programs include (embed_header.py --table). */
+typedef struct ku_embedded {
+    const char *name, *text;
+} ku_embedded;
+extern const ku_embedded ku_dev_files[];
 static const char hdr_prelude[] =
     "#pragma once\n"
     "#define __builtin_nanf(s) __int_as_float(0x7fc00000)\n"
@@ -94,9 +110,36 @@ static const char hdr_prelude[] =
 /* The in-memory headers and the options of every compile: one list, which the
  * disk cache's key hashes too (ku_nvrtc_inputs), so changing a header's text or
  * an option changes every key. */
-static const char *const hdr_texts[] = {hdr_stdint, hdr_string, hdr_prelude, ku_vmath_h, ku_kiln_cuda_h};
-static const char *const hdr_names[] = {"stdint.h", "string.h", "vmath.h", "kiln_vmath_impl.h", "kiln_cuda.h"};
-#define N_HDR ((int)(sizeof hdr_names / sizeof *hdr_names))
+enum { KU_MAX_HDR = 64 };
+static const char *hdr_texts[KU_MAX_HDR];
+static const char *hdr_names[KU_MAX_HDR];
+static int n_hdr;
+static char hdr_hex[KU_MAX_HDR][65];
+static pthread_once_t hdr_once = PTHREAD_ONCE_INIT;
+/* The fixed headers, then the eager files the generated programs include;
+ * each one's digest once per process (vmath.h is tens of KB: hashing it at
+ * every kernel load would cost more than the rest of a cache hit). */
+static void hdr_init(void) {
+    static const char *const fixed[][2] = {
+        {"stdint.h", hdr_stdint}, {"string.h", hdr_string}, {"vmath.h", hdr_prelude},
+        {"kiln_vmath_impl.h", ku_vmath_h}, {"math.h", hdr_math}, {"stdbool.h", hdr_stdbool},
+        {"kiln_cuda.h", ku_kiln_cuda_h},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
+        hdr_names[n_hdr] = fixed[i][0];
+        hdr_texts[n_hdr++] = fixed[i][1];
+    }
+    for (const ku_embedded *e = ku_dev_files; e->name; e++) {
+        KE_ASSERT(n_hdr < KU_MAX_HDR);
+        hdr_names[n_hdr] = e->name;
+        hdr_texts[n_hdr++] = e->text;
+    }
+    for (int i = 0; i < n_hdr; i++) {
+        uint8_t d[32];
+        ke_sha256(hdr_texts[i], strlen(hdr_texts[i]), d);
+        for (int j = 0; j < 32; j++) snprintf(hdr_hex[i] + 2 * j, 3, "%02x", d[j]);
+    }
+}
 
 /* Fills opts (room for 8) for sm_<arch>, archopt holding its -arch; returns the count. */
 static int compile_options(int arch, char archopt[32], const char **opts) {
@@ -117,25 +160,13 @@ static int compile_options(int arch, char archopt[32], const char **opts) {
     return n;
 }
 
-/* The headers' digests, once per process (vmath.h is tens of KB: hashing it
- * at every kernel load would cost more than the rest of a cache hit). */
-static char hdr_hex[N_HDR][65];
-static pthread_once_t hdr_once = PTHREAD_ONCE_INIT;
-static void hash_headers(void) {
-    for (int i = 0; i < N_HDR; i++) {
-        uint8_t d[32];
-        ke_sha256(hdr_texts[i], strlen(hdr_texts[i]), d);
-        for (int j = 0; j < 32; j++) snprintf(hdr_hex[i] + 2 * j, 3, "%02x", d[j]);
-    }
-}
-
 int ku_nvrtc_inputs(int arch, char *buf, size_t cap) {
     char archopt[32];
     const char *opts[8];
     int n = compile_options(arch, archopt, opts);
-    pthread_once(&hdr_once, hash_headers);
+    pthread_once(&hdr_once, hdr_init);
     size_t len = 0;
-    for (int i = 0; i < n + N_HDR; i++) {
+    for (int i = 0; i < n + n_hdr; i++) {
         int w = i < n ? snprintf(buf + len, cap - len, "%s\n", opts[i])
                       : snprintf(buf + len, cap - len, "header %s %s\n", hdr_names[i - n], hdr_hex[i - n]);
         if (w < 0 || (size_t)w >= cap - len) return -1;
@@ -172,12 +203,13 @@ int ku_nvrtc_compile(const char *op, const char *src, const char *name, int arch
     if (!src || !name) return ke_err(KL_ERR_NULL_ARG, op, "NVRTC compile: NULL source or name");
     if (arch < 50 || arch > 199) return ke_err(KL_ERR_ARG, op, "NVRTC compile of %s: bad architecture sm_%d", name, arch);
     if (!ku_nvrtc_available(op)) return -1;
+    pthread_once(&hdr_once, hdr_init);
     char archopt[32];
     const char *opts[8];
     int nopt = compile_options(arch, archopt, opts);
     double t0 = now_ms();
     nvrtcProgram prog = NULL;
-    nvrtcResult r = nv.nvrtcCreateProgram(&prog, src, name, N_HDR, hdr_texts, hdr_names);
+    nvrtcResult r = nv.nvrtcCreateProgram(&prog, src, name, n_hdr, hdr_texts, hdr_names);
     if (r != 0) return ke_err(KL_ERR_INTERNAL, op, "nvrtcCreateProgram failed: %s", nv.nvrtcGetErrorString(r));
     r = nv.nvrtcCompileProgram(prog, nopt, opts);
     size_t logn = 0;

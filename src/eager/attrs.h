@@ -24,7 +24,7 @@
  * ke_attr_softmax_dim). KE_ATTRS_COMMON declares the conventional slots
  * shared by families of ops: ke_attr_keepdim, ke_attr_dtype, ke_attr_seed, ...
  *
- * This header and the struct in dispatch.h are the only code that may index
+ * This header and the struct in attr_access.h are the only code that may index
  * a->i[] / a->f[] (tests/check_attr_slots.sh greps src/ for any other).
  * The slot layout of ke_attrs itself is unchanged, so what the tracer
  * records, the guards hash and the IR stores is the same data as before.
@@ -77,6 +77,37 @@ static inline const int64_t *ke_attr_list_at(const struct ke_attrs *a, const ke_
     *n = d->slot + len <= a->nlist && len > 0 ? len : 0;
     return a->list + d->slot;
 }
+
+#ifndef KE_DEVICE
+#include <stdio.h>
+/* a as a C99/C++ aggregate initializer of ke_attrs ("{{f...}, {i...}, nlist,
+ * {list...}}"), every value exact (doubles in hex; infinities and NaN by the
+ * <math.h> macros, a NaN's payload is not kept): code generators bake a
+ * node's attributes into device code with it. The text's length (snprintf's). */
+static inline int ke_attrs_c_init(const struct ke_attrs *a, char *buf, size_t cap) {
+    int n = 0;
+#define KE_ATTRS_PUT_(...) n += snprintf(buf + (n < (int)cap ? n : (int)cap), (size_t)n < cap ? cap - (size_t)n : 0, __VA_ARGS__)
+    KE_ATTRS_PUT_("{{");
+    for (size_t k = 0; k < sizeof a->f / sizeof a->f[0]; k++) {
+        double v = a->f[k];
+        if (v != v) KE_ATTRS_PUT_("%s(double)NAN", __builtin_signbit(v) ? "-" : "");
+        else if (v == __builtin_inf() || v == -__builtin_inf()) KE_ATTRS_PUT_("%s(double)INFINITY", v < 0 ? "-" : "");
+        else KE_ATTRS_PUT_("%a", v);
+        KE_ATTRS_PUT_(k + 1 < sizeof a->f / sizeof a->f[0] ? ", " : "}, {");
+    }
+    for (size_t k = 0; k < sizeof a->i / sizeof a->i[0]; k++) {
+        if (a->i[k] == INT64_MIN) KE_ATTRS_PUT_("(-9223372036854775807LL - 1)");
+        else KE_ATTRS_PUT_("%lldLL", (long long)a->i[k]);
+        KE_ATTRS_PUT_(k + 1 < sizeof a->i / sizeof a->i[0] ? ", " : "}, ");
+    }
+    KE_ATTRS_PUT_("%d, {", (int)a->nlist);
+    for (int k = 0; k < a->nlist && k < (int)(sizeof a->list / sizeof a->list[0]); k++)
+        KE_ATTRS_PUT_("%s%lldLL", k ? ", " : "", (long long)a->list[k]);
+    KE_ATTRS_PUT_("%s}}", a->nlist > 0 ? "" : "0");
+#undef KE_ATTRS_PUT_
+    return n;
+}
+#endif
 
 /* ---- the generator ---------------------------------------------------------
  * With KE_A defined as KE_ATTR_TUPLE, an attribute list becomes a comma list

@@ -44,36 +44,9 @@ static inline kl_dtype ke_compute_dtype(kl_dtype d) {
     return (d == KL_F16 || d == KL_BF16) ? KL_F32 : d;
 }
 
-/* f16/bf16 <-> f32 conversion (round to nearest even, NaN preserved). */
-/* Exact: the 15 magnitude bits shifted into f32 position and scaled by
- * 2^112 rebias the exponent (subnormal halves become normal floats); inf/NaN
- * keep an all-ones exponent. Inline and branch-light, as f16 loops call it
- * per element. */
-static inline float ke_f16_to_f32(uint16_t h) {
-    uint32_t em = h & 0x7fffu, u = em << 13;
-    float f;
-    memcpy(&f, &u, 4);
-    f *= 0x1p112f;
-    memcpy(&u, &f, 4);
-    if (em >= 0x7c00u) u = (em << 13) | 0x7f800000u;
-    u |= (uint32_t)(h & 0x8000u) << 16;
-    memcpy(&f, &u, 4);
-    return f;
-}
-uint16_t ke_f32_to_f16(float f);
-static inline float ke_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline uint16_t ke_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+/* f16/bf16 <-> f32 conversion and the per-element casting rules (shared
+ * with the CUDA device code, which includes the same header). */
+#include "dtype_conv.h"
 
 /* PyTorch's checked conversion of a C scalar into dt: KL_ERR_ARG when v
  * cannot be represented without overflow. Returns 0 or -1. */

@@ -9,19 +9,7 @@
 
 #include <math.h>
 
-/* ---- identity loops (clone, to_dtype: the engine does the casting) ---------- */
-
-#define ID_LOOP(T, sfx) KE_EW_UNARY(id_##sfx, T, T, x)
-ID_LOOP(float, f32)
-ID_LOOP(double, f64)
-ID_LOOP(int32_t, i32)
-ID_LOOP(int64_t, i64)
-ID_LOOP(uint8_t, u8)
-const ke_ew_impl ke_ew_identity = {
-    .loop = {[KL_F32] = id_f32, [KL_F64] = id_f64, [KL_I32] = id_i32, [KL_I64] = id_i64, [KL_U8] = id_u8,
-             [KL_BOOL] = id_u8},
-    .bcast_ok = 0,
-};
+/* The identity loops of clone and to_dtype (ke_ew_identity) are in ew_unary.c. */
 
 /* ---- shape rules -------------------------------------------------------------- */
 

@@ -84,28 +84,6 @@ int ke_check_scalar_cast(const char *op, double v, kl_dtype dt) {
 
 /* ---- f16 ---------------------------------------------------------------- */
 
-uint16_t ke_f32_to_f16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000, abs = u & 0x7fffffffu;
-    if (abs >= 0x7f800000u) /* inf or nan */
-        return (uint16_t)(sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 | ((abs >> 13) & 0x3ff) : 0));
-    if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to inf */
-    if (abs < 0x38800000u) { /* result is subnormal or zero */
-        if (abs < 0x33000000u) return (uint16_t)sign;
-        uint32_t e = abs >> 23, m = (abs & 0x7fffff) | 0x800000;
-        /* value = m * 2^(e-150) and the half subnormal unit is 2^-24 */
-        uint32_t shift = 126 - e; /* 14..24 */
-        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1))) q++;
-        return (uint16_t)(sign | q);
-    }
-    uint32_t r = abs - 0x38000000u; /* rebias 127 -> 15 */
-    uint32_t q = r >> 13, rem = r & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (q & 1))) q++;
-    return (uint16_t)(sign | q);
-}
-
 /* ---- element access (slow paths) ---------------------------------------- */
 
 double ke_load_f64(const void *p, kl_dtype d, int64_t i) {
@@ -138,11 +116,6 @@ int64_t ke_load_i64(const void *p, kl_dtype d, int64_t i) {
 /* Float -> integer casts are UB in C outside the target's range; PyTorch's
  * results there are unspecified too. We define them: NaN -> 0, out of range
  * wraps through int64 (like x86 cvttsd2si for in-range values). */
-static inline int64_t f2i(double v) {
-    if (v != v) return 0;
-    if (v >= 9.2233720368547758e18 || v < -9.2233720368547758e18) return INT64_MIN;
-    return (int64_t)v;
-}
 
 void ke_store_f64(void *p, kl_dtype d, int64_t i, double v) {
     switch (d) {
@@ -150,9 +123,9 @@ void ke_store_f64(void *p, kl_dtype d, int64_t i, double v) {
     case KL_F64: ((double *)p)[i] = v; break;
     case KL_F16: ((uint16_t *)p)[i] = ke_f32_to_f16((float)v); break;
     case KL_BF16: ((uint16_t *)p)[i] = ke_f32_to_bf16((float)v); break;
-    case KL_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)f2i(v); break;
-    case KL_I64: ((int64_t *)p)[i] = f2i(v); break;
-    case KL_U8: ((uint8_t *)p)[i] = (uint8_t)(uint64_t)f2i(v); break;
+    case KL_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)ke_f2i(v); break;
+    case KL_I64: ((int64_t *)p)[i] = ke_f2i(v); break;
+    case KL_U8: ((uint8_t *)p)[i] = (uint8_t)(uint64_t)ke_f2i(v); break;
     case KL_BOOL: ((uint8_t *)p)[i] = v != 0; break;
     default: break;
     }
@@ -163,26 +136,23 @@ void ke_store_f64(void *p, kl_dtype d, int64_t i, double v) {
  * load/store expressions; contiguous fast paths fall out of stride == 1
  * specialisation by the compiler (the loop body is branch-free). */
 
-#define KE_LOAD_F32(p, i) ((const float *)(p))[i]
-#define KE_LOAD_F64(p, i) ((const double *)(p))[i]
-#define KE_LOAD_F16(p, i) ke_f16_to_f32(((const uint16_t *)(p))[i])
-#define KE_LOAD_BF16(p, i) ke_bf16_to_f32(((const uint16_t *)(p))[i])
-#define KE_LOAD_I32(p, i) ((const int32_t *)(p))[i]
-#define KE_LOAD_I64(p, i) ((const int64_t *)(p))[i]
-#define KE_LOAD_U8(p, i) ((const uint8_t *)(p))[i]
-#define KE_LOAD_BOOL(p, i) (((const uint8_t *)(p))[i] != 0)
+#define KE_LOAD_F32(p, i) KE_CV_LOAD_F32(((const float *)(p))[i])
+#define KE_LOAD_F64(p, i) KE_CV_LOAD_F64(((const double *)(p))[i])
+#define KE_LOAD_F16(p, i) KE_CV_LOAD_F16(((const uint16_t *)(p))[i])
+#define KE_LOAD_BF16(p, i) KE_CV_LOAD_BF16(((const uint16_t *)(p))[i])
+#define KE_LOAD_I32(p, i) KE_CV_LOAD_I32(((const int32_t *)(p))[i])
+#define KE_LOAD_I64(p, i) KE_CV_LOAD_I64(((const int64_t *)(p))[i])
+#define KE_LOAD_U8(p, i) KE_CV_LOAD_U8(((const uint8_t *)(p))[i])
+#define KE_LOAD_BOOL(p, i) KE_CV_LOAD_BOOL(((const uint8_t *)(p))[i])
 
-/* Each store macro takes the source category so float -> int uses f2i. */
-#define KE_STORE_F32(p, i, v, isf) (((float *)(p))[i] = (float)(v))
-#define KE_STORE_F64(p, i, v, isf) (((double *)(p))[i] = (double)(v))
-#define KE_STORE_F16(p, i, v, isf) (((uint16_t *)(p))[i] = ke_f32_to_f16((float)(v)))
-#define KE_STORE_BF16(p, i, v, isf) (((uint16_t *)(p))[i] = ke_f32_to_bf16((float)(v)))
-#define KE_STORE_I32(p, i, v, isf) \
-    (((int32_t *)(p))[i] = (int32_t)(uint32_t)(uint64_t)((isf) ? f2i((double)(v)) : (int64_t)(v)))
-#define KE_STORE_I64(p, i, v, isf) (((int64_t *)(p))[i] = (isf) ? f2i((double)(v)) : (int64_t)(v))
-#define KE_STORE_U8(p, i, v, isf) \
-    (((uint8_t *)(p))[i] = (uint8_t)(uint64_t)((isf) ? f2i((double)(v)) : (int64_t)(v)))
-#define KE_STORE_BOOL(p, i, v, isf) (((uint8_t *)(p))[i] = (v) != 0)
+#define KE_STORE_F32(p, i, v, isf) (((float *)(p))[i] = KE_CV_STORE_F32(v, isf))
+#define KE_STORE_F64(p, i, v, isf) (((double *)(p))[i] = KE_CV_STORE_F64(v, isf))
+#define KE_STORE_F16(p, i, v, isf) (((uint16_t *)(p))[i] = KE_CV_STORE_F16(v, isf))
+#define KE_STORE_BF16(p, i, v, isf) (((uint16_t *)(p))[i] = KE_CV_STORE_BF16(v, isf))
+#define KE_STORE_I32(p, i, v, isf) (((int32_t *)(p))[i] = KE_CV_STORE_I32(v, isf))
+#define KE_STORE_I64(p, i, v, isf) (((int64_t *)(p))[i] = KE_CV_STORE_I64(v, isf))
+#define KE_STORE_U8(p, i, v, isf) (((uint8_t *)(p))[i] = KE_CV_STORE_U8(v, isf))
+#define KE_STORE_BOOL(p, i, v, isf) (((uint8_t *)(p))[i] = KE_CV_STORE_BOOL(v, isf))
 
 #define KE_ISF_F32 1
 #define KE_ISF_F64 1

@@ -230,3 +230,14 @@ static int ew_error(ke_call *c, int err) {
 }
 
 int ke_cpu_ew(ke_call *c) { return ke_ew_run(c, (const ke_ew_impl *)ke_ops[c->op].impl, c->compute); }
+
+/* ---- loop names (ew.h) ------------------------------------------------------------ */
+
+/* The linker collects every KE_EW_NAME entry between these two symbols. */
+extern const ke_ew_loop_name __start_ke_ew_names[], __stop_ke_ew_names[];
+
+const ke_ew_loop_name *ke_ew_loop_name_of(ke_ew_loop f) {
+    for (const ke_ew_loop_name *e = __start_ke_ew_names; e < __stop_ke_ew_names; e++)
+        if (e->loop == f) return e;
+    return NULL;
+}

@@ -13,6 +13,7 @@
 #define KE_EW_H
 
 #include "dispatch.h"
+#include "ew_gen.h"
 
 /* err codes a loop may raise (first one wins; the engine turns it into an error) */
 enum { KE_EW_OK, KE_EW_INT_DIV_ZERO };
@@ -26,6 +27,22 @@ typedef struct ke_ew_impl {
     uint8_t out_bool;               /* loops write bool (uint8) instead of the compute dtype */
     uint8_t bool_in;                /* bit per input the loops read as bool (masks, conditions) */
 } ke_ew_impl;
+
+/* Every loop's name, for code generators that compile the same formula for
+ * another device (src/codegen_nvrtc: the device function has the loop's
+ * name). The loop shells below and the hand-written ones of ew_*.c add an
+ * entry with KE_EW_NAME to one linker section, so no list is kept by hand. */
+typedef struct ke_ew_loop_name {
+    ke_ew_loop loop;
+    const char *name; /* "neg_f32" */
+    const char *file; /* the source file defining it: "ew_unary.c" */
+} ke_ew_loop_name;
+#define KE_EW_NAME(fname)                                                                     \
+    static const ke_ew_loop_name fname##_kename_                                              \
+        __attribute__((used, section("ke_ew_names"), aligned(sizeof(void *)))) = {fname, #fname, \
+                                                                                  __FILE__};
+/* The entry of loop f (NULL if f is no loop of ew_*.c). */
+const ke_ew_loop_name *ke_ew_loop_name_of(ke_ew_loop f);
 
 /* The generic CPU kernel of every KE_KIND_EW row: runs impl's loops. */
 int ke_cpu_ew(ke_call *c);
@@ -50,7 +67,8 @@ int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute);
             T x = X[i];                                                                           \
             o[i] = (TO)(EXPR);                                                                    \
         }                                                                                         \
-    }
+    }                                                                                             \
+    KE_EW_NAME(fname)
 
 #define KE_EW_BINARY(fname, T, TO, EXPR)                                                        \
     static void fname(int64_t n, void *o_, const void *const *in, unsigned bc, const ke_attrs *a,   \
@@ -81,7 +99,8 @@ int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute);
             const TO v = (TO)(EXPR);                                                              \
             for (int64_t i = 0; i < n; i++) o[i] = v;                                             \
         }                                                                                         \
-    }
+    }                                                                                             \
+    KE_EW_NAME(fname)
 
 /* Ternary loops never see broadcast inputs (bcast_ok = 0): the engine expands them. */
 #define KE_EW_TERNARY(fname, T, TO, EXPR)                                                       \
@@ -97,11 +116,8 @@ int ke_ew_run(ke_call *c, const ke_ew_impl *impl, kl_dtype compute);
             T x = X[i], y = Y[i], z = Z[i];                                                       \
             o[i] = (TO)(EXPR);                                                                    \
         }                                                                                         \
-    }
+    }                                                                                             \
+    KE_EW_NAME(fname)
 
-/* Integer arithmetic that wraps like PyTorch's (and stays defined for UBSan). */
-#define KE_WRAP_ADD(T, U, x, y) ((T)((U)(x) + (U)(y)))
-#define KE_WRAP_SUB(T, U, x, y) ((T)((U)(x) - (U)(y)))
-#define KE_WRAP_MUL(T, U, x, y) ((T)((U)(x) * (U)(y)))
 
 #endif /* KE_EW_H */

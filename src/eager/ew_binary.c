@@ -14,9 +14,9 @@
 #include <math.h>
 
 #define KE_BINARY_IMPL(name, ...) \
-    const ke_ew_impl ke_ew_##name = {.loop = {__VA_ARGS__}, .bcast_ok = 3};
+    KE_EW_IMPL(name, .loop = {__VA_ARGS__}, .bcast_ok = 3)
 #define KE_BINARY_IMPL_B(name, ...) \
-    const ke_ew_impl ke_ew_##name = {.loop = {__VA_ARGS__}, .bcast_ok = 3, .out_bool = 1};
+    KE_EW_IMPL(name, .loop = {__VA_ARGS__}, .bcast_ok = 3, .out_bool = 1)
 
 /* ---- arithmetic ----------------------------------------------------------------- */
 
@@ -117,6 +117,28 @@ KE_GEN_I(KE_EW_BINARY, pow, POW_I)
  * faster and give its results at the edges (sqrt(-inf) is NaN, powf's +inf). */
 KE_EW_BINARY(pow_any_f32, float, float, powf(x, y))
 KE_EW_BINARY(pow_any_f64, double, double, pow(x, y))
+/* The shortcuts: (exponent, formula of x) pairs, written once for the CPU
+ * loop (one branch per exponent, outside the loop) and the device function
+ * (a select chain per element). */
+#define KE_POW_SHORTCUTS(X, T, SQRT)      \
+    X(2, x * x)                           \
+    X(0.5, SQRT(x))                       \
+    X(3, x * x * x)                       \
+    X(-0.5, (T)1 / SQRT(x))               \
+    X(-1, (T)1 / x)                       \
+    X(-2, (T)1 / (x * x))
+#ifdef KE_DEVICE
+#define KE_POW_SEL_(e, f) y == (e) ? (f) :
+#define KE_POW_FLOAT(fname, T, SQRT) \
+    KE_EW_BINARY(fname, T, T, bc != 2 ? fname##_gen(x, y, bc, a, err) : (KE_POW_SHORTCUTS(KE_POW_SEL_, T, SQRT) fname##_gen(x, y, bc, a, err)))
+#else
+#define KE_POW_CASE_(e, f)                        \
+    else if (y == (e)) {                          \
+        for (int64_t i = 0; i < n; i++) {         \
+            __typeof__(X[0]) x = X[i];            \
+            o[i] = (f);                           \
+        }                                         \
+    }
 #define KE_POW_FLOAT(fname, T, SQRT)                                                                    \
     static void fname(int64_t n, void *o_, const void *const *in, unsigned bc, const ke_attrs *a,       \
                       int *err) {                                                                     \
@@ -127,22 +149,15 @@ KE_EW_BINARY(pow_any_f64, double, double, pow(x, y))
         T *restrict o = (T *)o_;                                                                      \
         const T *restrict X = (const T *)in[0];                                                       \
         const T y = *(const T *)in[1];                                                                \
-        if (y == 2) {                                                                                 \
-            for (int64_t i = 0; i < n; i++) o[i] = X[i] * X[i];                                       \
-        } else if (y == 0.5) {                                                                        \
-            for (int64_t i = 0; i < n; i++) o[i] = SQRT(X[i]);                                        \
-        } else if (y == 3) {                                                                          \
-            for (int64_t i = 0; i < n; i++) o[i] = X[i] * X[i] * X[i];                                \
-        } else if (y == -0.5) {                                                                       \
-            for (int64_t i = 0; i < n; i++) o[i] = (T)1 / SQRT(X[i]);                                 \
-        } else if (y == -1) {                                                                         \
-            for (int64_t i = 0; i < n; i++) o[i] = (T)1 / X[i];                                       \
-        } else if (y == -2) {                                                                         \
-            for (int64_t i = 0; i < n; i++) o[i] = (T)1 / (X[i] * X[i]);                              \
-        } else {                                                                                      \
+        if (0) {                                                                                      \
+        }                                                                                             \
+        KE_POW_SHORTCUTS(KE_POW_CASE_, T, SQRT)                                                       \
+        else {                                                                                        \
             fname##_gen(n, o_, in, bc, a, err);                                                       \
         }                                                                                             \
-    }
+    }                                                                                                 \
+    KE_EW_NAME(fname)
+#endif
 #define pow_f32_gen pow_any_f32
 #define pow_f64_gen pow_any_f64
 KE_POW_FLOAT(pow_f32, float, sqrtf)
@@ -251,6 +266,8 @@ KE_BITWISE(bitwise_and, BAND_I)
 KE_BITWISE(bitwise_or, BOR_I)
 KE_BITWISE(bitwise_xor, BXOR_I)
 
+#ifndef KE_DEVICE /* the rest is host code (KE_DEVICE: kernels_ew_device.h) */
+
 /* ---- shape rule of pow -------------------------------------------------------------- */
 
 /* PyTorch refuses an integer tensor to a negative integer C-scalar power
@@ -280,3 +297,5 @@ static kl_tensor *scalar_first(int op, kl_tensor *a, double s) {
 }
 kl_tensor *kl_rsub_scalar(kl_tensor *a, double s) { return scalar_first(KE_OP_sub, a, s); }
 kl_tensor *kl_rdiv_scalar(kl_tensor *a, double s) { return scalar_first(KE_OP_div, a, s); }
+
+#endif /* !KE_DEVICE */

@@ -6,10 +6,13 @@
  */
 #include "kernels_ew.h"
 
+#ifndef KE_DEVICE
 #include "threadpool.h"
+#endif
 
 #include <math.h>
 
+#ifndef KE_DEVICE /* host code (KE_DEVICE: kernels_ew_device.h) */
 /* ---- shared shape rules ---------------------------------------------------------- */
 
 /* The row's impl must have a loop for the compute dtype the rule chose:
@@ -41,6 +44,8 @@ static int need_bool(ke_call *c, int i, const char *what) {
                   ke_fmt_tensor(b, sizeof b, c->in[i]), i + 1);
 }
 
+#endif /* !KE_DEVICE */
+
 /* Loops over every compute dtype of a formula that only moves values. */
 #define KE_GEN_MOVE(GEN, name)   \
     GEN(name##_f32, float)      \
@@ -54,6 +59,10 @@ static int need_bool(ke_call *c, int i, const char *what) {
 
 /* cond is read as bool (bool_in bit 0); a and b in their promoted dtype.
  * Both are loaded unconditionally so the select vectorizes. */
+#define WHERE_X(c, x, y) ((c) ? (x) : (y))
+#ifdef KE_DEVICE
+#define WHERE_LOOP(fname, T) KE_EW_DEVICE_FN(fname, T, (uint8_t c, T x, T y), , WHERE_X(c, x, y))
+#else
 #define WHERE_LOOP(fname, T)                                                                        \
     static void fname(int64_t n, void *o_, const void *const *in, unsigned bc, const ke_attrs *a,   \
                       int *err) {                                                                 \
@@ -63,11 +72,15 @@ static int need_bool(ke_call *c, int i, const char *what) {
         (void)bc, (void)a, (void)err;                                                             \
         for (int64_t i = 0; i < n; i++) {                                                         \
             T x = X[i], y = Y[i];                                                                 \
-            o[i] = C[i] ? x : y;                                                                  \
+            o[i] = WHERE_X(C[i], x, y);                                                           \
         }                                                                                         \
-    }
+    }                                                                                             \
+    KE_EW_NAME(fname)
+#endif
 KE_GEN_MOVE(WHERE_LOOP, where)
-const ke_ew_impl ke_ew_where = {.loop = {KE_LOOPS_ALL(where)}, .bool_in = 1};
+KE_EW_IMPL(where, .loop = {KE_LOOPS_ALL(where)}, .bool_in = 1)
+
+#ifndef KE_DEVICE
 
 int ke_infer_where(ke_call *c, ke_outspec *out) {
     if (need_bool(c, 0, "condition")) return -1;
@@ -76,6 +89,8 @@ int ke_infer_where(ke_call *c, ke_outspec *out) {
     c->compute = ke_compute_dtype(out->dtype);
     return 1;
 }
+
+#endif /* !KE_DEVICE */
 
 /* ---- clamp(x, lo, hi): f0 = lo, f1 = hi; -inf / +inf mean no bound ------------------ */
 
@@ -100,26 +115,37 @@ static inline uint8_t clamp_bound_uint8_t(double v) {
  * result NaN when both bounds are given and binds nothing when it is the
  * only one (PyTorch 1.13's clamp vs clamp_min/clamp_max); lo > hi gives hi
  * everywhere. */
+#define CLAMP_PRE(T, BOUND)                                                                       \
+    const T lo = BOUND(ke_attr_clamp_min(a)), hi = BOUND(ke_attr_clamp_max(a));                   \
+    const int both = ke_attr_clamp_min(a) != -INFINITY && ke_attr_clamp_max(a) != INFINITY;
+#define CLAMP_LO(x) (((x) < lo || (both && lo != lo)) ? lo : (x))
+#define CLAMP_X(x) ((CLAMP_LO(x) > hi || (both && hi != hi)) ? hi : CLAMP_LO(x))
+#ifdef KE_DEVICE
+#define CLAMP_LOOP(fname, T, BOUND) KE_EW_DEVICE_FN(fname, T, (T x), CLAMP_PRE(T, BOUND), CLAMP_X(x))
+#else
 #define CLAMP_LOOP(fname, T, BOUND)                                                                 \
     static void fname(int64_t n, void *o_, const void *const *in, unsigned bc, const ke_attrs *a,   \
                       int *err) {                                                                 \
         T *restrict o = (T *)o_;                                                                  \
         const T *restrict X = (const T *)in[0];                                                   \
-        const T lo = BOUND(ke_attr_clamp_min(a)), hi = BOUND(ke_attr_clamp_max(a));               \
-        const int both = ke_attr_clamp_min(a) != -INFINITY && ke_attr_clamp_max(a) != INFINITY;   \
+        CLAMP_PRE(T, BOUND)                                                                       \
         (void)bc, (void)err;                                                                      \
         for (int64_t i = 0; i < n; i++) {                                                         \
-            T t = (X[i] < lo || (both && lo != lo)) ? lo : X[i];                                  \
-            o[i] = (t > hi || (both && hi != hi)) ? hi : t;                                       \
+            T x = X[i];                                                                           \
+            o[i] = CLAMP_X(x);                                                                    \
         }                                                                                         \
-    }
+    }                                                                                             \
+    KE_EW_NAME(fname)
+#endif
 CLAMP_LOOP(clamp_f32, float, clamp_bound_float)
 CLAMP_LOOP(clamp_f64, double, clamp_bound_double)
 CLAMP_LOOP(clamp_i32, int32_t, clamp_bound_int32_t)
 CLAMP_LOOP(clamp_i64, int64_t, clamp_bound_int64_t)
 CLAMP_LOOP(clamp_u8, uint8_t, clamp_bound_uint8_t)
 CLAMP_LOOP(clamp_b8, uint8_t, clamp_bound_bool)
-const ke_ew_impl ke_ew_clamp = {.loop = {KE_LOOPS_ALL(clamp)}};
+KE_EW_IMPL(clamp, .loop = {KE_LOOPS_ALL(clamp)})
+
+#ifndef KE_DEVICE
 
 /* As ke_wrap_scalar decides: an integral bound counts as an integer scalar. */
 static int integral(double v) { return isfinite(v) && v == trunc(v) && fabs(v) < 9.007199254740992e15; }
@@ -148,6 +174,8 @@ int ke_infer_clamp(ke_call *c, ke_outspec *out) {
     return 1;
 }
 
+#endif /* !KE_DEVICE */
+
 /* ---- lerp(a, b, w) = a + w (b - a) -------------------------------------------------- */
 
 /* PyTorch 1.13's two-sided form (exact at w = 0 and w = 1); its test is
@@ -155,13 +183,14 @@ int ke_infer_clamp(ke_call *c, ke_outspec *out) {
 #define LERP(T, x, y, w) ((w) < (T)0.5 ? (x) + (w) * ((y) - (x)) : (y) - ((y) - (x)) * ((T)1 - (w)))
 KE_EW_TERNARY(lerp_f32, float, float, LERP(float, x, y, z))
 KE_EW_TERNARY(lerp_f64, double, double, LERP(double, x, y, z))
-const ke_ew_impl ke_ew_lerp = {.loop = {KE_LOOPS_F(lerp)}};
+KE_EW_IMPL(lerp, .loop = {KE_LOOPS_F(lerp)})
 
 /* lerp_scalar: the weight is an attribute */
 KE_EW_BINARY(lerp_scalar_f32, float, float, LERP(float, x, y, (float)ke_attr_lerp_scalar_weight(a)))
 KE_EW_BINARY(lerp_scalar_f64, double, double, LERP(double, x, y, ke_attr_lerp_scalar_weight(a)))
-const ke_ew_impl ke_ew_lerp_scalar = {.loop = {KE_LOOPS_F(lerp_scalar)}, .bcast_ok = 3};
+KE_EW_IMPL(lerp_scalar, .loop = {KE_LOOPS_F(lerp_scalar)}, .bcast_ok = 3)
 
+#ifndef KE_DEVICE
 /* For lerp and lerp_scalar: floating inputs of one dtype (PyTorch does not
  * promote here), broadcast together; the result has a's dtype. */
 int ke_infer_lerp(ke_call *c, ke_outspec *out) {
@@ -181,12 +210,19 @@ int ke_infer_lerp(ke_call *c, ke_outspec *out) {
     return 1;
 }
 
+#endif /* !KE_DEVICE */
+
 /* ---- masked_fill(x, mask, value): value is an attribute ------------------------------------------ */
 
 /* The value in x's compute dtype: integers truncate (NaN -> 0), bool is value != 0. */
 #define MF_FLOAT(T) ((T)ke_attr_masked_fill_value(a))
 #define MF_INT(T) ((T)(uint64_t)ke_ew_f2i(ke_attr_masked_fill_value(a)))
 #define MF_BOOL(T) ((T)(ke_attr_masked_fill_value(a) != 0))
+#define MASKED_FILL_X(m, x) ((m) ? v : (x))
+#ifdef KE_DEVICE
+#define MASKED_FILL_LOOP(fname, T, VALUE) \
+    KE_EW_DEVICE_FN(fname, T, (T x, uint8_t m), const T v = VALUE(T);, MASKED_FILL_X(m, x))
+#else
 #define MASKED_FILL_LOOP(fname, T, VALUE)                                                           \
     static void fname(int64_t n, void *o_, const void *const *in, unsigned bc, const ke_attrs *a,   \
                       int *err) {                                                                 \
@@ -195,15 +231,19 @@ int ke_infer_lerp(ke_call *c, ke_outspec *out) {
         const uint8_t *restrict M = (const uint8_t *)in[1];                                       \
         const T v = VALUE(T);                                                                     \
         (void)bc, (void)err;                                                                      \
-        for (int64_t i = 0; i < n; i++) o[i] = M[i] ? v : X[i];                                   \
-    }
+        for (int64_t i = 0; i < n; i++) o[i] = MASKED_FILL_X(M[i], X[i]);                         \
+    }                                                                                             \
+    KE_EW_NAME(fname)
+#endif
 MASKED_FILL_LOOP(masked_fill_f32, float, MF_FLOAT)
 MASKED_FILL_LOOP(masked_fill_f64, double, MF_FLOAT)
 MASKED_FILL_LOOP(masked_fill_i32, int32_t, MF_INT)
 MASKED_FILL_LOOP(masked_fill_i64, int64_t, MF_INT)
 MASKED_FILL_LOOP(masked_fill_u8, uint8_t, MF_INT)
 MASKED_FILL_LOOP(masked_fill_b8, uint8_t, MF_BOOL)
-const ke_ew_impl ke_ew_masked_fill = {.loop = {KE_LOOPS_ALL(masked_fill)}, .bool_in = 2};
+KE_EW_IMPL(masked_fill, .loop = {KE_LOOPS_ALL(masked_fill)}, .bool_in = 2)
+
+#ifndef KE_DEVICE /* the rest is host code */
 
 /* x and mask broadcast together (PyTorch's out-of-place masked_fill may
  * grow x; the in-place form may not, which the in-place check enforces). */
@@ -344,3 +384,5 @@ static kl_tensor *tri_call(int op, kl_tensor *x, int64_t k) {
 }
 kl_tensor *kl_tril(kl_tensor *x, int64_t k) { return tri_call(KE_OP_tril, x, k); }
 kl_tensor *kl_triu(kl_tensor *x, int64_t k) { return tri_call(KE_OP_triu, x, k); }
+
+#endif /* !KE_DEVICE */

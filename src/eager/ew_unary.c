@@ -14,13 +14,17 @@
 #define KE_UNARY_MATH(name, F32X, F64X)                 \
     KE_EW_UNARY(name##_f32, float, float, F32X)        \
     KE_EW_UNARY(name##_f64, double, double, F64X)      \
-    const ke_ew_impl ke_ew_##name = {.loop = {KE_LOOPS_F(name)}};
+    KE_EW_IMPL(name, .loop = {KE_LOOPS_F(name)})
 
 /* Integer and bool loops shared by the ops that are the identity there
  * (floor, ceil, round, trunc of integers; abs, relu of unsigned). */
 #define ID_X(T, U) x
+#define ID_F(T) x
 KE_GEN_I(KE_EW_UNARY, ident, ID_X)
 KE_EW_UNARY(ident_b8, uint8_t, uint8_t, x)
+/* clone and to_dtype (ops_create.def): the engine does the casting */
+KE_GEN_F(KE_EW_UNARY, ident, ID_F)
+KE_EW_IMPL(identity, .loop = {KE_LOOPS_F(ident), KE_LOOPS_I(ident), [KL_BOOL] = ident_u8})
 
 /* ---- sign-aware arithmetic ---------------------------------------------------- */
 
@@ -29,14 +33,14 @@ KE_EW_UNARY(ident_b8, uint8_t, uint8_t, x)
 #define NEG_I(T, U) ((T)((U)0 - (U)x))
 KE_GEN_F(KE_EW_UNARY, neg, NEG_F)
 KE_GEN_I(KE_EW_UNARY, neg, NEG_I)
-const ke_ew_impl ke_ew_neg = {.loop = {KE_LOOPS_F(neg), KE_LOOPS_I(neg)}};
+KE_EW_IMPL(neg, .loop = {KE_LOOPS_F(neg), KE_LOOPS_I(neg)})
 
 /* fabs, not a compare, so abs(-0.0) is +0.0 */
 KE_EW_UNARY(abs_f32, float, float, fabsf(x))
 KE_EW_UNARY(abs_f64, double, double, fabs(x))
 #define ABS_I(T, U) (x < 0 ? (T)((U)0 - (U)x) : x)
 KE_GEN_SI(KE_EW_UNARY, abs, ABS_I)
-const ke_ew_impl ke_ew_abs = {.loop = {KE_LOOPS_F(abs), KE_LOOPS_SI(abs), [KL_U8] = ident_u8}};
+KE_EW_IMPL(abs, .loop = {KE_LOOPS_F(abs), KE_LOOPS_SI(abs), [KL_U8] = ident_u8})
 
 /* sign(NaN) is 0 in PyTorch, which the comparisons give for free. */
 #define SIGN_X(T) ((T)((x > 0) - (x < 0)))
@@ -44,21 +48,21 @@ const ke_ew_impl ke_ew_abs = {.loop = {KE_LOOPS_F(abs), KE_LOOPS_SI(abs), [KL_U8
 KE_GEN_F(KE_EW_UNARY, sign, SIGN_X)
 KE_GEN_SI(KE_EW_UNARY, sign, SIGN_I)
 KE_EW_UNARY(sign_u8, uint8_t, uint8_t, x != 0)
-const ke_ew_impl ke_ew_sign = {.loop = {KE_LOOPS_F(sign), KE_LOOPS_I(sign), [KL_BOOL] = ident_b8}};
+KE_EW_IMPL(sign, .loop = {KE_LOOPS_F(sign), KE_LOOPS_I(sign), [KL_BOOL] = ident_b8})
 
 /* square of bool is int64 (ke_infer_square), so there is no bool loop */
 #define SQUARE_F(T) (x * x)
 #define SQUARE_I(T, U) KE_WRAP_MUL(T, U, x, x)
 KE_GEN_F(KE_EW_UNARY, square, SQUARE_F)
 KE_GEN_I(KE_EW_UNARY, square, SQUARE_I)
-const ke_ew_impl ke_ew_square = {.loop = {KE_LOOPS_F(square), KE_LOOPS_I(square)}};
+KE_EW_IMPL(square, .loop = {KE_LOOPS_F(square), KE_LOOPS_I(square)})
 
 /* relu keeps -0.0 and NaN as PyTorch's clamp_min(x, 0) does */
 #define RELU_X(T) (x < 0 ? (T)0 : x)
 #define RELU_I(T, U) RELU_X(T)
 KE_GEN_F(KE_EW_UNARY, relu, RELU_X)
 KE_GEN_SI(KE_EW_UNARY, relu, RELU_I)
-const ke_ew_impl ke_ew_relu = {.loop = {KE_LOOPS_F(relu), KE_LOOPS_SI(relu), [KL_U8] = ident_u8}};
+KE_EW_IMPL(relu, .loop = {KE_LOOPS_F(relu), KE_LOOPS_SI(relu), [KL_U8] = ident_u8})
 
 /* ---- math functions ---------------------------------------------------------------- */
 
@@ -75,7 +79,13 @@ KE_UNARY_MATH(reciprocal, 1.0f / x, 1.0 / x)
  * values, as int64 extremes promoted to f32 are) a block falls back to
  * libm in double, whose reduction is exact everywhere. The check is a
  * vectorized OR over the block, so ordinary inputs keep the vector loop. */
-#define KE_TRIG_MATH(name, VF, DF)                                                               \
+#define KE_TRIG_BIG(x) (!(fabsf(x) <= 8.0e8f))
+#ifdef KE_DEVICE
+/* The device computes per element: a huge value takes libm in double. (So
+ * does the LLVM backend, which runs the CPU loop one element at a time.) */
+#define KE_TRIG_F32(name, VF, DF) KE_EW_UNARY(name##_f32, float, float, KE_TRIG_BIG(x) ? (float)DF((double)x) : VF(x))
+#else
+#define KE_TRIG_F32(name, VF, DF)                                                                \
     static void name##_f32(int64_t n, void *o_, const void *const *in, unsigned bc,                \
                            const ke_attrs *a, int *err) {                                          \
         float *restrict o = (float *)o_;                                                           \
@@ -84,15 +94,19 @@ KE_UNARY_MATH(reciprocal, 1.0f / x, 1.0 / x)
         for (int64_t b = 0; b < n; b += 256) {                                                     \
             int64_t e = b + 256 < n ? b + 256 : n;                                                 \
             int big = 0;                                                                           \
-            for (int64_t i = b; i < e; i++) big |= !(fabsf(X[i]) <= 8.0e8f);                       \
+            for (int64_t i = b; i < e; i++) big |= KE_TRIG_BIG(X[i]);                              \
             if (!big)                                                                              \
                 for (int64_t i = b; i < e; i++) o[i] = VF(X[i]);                                   \
             else                                                                                   \
                 for (int64_t i = b; i < e; i++) o[i] = (float)DF((double)X[i]);                    \
         }                                                                                          \
     }                                                                                              \
-    KE_EW_UNARY(name##_f64, double, double, DF(x))                                                 \
-    const ke_ew_impl ke_ew_##name = {.loop = {KE_LOOPS_F(name)}};
+    KE_EW_NAME(name##_f32)
+#endif
+#define KE_TRIG_MATH(name, VF, DF)                                 \
+    KE_TRIG_F32(name, VF, DF)                                      \
+    KE_EW_UNARY(name##_f64, double, double, DF(x))                 \
+    KE_EW_IMPL(name, .loop = {KE_LOOPS_F(name)})
 KE_TRIG_MATH(sin, ke_vsinf, sin)
 KE_TRIG_MATH(cos, ke_vcosf, cos)
 KE_TRIG_MATH(tan, ke_vtanf, tan)
@@ -178,14 +192,14 @@ KE_GEN_F(KE_EW_UNARY, hardtanh, HT_F)
 KE_EW_UNARY(hardtanh_i32, int32_t, int32_t, HT_I32(int32_t, uint32_t))
 KE_EW_UNARY(hardtanh_i64, int64_t, int64_t, HT_I64(int64_t, uint64_t))
 KE_EW_UNARY(hardtanh_u8, uint8_t, uint8_t, HT_U8(uint8_t, uint32_t))
-const ke_ew_impl ke_ew_hardtanh = {.loop = {KE_LOOPS_F(hardtanh), KE_LOOPS_I(hardtanh)}};
+KE_EW_IMPL(hardtanh, .loop = {KE_LOOPS_F(hardtanh), KE_LOOPS_I(hardtanh)})
 
 /* ---- rounding: the identity on integers ------------------------------------------- */
 
 #define KE_UNARY_ROUNDING(name, F32X, F64X)                                            \
     KE_EW_UNARY(name##_f32, float, float, F32X)                                       \
     KE_EW_UNARY(name##_f64, double, double, F64X)                                     \
-    const ke_ew_impl ke_ew_##name = {.loop = {KE_LOOPS_F(name), KE_LOOPS_I(ident)}};
+    KE_EW_IMPL(name, .loop = {KE_LOOPS_F(name), KE_LOOPS_I(ident)})
 KE_UNARY_ROUNDING(floor, floorf(x), floor(x))
 KE_UNARY_ROUNDING(ceil, ceilf(x), ceil(x))
 /* rint rounds half to even in the default rounding mode, as torch.round */
@@ -196,7 +210,7 @@ KE_UNARY_ROUNDING(trunc, truncf(x), trunc(x))
 
 #define NOT_X(T, U) (x == 0)
 KE_GEN_ALL_B(KE_EW_UNARY, logical_not, NOT_X)
-const ke_ew_impl ke_ew_logical_not = {.loop = {KE_LOOPS_ALL(logical_not)}, .out_bool = 1};
+KE_EW_IMPL(logical_not, .loop = {KE_LOOPS_ALL(logical_not)}, .out_bool = 1)
 
 /* Integers are never NaN or infinite: one constant loop serves every
  * integer dtype (bool included) of the three predicates. (It reads its
@@ -210,14 +224,16 @@ KE_EW_UNARY(isinf_f32, float, uint8_t, fabsf(x) == INFINITY)
 KE_EW_UNARY(isinf_f64, double, uint8_t, fabs(x) == INFINITY)
 KE_EW_UNARY(isfinite_f32, float, uint8_t, fabsf(x) < INFINITY)
 KE_EW_UNARY(isfinite_f64, double, uint8_t, fabs(x) < INFINITY)
-const ke_ew_impl ke_ew_isnan = {.loop = {KE_LOOPS_F(isnan), KE_LOOPS_INTCONST(false_any)}, .out_bool = 1};
-const ke_ew_impl ke_ew_isinf = {.loop = {KE_LOOPS_F(isinf), KE_LOOPS_INTCONST(false_any)}, .out_bool = 1};
-const ke_ew_impl ke_ew_isfinite = {.loop = {KE_LOOPS_F(isfinite), KE_LOOPS_INTCONST(true_any)}, .out_bool = 1};
+KE_EW_IMPL(isnan, .loop = {KE_LOOPS_F(isnan), KE_LOOPS_INTCONST(false_any)}, .out_bool = 1)
+KE_EW_IMPL(isinf, .loop = {KE_LOOPS_F(isinf), KE_LOOPS_INTCONST(false_any)}, .out_bool = 1)
+KE_EW_IMPL(isfinite, .loop = {KE_LOOPS_F(isfinite), KE_LOOPS_INTCONST(true_any)}, .out_bool = 1)
 
 #define BNOT_I(T, U) ((T)~(U)x)
 KE_GEN_I(KE_EW_UNARY, bitwise_not, BNOT_I)
 KE_EW_UNARY(bitwise_not_b8, uint8_t, uint8_t, !x)
-const ke_ew_impl ke_ew_bitwise_not = {.loop = {KE_LOOPS_I(bitwise_not), KE_LOOPS_B(bitwise_not)}};
+KE_EW_IMPL(bitwise_not, .loop = {KE_LOOPS_I(bitwise_not), KE_LOOPS_B(bitwise_not)})
+
+#ifndef KE_DEVICE /* the rest is host code (KE_DEVICE: kernels_ew_device.h) */
 
 /* ---- shape rules ---------------------------------------------------------------------- */
 
@@ -250,3 +266,5 @@ int ke_infer_celu(ke_call *c, ke_outspec *out) {
     if (ke_attr_celu_alpha(&c->a) == 0) return ke_err(KL_ERR_ARG, ke_opname(c), "alpha cannot be 0 for CELU (ZeroDivisionError)");
     return ke_infer_ew_same(c, out);
 }
+
+#endif /* !KE_DEVICE */

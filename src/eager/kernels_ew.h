@@ -12,41 +12,13 @@
  * unsupported dtype fails in the shape rule (also on Meta tensors), not in the
  * kernel. */
 
-/* ---- loop generators over dtype groups ------------------------------------
- * GEN is KE_EW_UNARY or KE_EW_BINARY (ew.h). A float formula FX(T) and an
- * integer formula IX(T, U) are function-like macros of the element type T
- * (and U, an unsigned type at least as wide, for arithmetic that must wrap).
- * Loops are named <name>_f32, _f64, _i32, _i64, _u8, _b8 (bool as uint8 0/1). */
-#define KE_GEN_F(GEN, name, FX)                  \
-    GEN(name##_f32, float, float, FX(float))     \
-    GEN(name##_f64, double, double, FX(double))
-#define KE_GEN_SI(GEN, name, IX)                                  \
-    GEN(name##_i32, int32_t, int32_t, IX(int32_t, uint32_t))     \
-    GEN(name##_i64, int64_t, int64_t, IX(int64_t, uint64_t))
-#define KE_GEN_I(GEN, name, IX) \
-    KE_GEN_SI(GEN, name, IX)    \
-    GEN(name##_u8, uint8_t, uint8_t, IX(uint8_t, uint32_t))
-/* Same, writing bool (uint8) results: comparisons and predicates. */
-#define KE_GEN_ALL_B(GEN, name, X)                              \
-    GEN(name##_f32, float, uint8_t, X(float, float))            \
-    GEN(name##_f64, double, uint8_t, X(double, double))         \
-    GEN(name##_i32, int32_t, uint8_t, X(int32_t, uint32_t))     \
-    GEN(name##_i64, int64_t, uint8_t, X(int64_t, uint64_t))     \
-    GEN(name##_u8, uint8_t, uint8_t, X(uint8_t, uint32_t))      \
-    GEN(name##_b8, uint8_t, uint8_t, X(uint8_t, uint32_t))
+/* The loop generators over dtype groups (KE_GEN_*, KE_LOOPS_*), KE_WRAP_*
+ * and ke_ew_f2i: shared with the CUDA device build of the same files. */
+#include "ew_gen.h"
 
-/* Designated initializers of ke_ew_impl.loop for the loops above. */
-#define KE_LOOPS_F(name) [KL_F32] = name##_f32, [KL_F64] = name##_f64
-#define KE_LOOPS_SI(name) [KL_I32] = name##_i32, [KL_I64] = name##_i64
-#define KE_LOOPS_I(name) KE_LOOPS_SI(name), [KL_U8] = name##_u8
-#define KE_LOOPS_B(name) [KL_BOOL] = name##_b8
-#define KE_LOOPS_ALL(name) KE_LOOPS_F(name), KE_LOOPS_I(name), KE_LOOPS_B(name)
-
-/* A double attribute as an integer element: NaN -> 0, out of range wraps
- * through int64 (the rule of ke_convert, without C's undefined cases). */
-static inline int64_t ke_ew_f2i(double v) {
-    if (v != v || v >= 9.2233720368547758e18 || v < -9.2233720368547758e18) return v != v ? 0 : INT64_MIN;
-    return (int64_t)v;
-}
+/* An impl table: const ke_ew_impl ke_ew_<name> = {fields}. A macro so the
+ * device build, which compiles these files for NVRTC, can drop the tables
+ * (C++ has no array designators; device code needs the formulas only). */
+#define KE_EW_IMPL(name, ...) const ke_ew_impl ke_ew_##name = {__VA_ARGS__};
 
 #endif

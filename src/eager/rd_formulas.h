@@ -15,6 +15,39 @@
  * (attribute f0); FIN also `cnt`, the number of elements reduced. Integer
  * sums and products accumulate in uint64_t, so they wrap without UB. */
 
+#ifdef __cplusplus
+/* C++ (the CUDA device build of these formulas, src/codegen_nvrtc/cn_emit.c):
+ * overloads in place of _Generic, choosing the same functions by type. */
+template <typename T> static inline int rk_isnan_(T v) { return v != v; }
+static inline float rk_abs_(float v) { return fabsf(v); }
+static inline double rk_abs_(double v) { return fabs(v); }
+static inline float rk_sqrt_(float v) { return sqrtf(v); }
+static inline double rk_sqrt_(double v) { return sqrt(v); }
+static inline float rk_exp_(float v) { return ke_vexpf(v); }
+static inline double rk_exp_(double v) { return exp(v); }
+static inline float rk_log_(float v) { return logf(v); }
+static inline double rk_log_(double v) { return log(v); }
+static inline float rk_pow_(float v, float e) { return powf(v, e); }
+static inline double rk_pow_(double v, double e) { return pow(v, e); }
+template <typename T> static inline T rk_lowest_(T) { return 0; }
+static inline float rk_lowest_(float) { return -INFINITY; }
+static inline double rk_lowest_(double) { return -INFINITY; }
+static inline int32_t rk_lowest_(int32_t) { return INT32_MIN; }
+static inline int64_t rk_lowest_(int64_t) { return INT64_MIN; }
+template <typename T> static inline T rk_highest_(T) { return 255; }
+static inline float rk_highest_(float) { return INFINITY; }
+static inline double rk_highest_(double) { return INFINITY; }
+static inline int32_t rk_highest_(int32_t) { return INT32_MAX; }
+static inline int64_t rk_highest_(int64_t) { return INT64_MAX; }
+#define RK_ISNAN(v) rk_isnan_(v)
+#define RK_ABS(v) rk_abs_(v)
+#define RK_SQRT(v) rk_sqrt_(v)
+#define RK_EXP(v) rk_exp_(v)
+#define RK_LOG(v) rk_log_(v)
+#define RK_POW(v, e) rk_pow_(v, e)
+#define RK_LOWEST(A) rk_lowest_((A)0)
+#define RK_HIGHEST(A) rk_highest_((A)0)
+#else
 static inline int rk_nan_f(float v) { return v != v; }
 static inline int rk_nan_d(double v) { return v != v; }
 static inline int rk_nan_i(int64_t v) { return (void)v, 0; }
@@ -28,6 +61,7 @@ static inline int rk_nan_i(int64_t v) { return (void)v, 0; }
     ((A)_Generic((A)0, float: -INFINITY, double: -INFINITY, int32_t: INT32_MIN, int64_t: INT64_MIN, default: 0))
 #define RK_HIGHEST(A) \
     ((A)_Generic((A)0, float: INFINITY, double: INFINITY, int32_t: INT32_MAX, int64_t: INT64_MAX, default: 255))
+#endif
 
 /* var/std divide by N - correction, never by a negative number (PyTorch) */
 static inline double rk_var_div(int64_t n, double correction) {

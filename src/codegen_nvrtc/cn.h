@@ -1,0 +1,55 @@
+/*
+ * cn.h — kernel IR -> CUDA C (prefix cn_), and the "nvrtc" backend for KL_CUDA.
+ *
+ * cn_emit.c writes one readable CUDA C program per kernel (or per batch of
+ * kernels, for the tests): the eager elementwise formulas are #included from
+ * the very files the CPU compiles (ew_unary.c, ew_binary.c, ew_other.c, served
+ * to NVRTC in memory with kernels_ew_device.h as their kernels_ew.h), and each
+ * kernel is an `extern "C" __global__` entry followed by KL_EMU_EXPORT(name).
+ * docs/GPU.md, "Generating CUDA C", describes the kernel shapes.
+ */
+#ifndef CN_H
+#define CN_H
+
+#include "kernel.h"
+
+/* How a kernel is launched: grid and block dimensions, dynamic shared bytes. */
+typedef struct cn_launch {
+    unsigned grid[3], block[3];
+    unsigned shmem;
+} cn_launch;
+
+/* The generated form of one kernel. */
+typedef struct cn_kernel_src {
+    char *src;          /* the whole CUDA C program (malloc'd, NUL-terminated) */
+    char name[48];      /* its entry point */
+    cn_launch launch;
+    uint8_t index64;    /* index math in 64 bits (a domain or offset past 2^31) */
+} cn_kernel_src;
+
+/* Threads per block of elementwise kernels (and of short-row kernels). */
+#define CN_BLOCK 128
+
+/* The CUDA C program of kernel k with entry point `name` (letters, digits,
+ * '_'), and its launch configuration. 0, or -1 with KL_ERR_UNSUPPORTED naming
+ * the statement the generator cannot take (an op with no device function, a
+ * reduction other than sum, mean, prod, amax, amin, all, any). */
+int cn_emit_kernel(const ir_kernel *k, const char *name, cn_kernel_src *out);
+void cn_kernel_src_free(cn_kernel_src *s);
+
+/* One program holding kernels ks[0..n) under names[0..n) (the tests compile
+ * many kernels per NVRTC call). *src is malloc'd. 0 or -1. */
+int cn_emit_program(const ir_kernel *const *ks, const char *const *names, int n, char **src);
+
+/* The launch configuration of k (what cn_emit_kernel reports). */
+void cn_launch_of(const ir_kernel *k, cn_launch *l);
+
+/* The device function of elementwise op `op` computing in dtype `compute`:
+ * its name (the CPU loop's, e.g. "neg_f32") and the eager file that defines
+ * it ("ew_unary.c"), or NULL + KL_ERR_UNSUPPORTED. */
+const char *cn_device_fn(int op, kl_dtype compute, const char **file);
+
+/* The backend (cn_backend.c), registered by src/init.c. */
+extern const ir_backend cn_nvrtc_backend;
+
+#endif /* CN_H */

@@ -1,0 +1,612 @@
+/*
+ * cn_emit.c — kernel IR (kernel.h) -> CUDA C source.
+ *
+ * One definition of the math: an OP statement calls the __device__ function
+ * that the eager file defining its CPU loop becomes under
+ * kernels_ew_device.h (same name: ke_ew_loop_name_of), so the formula, its
+ * attributes and its dtype handling are the CPU's; operands and results are
+ * cast with dtype_conv.h's KE_CV_* macros, the rules of ke_convert. f16 and
+ * bf16 live in registers as their uint16_t bits and compute in f32, as eager.
+ *
+ * Kernel shapes (docs/GPU.md, "Generating CUDA C"):
+ *  - elementwise: a grid-stride loop over the flat domain, CN_BLOCK threads
+ *    per block; each buffer's offset from the domain index and its strides
+ *    over the domain, baked in as constants (flat buffers use the index as
+ *    is); 32-bit index math when the domain and every offset fit, else 64.
+ *    All-flat kernels first take 16-byte accesses (kl_vec) when every pointer
+ *    is aligned, checked at run time; the element loop does the rest.
+ *  - row kernels: one block per row (grid-stride over rows). Each REDUCE is a
+ *    pass over the row recomputing the element statements it needs, folding
+ *    with the reduction's rd_formulas.h formulas (STEP per element, MERGE
+ *    across warp shuffles and then shared memory, FIN); a last pass writes
+ *    the element outputs. Rows are not split across blocks (no two-pass form
+ *    for very long rows yet). The fold order is a tree, not the CPU's
+ *    cascade: float sums differ from eager in the last bits.
+ */
+#include "cn.h"
+
+#include "cuda_api.h"
+#include "ew.h"
+#include "kernels_reduce.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- a growing string -------------------------------------------------------------- */
+
+typedef struct cn_buf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} cn_buf;
+
+__attribute__((format(printf, 2, 3))) static void put(cn_buf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->n;
+        int w = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && (size_t)w < room) {
+            b->n += (size_t)w;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->n + (size_t)w + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+}
+
+/* ---- dtypes ---------------------------------------------------------------------- */
+
+/* The C type holding a value of dtype d (f16/bf16: their bits). */
+static const char *ctype(int d) {
+    switch (d) {
+    case KL_F32: return "float";
+    case KL_F64: return "double";
+    case KL_F16:
+    case KL_BF16: return "uint16_t";
+    case KL_I32: return "int32_t";
+    case KL_I64: return "int64_t";
+    default: return "uint8_t";
+    }
+}
+/* The suffix of dtype_conv.h's KE_CV_LOAD_ / KE_CV_STORE_ macros. */
+static const char *cvname(int d) {
+    static const char *const n[KL_NUM_DTYPES] = {[KL_F32] = "F32", [KL_F64] = "F64", [KL_F16] = "F16",
+                                                 [KL_BF16] = "BF16", [KL_I32] = "I32", [KL_I64] = "I64",
+                                                 [KL_U8] = "U8", [KL_BOOL] = "BOOL"};
+    return n[d];
+}
+/* expr (a value of dtype from) as dtype to, by ke_convert's rules. */
+static void put_conv(cn_buf *b, int to, int from, const char *expr) {
+    if (to == from) put(b, "%s", expr);
+    else
+        put(b, "KE_CV_STORE_%s(KE_CV_LOAD_%s(%s), %d)", cvname(to), cvname(from), expr,
+            ke_is_float((kl_dtype)from));
+}
+
+/* ---- what a kernel needs ----------------------------------------------------------- */
+
+const char *cn_device_fn(int op, kl_dtype compute, const char **file) {
+    const ke_ew_impl *impl = op >= 0 && op < KE_OP_COUNT && ke_ops[op].kind == KE_KIND_EW ? ke_ops[op].impl : NULL;
+    ke_ew_loop loop = impl && ke_dtype_valid(compute) ? impl->loop[compute] : NULL;
+    const ke_ew_loop_name *e = loop ? ke_ew_loop_name_of(loop) : NULL;
+    if (!e) {
+        ke_err(KL_ERR_UNSUPPORTED, "compile", "nvrtc backend: kl_%s in %s has no device function",
+               op >= 0 && op < KE_OP_COUNT ? ke_ops[op].name : "?",
+               ke_dtype_valid(compute) ? ke_dtypes[compute].name : "?");
+        return NULL;
+    }
+    if (file) {
+        const char *s = strrchr(e->file, '/');
+        *file = s ? s + 1 : e->file;
+    }
+    return e->name;
+}
+
+/* The reductions a row kernel can fold: the one-pass formulas of
+ * rd_formulas.h with their accumulator kinds (tmpl/rd_types.h). Two-pass
+ * ones (var, std, logsumexp) and the norms are not generated yet. */
+enum { RD_SAME, RD_SUM, RD_BOOL };
+static const struct {
+    const ke_rd_op *op;
+    const char *formula;
+    int kind;
+} rd_table[] = {
+    {&ke_rd_sum, "SUM", RD_SUM},   {&ke_rd_prod, "PROD", RD_SUM}, {&ke_rd_mean, "MEAN", RD_SAME},
+    {&ke_rd_amax, "AMAX", RD_SAME}, {&ke_rd_amin, "AMIN", RD_SAME}, {&ke_rd_all, "ALL", RD_BOOL},
+    {&ke_rd_any, "ANY", RD_BOOL},
+};
+
+static int rd_find(const ir_kstmt *st) {
+    const ke_rd_op *ro = st->op >= 0 && st->op < KE_OP_COUNT ? ke_ops[st->op].impl : NULL;
+    for (size_t i = 0; i < sizeof rd_table / sizeof *rd_table; i++)
+        if (rd_table[i].op == ro && ro->k[st->compute]) return (int)i;
+    return ke_err(KL_ERR_UNSUPPORTED, "compile", "nvrtc backend: cannot fold kl_%s in %s in a row kernel",
+                  st->op >= 0 && st->op < KE_OP_COUNT ? ke_ops[st->op].name : "?",
+                  ke_dtype_valid(st->compute) ? ke_dtypes[st->compute].name : "?");
+}
+
+/* The accumulator type of a reduction in compute dtype cd. */
+static const char *rd_acc(int kind, int cd) {
+    if (kind == RD_BOOL) return "uint8_t";
+    if (kind == RD_SUM && !ke_is_float((kl_dtype)cd)) return "uint64_t";
+    return ctype(cd);
+}
+
+/* Checks every statement, collecting the eager files the program includes
+ * (bit 0 ew_unary.c, 1 ew_binary.c, 2 ew_other.c, 3 rd_formulas.h). */
+static const char *const inc_files[] = {"ew_unary.c", "ew_binary.c", "ew_other.c", "rd_formulas.h"};
+static int check_kernel(const ir_kernel *k, unsigned *files) {
+    if (k->nstmts <= 0 || k->ndim > KL_MAX_DIMS || k->ninputs + k->noutputs > IR_KERNEL_MAX_IN + KE_MAX_OUT)
+        return ke_err(KL_ERR_UNSUPPORTED, "compile", "nvrtc backend: malformed kernel");
+    for (int s = 0; s < k->nstmts; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        if (st->kind == IR_K_OP) {
+            const char *file = NULL;
+            if (!cn_device_fn(st->op, (kl_dtype)st->compute, &file)) return -1;
+            for (unsigned f = 0; f < 3; f++)
+                if (!strcmp(file, inc_files[f])) *files |= 1u << f;
+        } else if (st->kind == IR_K_REDUCE) {
+            if (!k->row)
+                return ke_err(KL_ERR_UNSUPPORTED, "compile", "nvrtc backend: a reduction outside a row kernel");
+            if (rd_find(st) < 0) return -1;
+            *files |= 8u;
+        }
+    }
+    return 0;
+}
+
+/* ---- index math -------------------------------------------------------------------- */
+
+static int64_t numel(const ir_kernel *k, int upto) {
+    int64_t n = 1;
+    for (int d = 0; d < upto; d++) n *= k->shape[d];
+    return n;
+}
+
+/* 1 if the domain, and every buffer's largest offset, fit in 31 bits. */
+static int fits32(const ir_kernel *k) {
+    const int64_t lim = INT32_MAX;
+    if (numel(k, k->ndim) >= lim) return 0;
+    for (int b = 0; b < k->ninputs + k->noutputs; b++) {
+        int64_t m = 0;
+        for (int d = 0; d < k->ndim; d++) {
+            int64_t ix = k->bufs[b].index[d];
+            m += (k->shape[d] > 0 ? k->shape[d] - 1 : 0) * (ix < 0 ? -ix : ix);
+            if (m >= lim) return 0;
+        }
+    }
+    return 1;
+}
+
+/* 1 if buffer b's element at flat domain index i is element i (dims from
+ * `from` on; a row kernel's buffers are flat along the row when index is 1). */
+static int flat(const ir_kernel *k, int b) {
+    int64_t st = 1;
+    for (int d = k->ndim - 1; d >= 0; d--) {
+        if (k->shape[d] != 1 && k->bufs[b].index[d] != st) return 0;
+        st *= k->shape[d];
+    }
+    return 1;
+}
+
+/* buffer b's offset over dims [d0, d1) of the domain, named i<d> */
+static void put_offset(cn_buf *o, const ir_kernel *k, int b, int d0, int d1) {
+    int any = 0;
+    for (int d = d0; d < d1; d++) {
+        int64_t ix = k->bufs[b].index[d];
+        if (!ix || k->shape[d] == 1) continue;
+        if (ix == 1) put(o, "%si%d", any ? " + " : "", d);
+        else put(o, "%si%d * %" PRId64, any ? " + " : "", d, ix);
+        any = 1;
+    }
+    if (!any) put(o, "0");
+}
+
+static const char *bufname(const ir_kernel *k, int b, char *tmp) {
+    snprintf(tmp, 16, b < k->ninputs ? "in%d" : "out%d", b < k->ninputs ? b : b - k->ninputs);
+    return tmp;
+}
+
+/* ---- statements -------------------------------------------------------------------- */
+
+typedef struct emit {
+    const ir_kernel *k;
+    cn_buf *o;
+    const char *ind;       /* indentation of the current block */
+    int vec;               /* in the 16-byte path: buffers are read from l<b>.v[u], written to s<b>.v[u] */
+} emit;
+
+/* The load of buffer b at the current element. */
+static void put_access(emit *e, int b) {
+    const ir_kernel *k = e->k;
+    char tmp[16];
+    if (e->vec) {
+        put(e->o, b < k->ninputs ? "l%d.v[u]" : "s%d.v[u]", b);
+        return;
+    }
+    put(e->o, "%s[", bufname(k, b, tmp));
+    if (!k->row) {
+        if (flat(k, b)) put(e->o, "i");
+        else put_offset(e->o, k, b, 0, k->ndim);
+    } else {
+        /* row base + position along the row */
+        int64_t ix = k->bufs[b].index[k->ndim - 1];
+        put(e->o, "rb%d", b);
+        if (ix == 1) put(e->o, " + j");
+        else if (ix && k->shape[k->ndim - 1] != 1) put(e->o, " + j * %" PRId64, ix);
+    }
+    put(e->o, "]");
+}
+
+/* v<s> = statement s (LOAD or OP), operands already in scope. */
+static void put_stmt(emit *e, int s) {
+    const ir_kernel *k = e->k;
+    const ir_kstmt *st = &k->stmts[s];
+    cn_buf *o = e->o;
+    char tmp[16];
+    if (st->kind == IR_K_LOAD) {
+        put(o, "%s/* LOAD %s */\n%sconst %s v%d = ", e->ind, bufname(k, st->buf, tmp), e->ind, ctype(st->dtype), s);
+        put_access(e, st->buf);
+        put(o, ";\n");
+        return;
+    }
+    /* OP: operands to the compute dtype (bool where the op reads bool) */
+    const ke_ew_impl *impl = ke_ops[st->op].impl;
+    const char *fn = cn_device_fn(st->op, (kl_dtype)st->compute, NULL);
+    put(o, "%s/* v%d = %s(", e->ind, s, ke_ops[st->op].name);
+    for (int i = 0; i < st->nargs; i++) put(o, "%sv%d", i ? ", " : "", st->args[i]);
+    put(o, ") computed in %s */\n", ke_dtypes[st->compute].name);
+    int rdt = impl->out_bool ? KL_BOOL : st->compute;
+    char call[1024];
+    int n = snprintf(call, sizeof call, "%s(", fn);
+    for (int i = 0; i < st->nargs; i++) {
+        const ir_kstmt *a = &k->stmts[st->args[i]];
+        int want = (impl->bool_in >> i) & 1 ? KL_BOOL : st->compute;
+        char v[16];
+        snprintf(v, sizeof v, "v%d", st->args[i]);
+        cn_buf cb = {0};
+        put_conv(&cb, want, a->dtype, v);
+        n += snprintf(call + n, sizeof call - (size_t)n, "%s, ", cb.p ? cb.p : "");
+        free(cb.p);
+    }
+    if (ke_op_attrs[st->op].n > 0) snprintf(call + n, sizeof call - (size_t)n, "%uu, &a%d, &kl_err)", st->bcast, s);
+    else snprintf(call + n, sizeof call - (size_t)n, "%uu, (const ke_attrs *)0, &kl_err)", st->bcast);
+    put(o, "%sconst %s v%d = ", e->ind, ctype(st->dtype), s);
+    put_conv(o, st->dtype, rdt, call);
+    put(o, ";\n");
+}
+
+/* Marks in need[] the element statements (not row values) that s needs. */
+static void mark(const ir_kernel *k, int s, uint8_t *need) {
+    const ir_kstmt *st = &k->stmts[s];
+    if (need[s] || st->row || st->kind == IR_K_REDUCE) return;
+    need[s] = 1;
+    if (st->kind == IR_K_OP)
+        for (int i = 0; i < st->nargs; i++) mark(k, st->args[i], need);
+}
+
+static void put_needed(emit *e, const uint8_t *need) {
+    for (int s = 0; s < e->k->nstmts; s++)
+        if (need[s]) put_stmt(e, s);
+}
+
+/* The attribute constants of the kernel's ops, and the error word. */
+static void put_prologue(emit *e) {
+    const ir_kernel *k = e->k;
+    for (int s = 0; s < k->nstmts; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        if (st->kind != IR_K_OP || ke_op_attrs[st->op].n == 0) continue;
+        char init[1024];
+        ke_attrs_c_init(&st->a, init, sizeof init);
+        put(e->o, "    /* attributes of %s (v%d) */\n    const ke_attrs a%d = %s;\n", ke_ops[st->op].name, s, s, init);
+    }
+    put(e->o, "    int kl_err = 0; /* a formula's error (KE_EW_INT_DIV_ZERO) */\n");
+}
+
+static void put_epilogue(emit *e, const char *name) {
+    put(e->o, "    if (kl_err) atomicCAS(kl_status, 0, kl_err); /* the first error wins */\n}\nKL_EMU_EXPORT(%s)\n\n", name);
+}
+
+static void put_params(emit *e, const char *name) {
+    const ir_kernel *k = e->k;
+    char tmp[16];
+    put(e->o, "extern \"C\" __global__ void %s(", name);
+    for (int b = 0; b < k->ninputs + k->noutputs; b++)
+        put(e->o, "%s%s%s *%s", b ? ", " : "", b < k->ninputs ? "const " : "", ctype(k->bufs[b].dtype), bufname(k, b, tmp));
+    put(e->o, "%sint *kl_status) {\n", k->ninputs + k->noutputs ? ", " : "");
+}
+
+static void put_shape_comment(cn_buf *o, const ir_kernel *k, const char *name) {
+    put(o, "/* %s: %s kernel over [", name, k->row ? "row" : "elementwise");
+    for (int d = 0; d < k->ndim; d++) put(o, "%s%" PRId64, d ? ", " : "", k->shape[d]);
+    put(o, "]%s */\n", k->row ? " (one block per row, the last dim reduced)" : "");
+}
+
+/* The statements of an elementwise kernel for the current element. */
+static void put_body(emit *e) {
+    const ir_kernel *k = e->k;
+    for (int s = 0; s < k->nstmts; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        if (st->kind != IR_K_STORE) {
+            put_stmt(e, s);
+            continue;
+        }
+        char tmp[16], v[16];
+        snprintf(v, sizeof v, "v%d", st->args[0]);
+        put(e->o, "%s/* STORE %s */\n%s", e->ind, bufname(k, st->buf, tmp), e->ind);
+        put_access(e, st->buf);
+        put(e->o, " = ");
+        put_conv(e->o, st->dtype, k->stmts[st->args[0]].dtype, v);
+        put(e->o, ";\n");
+    }
+}
+
+/* Elements per 16-byte access when every buffer is flat (no broadcast, no
+ * strides) and the domain is long enough to be worth it; else 0. */
+static int vec_width(const ir_kernel *k) {
+    int maxsz = 1;
+    if (numel(k, k->ndim) < 4 * CN_BLOCK) return 0;
+    for (int b = 0; b < k->ninputs + k->noutputs; b++) {
+        if (!flat(k, b)) return 0;
+        int sz = ke_dtypes[k->bufs[b].dtype].size;
+        maxsz = sz > maxsz ? sz : maxsz;
+    }
+    return 16 / maxsz >= 2 ? 16 / maxsz : 0;
+}
+
+static int emit_elementwise(emit *e, const char *name, const char *it) {
+    const ir_kernel *k = e->k;
+    cn_buf *o = e->o;
+    const int nb = k->ninputs + k->noutputs;
+    put_params(e, name);
+    put_prologue(e);
+    int64_t n = numel(k, k->ndim);
+    int need_idx = 0;
+    for (int b = 0; b < nb; b++) need_idx |= !flat(k, b);
+    const char *start = "";
+    int vw = vec_width(k);
+    if (vw) {
+        char tmp[16];
+        put(o, "    /* 16-byte accesses, %d elements at a time, when every buffer is 16-byte aligned;\n"
+               "       the rest (or everything, unaligned) element by element below */\n", vw);
+        put(o, "    %s kl_head = 0;\n    if (((", it);
+        for (int b = 0; b < nb; b++) put(o, "%s(unsigned long long)%s", b ? " | " : "", bufname(k, b, tmp));
+        put(o, ") & 15) == 0) {\n        kl_head = %" PRId64 ";\n", n / vw * vw);
+        put(o, "        for (%s q = blockIdx.x * (%s)blockDim.x + threadIdx.x; q < %" PRId64 "; q += (%s)gridDim.x * blockDim.x) {\n",
+            it, it, n / vw, it);
+        for (int b = 0; b < k->ninputs; b++)
+            put(o, "            const kl_vec<%s, %d> l%d = reinterpret_cast<const kl_vec<%s, %d> *>(in%d)[q];\n",
+                ctype(k->bufs[b].dtype), vw, b, ctype(k->bufs[b].dtype), vw, b);
+        for (int b = k->ninputs; b < nb; b++) put(o, "            kl_vec<%s, %d> s%d;\n", ctype(k->bufs[b].dtype), vw, b);
+        put(o, "#pragma unroll\n            for (int u = 0; u < %d; u++) {\n", vw);
+        e->ind = "                ";
+        e->vec = 1;
+        put_body(e);
+        e->vec = 0;
+        put(o, "            }\n");
+        for (int b = k->ninputs; b < nb; b++)
+            put(o, "            reinterpret_cast<kl_vec<%s, %d> *>(out%d)[q] = s%d;\n", ctype(k->bufs[b].dtype), vw,
+                b - k->ninputs, b);
+        put(o, "        }\n    }\n");
+        start = "kl_head + ";
+    }
+    put(o, "    for (%s i = %sblockIdx.x * (%s)blockDim.x + threadIdx.x; i < %" PRId64 "; i += (%s)gridDim.x * blockDim.x) {\n",
+        it, start, it, n, it);
+    if (need_idx && k->ndim > 0) {
+        put(o, "        /* the domain index, for the buffers that are not flat */\n        %s r = i;\n", it);
+        for (int d = k->ndim - 1; d > 0; d--) put(o, "        const %s i%d = r %% %" PRId64 "; r /= %" PRId64 ";\n", it, d, k->shape[d], k->shape[d]);
+        put(o, "        const %s i0 = r;\n", it);
+    }
+    e->ind = "        ";
+    put_body(e);
+    put(o, "    }\n");
+    put_epilogue(e, name);
+    return 0;
+}
+
+/* A store of statement s (STORE) in a row kernel. */
+static void put_row_store(emit *e, int s) {
+    const ir_kernel *k = e->k;
+    const ir_kstmt *st = &k->stmts[s];
+    char tmp[16], v[16];
+    snprintf(v, sizeof v, "v%d", st->args[0]);
+    put(e->o, "%s/* STORE %s */\n%s", e->ind, bufname(k, st->buf, tmp), e->ind);
+    put_access(e, st->buf);
+    put(e->o, " = ");
+    put_conv(e->o, st->dtype, k->stmts[st->args[0]].dtype, v);
+    put(e->o, ";\n");
+}
+
+static int emit_row(emit *e, const char *name, const char *it) {
+    const ir_kernel *k = e->k;
+    cn_buf *o = e->o;
+    const int nd = k->ndim, nb = k->ninputs + k->noutputs;
+    const int64_t rows = numel(k, nd - 1), len = k->shape[nd - 1];
+    uint8_t *need = calloc((size_t)k->nstmts, 1);
+    if (!need) return ke_err(KL_ERR_OOM, "compile", "out of memory generating CUDA C");
+    put_params(e, name);
+    put_prologue(e);
+    for (int s = 0; s < k->nstmts; s++)
+        if (k->stmts[s].kind == IR_K_REDUCE) {
+            int r = rd_find(&k->stmts[s]);
+            put(o, "    __shared__ %s sh%d[32]; /* per-warp partials of v%d */\n", rd_acc(rd_table[r].kind, k->stmts[s].compute), s, s);
+        }
+    put(o, "    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;\n");
+    put(o, "    const int64_t cnt = %" PRId64 "; /* elements per row */\n", len);
+    put(o, "    (void)lane, (void)warp, (void)nwarps, (void)cnt;\n");
+    put(o, "    for (%s row = blockIdx.x; row < %" PRId64 "; row += gridDim.x) {\n", it, rows);
+    put(o, "        /* the row's index, and each buffer's offset of the row's first element */\n        %s r = row;\n", it);
+    for (int d = nd - 2; d > 0; d--) put(o, "        const %s i%d = r %% %" PRId64 "; r /= %" PRId64 ";\n", it, d, k->shape[d], k->shape[d]);
+    if (nd >= 2) put(o, "        const %s i0 = r;\n", it);
+    put(o, "        (void)r;\n");
+    for (int b = 0; b < nb; b++) {
+        put(o, "        const %s rb%d = ", it, b);
+        put_offset(o, k, b, 0, nd - 1);
+        put(o, "; (void)rb%d;\n", b);
+    }
+    for (int s = 0; s < k->nstmts; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        if (st->kind == IR_K_REDUCE) {
+            const int r = rd_find(st);
+            const char *F = rd_table[r].formula, *A = rd_acc(rd_table[r].kind, st->compute);
+            const ke_rd_kernel *rk = ((const ke_rd_op *)ke_ops[st->op].impl)->k[st->compute];
+            memset(need, 0, (size_t)k->nstmts);
+            mark(k, st->args[0], need);
+            put(o, "        /* v%d = REDUCE %s(v%d) over the row, in %s */\n", s, ke_ops[st->op].name, st->args[0],
+                ke_dtypes[st->compute].name);
+            put(o, "        %s acc%d = %s_INIT(%s);\n", A, s, F, A);
+            put(o, "        for (int64_t j = threadIdx.x; j < cnt; j += blockDim.x) {\n");
+            e->ind = "            ";
+            put_needed(e, need);
+            char v[16];
+            snprintf(v, sizeof v, "v%d", st->args[0]);
+            put(o, "            const %s x = ", ctype(st->compute));
+            put_conv(o, st->compute, k->stmts[st->args[0]].dtype, v);
+            put(o, ";\n            acc%d = %s_STEP(%s, acc%d, x);\n        }\n", s, F, A, s);
+            put(o, "        /* the block's fold: warp shuffles, then the warps' partials */\n");
+            put(o, "        for (int m = 16; m > 0; m >>= 1) acc%d = %s_MERGE(%s, acc%d, kl_shfl_xor(acc%d, m));\n", s, F, A, s, s);
+            put(o, "        if (lane == 0) sh%d[warp] = acc%d;\n        __syncthreads();\n", s, s);
+            put(o, "        if (warp == 0) {\n            acc%d = lane < nwarps ? sh%d[lane] : %s_INIT(%s);\n", s, s, F, A);
+            put(o, "            for (int m = 16; m > 0; m >>= 1) acc%d = %s_MERGE(%s, acc%d, kl_shfl_xor(acc%d, m));\n", s, F, A, s, s);
+            put(o, "            if (lane == 0) sh%d[0] = acc%d;\n        }\n        __syncthreads();\n", s, s);
+            put(o, "        acc%d = sh%d[0];\n        __syncthreads(); /* sh%d is read before the next row reuses it */\n", s, s, s);
+            char fin[128];
+            snprintf(fin, sizeof fin, "(%s)%s_FIN(%s, acc%d)", ctype(rk->vdt), F, A, s);
+            put(o, "        const %s v%d = ", ctype(st->dtype), s);
+            put_conv(o, st->dtype, rk->vdt, fin);
+            put(o, ";\n");
+        } else if ((st->kind == IR_K_OP || st->kind == IR_K_LOAD) && st->row) {
+            /* a row value: once per row, by every thread */
+            e->ind = "        ";
+            put_stmt(e, s);
+        } else if (st->kind == IR_K_STORE && k->bufs[st->buf].index[nd - 1] == 0) {
+            /* a row-shaped output: one element per row */
+            put(o, "        if (threadIdx.x == 0) {\n");
+            e->ind = "            ";
+            put_row_store(e, s);
+            put(o, "        }\n");
+        }
+    }
+    /* the element outputs: one last pass over the row */
+    memset(need, 0, (size_t)k->nstmts);
+    int stores = 0;
+    for (int s = 0; s < k->nstmts; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        if (st->kind == IR_K_STORE && k->bufs[st->buf].index[nd - 1] != 0) {
+            mark(k, st->args[0], need);
+            stores++;
+        }
+    }
+    if (stores) {
+        put(o, "        /* the element outputs */\n        for (int64_t j = threadIdx.x; j < cnt; j += blockDim.x) {\n");
+        e->ind = "            ";
+        put_needed(e, need);
+        for (int s = 0; s < k->nstmts; s++) {
+            const ir_kstmt *st = &k->stmts[s];
+            if (st->kind == IR_K_STORE && k->bufs[st->buf].index[nd - 1] != 0) put_row_store(e, s);
+        }
+        put(o, "        }\n");
+    }
+    put(o, "    }\n");
+    put_epilogue(e, name);
+    free(need);
+    return 0;
+}
+
+/* ---- programs ---------------------------------------------------------------------- */
+
+void cn_launch_of(const ir_kernel *k, cn_launch *l) {
+    memset(l, 0, sizeof *l);
+    l->grid[1] = l->grid[2] = l->block[1] = l->block[2] = 1;
+    if (k->row && k->ndim > 0) {
+        int64_t rows = numel(k, k->ndim - 1), len = k->shape[k->ndim - 1];
+        l->block[0] = len >= 2048 ? 256 : CN_BLOCK;
+        l->grid[0] = (unsigned)(rows < 1 ? 1 : rows > 65535 ? 65535 : rows);
+    } else {
+        int64_t n = numel(k, k->ndim), blocks = (n + CN_BLOCK - 1) / CN_BLOCK;
+        l->block[0] = CN_BLOCK;
+        /* a grid-stride loop: more blocks than the device runs at once buy nothing */
+        l->grid[0] = (unsigned)(blocks < 1 ? 1 : blocks > 65535 ? 65535 : blocks);
+    }
+}
+
+static const char prelude_row[] =
+    "/* warp shuffles of every accumulator type (uint8_t through int) */\n"
+    "template <typename T> static __device__ __forceinline__ T kl_shfl_xor(T v, int m) {\n"
+    "    return __shfl_xor_sync(0xffffffffu, v, m);\n"
+    "}\n"
+    "static __device__ __forceinline__ uint8_t kl_shfl_xor(uint8_t v, int m) {\n"
+    "    return (uint8_t)__shfl_xor_sync(0xffffffffu, (int)v, m);\n"
+    "}\n\n";
+
+int cn_emit_program(const ir_kernel *const *ks, const char *const *names, int n, char **src) {
+    *src = NULL;
+    unsigned files = 0;
+    int any_row = 0;
+    for (int i = 0; i < n; i++) {
+        if (check_kernel(ks[i], &files)) return -1;
+        any_row |= ks[i]->row;
+        for (const char *c = names[i]; *c; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_'))
+                return ke_err(KL_ERR_ARG, "compile", "nvrtc backend: bad kernel name '%s'", names[i]);
+    }
+    cn_buf o = {0};
+    put(&o, "/* Generated by Kiln (src/codegen_nvrtc/cn_emit.c) from kernel IR. The math is the\n"
+            " * eager CPU formulas, #included from the files the CPU compiles. */\n");
+    put(&o, "#define KL_MAX_DIMS %d\n#include \"kiln_cuda.h\"\n#include \"dtype_conv.h\"\n", KL_MAX_DIMS);
+    for (unsigned f = 0; f < 4; f++)
+        if (files & (1u << f)) put(&o, "#include \"%s\"\n", inc_files[f]);
+    put(&o, "\n");
+    put(&o, "/* n elements of T as one aligned access (16 bytes at most) */\n"
+            "template <typename T, int N> struct alignas(sizeof(T) * N) kl_vec {\n    T v[N];\n};\n\n");
+    if (any_row) put(&o, "%s", prelude_row);
+    for (int i = 0; i < n; i++) {
+        const ir_kernel *k = ks[i];
+        emit e = {.k = k, .o = &o, .ind = "        "};
+        const char *it = fits32(k) ? "int" : "long long";
+        put_shape_comment(&o, k, names[i]);
+        int rc = k->row ? emit_row(&e, names[i], it) : emit_elementwise(&e, names[i], it);
+        if (rc) {
+            free(o.p);
+            return -1;
+        }
+    }
+    if (o.oom) {
+        free(o.p);
+        return ke_err(KL_ERR_OOM, "compile", "out of memory generating CUDA C");
+    }
+    *src = o.p;
+    return 0;
+}
+
+int cn_emit_kernel(const ir_kernel *k, const char *name, cn_kernel_src *out) {
+    memset(out, 0, sizeof *out);
+    if (strlen(name) >= sizeof out->name) return ke_err(KL_ERR_ARG, "compile", "nvrtc backend: kernel name too long");
+    if (cn_emit_program(&k, &name, 1, &out->src)) return -1;
+    strcpy(out->name, name);
+    cn_launch_of(k, &out->launch);
+    out->index64 = !fits32(k);
+    return 0;
+}
+
+void cn_kernel_src_free(cn_kernel_src *s) {
+    if (!s) return;
+    free(s->src);
+    memset(s, 0, sizeof *s);
+}
