@@ -269,6 +269,10 @@ static inline int ke_is_contig(const kl_tensor *t) {
     }
     return 1;
 }
+/* The checked size arithmetic of every shape rule: *r = a * b (a + b);
+ * returns 1, *r unspecified, when the exact result does not fit in int64. */
+static inline int ke_mul_ov(int64_t a, int64_t b, int64_t *r) { return __builtin_mul_overflow(a, b, r); }
+static inline int ke_add_ov(int64_t a, int64_t b, int64_t *r) { return __builtin_add_overflow(a, b, r); }
 /* Checks a shape: dims >= 0, ndim <= 8, numel * elsize fits in int64. */
 int ke_check_shape(const char *op, int ndim, const int64_t *shape, kl_dtype dt);
 /* Wraps a negative dim; records KL_ERR_INDEX and returns -1 if out of range.
