@@ -59,10 +59,50 @@ static void as_strided_extreme_strides(void **s) {
     KT_NO_ERROR();
 }
 
+/* ---- 2: kl_fn_call's counts ------------------------------------------------- */
+
+static int two_out(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user;
+    (void)n_in;
+    for (int j = 0; j < n_out; j++) out[j] = kl_mul_scalar(in[0], j + 2);
+    return 0;
+}
+
+static void fn_call_counts(void **s) {
+    (void)s;
+    kl_fn *f = kl_compile(two_out, NULL, NULL);
+    kl_tensor *x = kl_ones(KL_SHAPE(3), KL_F32);
+    kl_tensor *o2[2] = {0}, *o1[1] = {0}, *o3[3] = {0};
+    assert_int_equal(kl_fn_call(f, &x, 1, o2, 2), 0);
+    KT_VALUES(o2[0], 0, 2, 2, 2);
+    KT_VALUES(o2[1], 0, 3, 3, 3);
+    /* fewer outputs than traced: the cached graph wrote past o1 (a stack overflow) */
+    o1[0] = x;
+    assert_int_equal(kl_fn_call(f, &x, 1, o1, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "takes 1 inputs and 2 outputs");
+    assert_null(o1[0]);
+    /* none: outputs[0] was still written */
+    assert_int_equal(kl_fn_call(f, &x, 1, o1, 0), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "got n_in 1 and n_out 0");
+    /* more: returned 0 with NULLs */
+    assert_int_equal(kl_fn_call(f, &x, 1, o3, 3), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "got n_in 1 and n_out 3");
+    assert_int_equal(kl_fn_call(f, (kl_tensor *[]){x, x}, 2, o2, 2), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "got n_in 2 and n_out 2");
+    /* the right counts still work and hit the cache */
+    assert_int_equal(kl_fn_call(f, &x, 1, o2, 2), 0);
+    KT_VALUES(o2[1], 0, 3, 3, 3);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 1);
+    kl_fn_release(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(huge_slice_step),
         KT_TEST(as_strided_extreme_strides),
+        KT_TEST(fn_call_counts),
     };
     int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);
     kt_tmp_cleanup();

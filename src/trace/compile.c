@@ -43,7 +43,7 @@ struct kl_fn {
     kl_traceable fn;
     void *user;
     kl_compile_options o;
-    int n_in;                 /* fixed by the first call */
+    int n_in, n_out;          /* fixed by the first call: cached graphs write n_out outputs */
     tr_entry *entries;        /* [o.recompile_limit] */
     int nentries;
     int warned_limit;
@@ -102,7 +102,7 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
     f->user = user;
     f->o = o;
     f->cpu = cpu;
-    f->n_in = -1;
+    f->n_in = f->n_out = -1;
     f->last = -1;
     /* Read here, not per call: getenv was a visible share of a cache hit. */
     f->env_eager = !env_flag("KL_COMPILE", 1);
@@ -406,12 +406,14 @@ int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs
         if (ke_check_tensor(inputs[i], "fn_call", i + 1)) return -1;
     pthread_mutex_lock(&f->lock);
     f->st.calls++;
-    if (f->n_in < 0) f->n_in = n_in;
-    int expect = f->n_in;
+    if (f->n_in < 0) f->n_in = n_in, f->n_out = n_out;
+    int expect_in = f->n_in, expect_out = f->n_out;
     pthread_mutex_unlock(&f->lock);
-    if (n_in != expect)
-        return ke_err(KL_ERR_ARG, "fn_call", "%s takes %d inputs (its first call had %d), got %d", f->o.name,
-                      expect, expect, n_in);
+    if (n_in != expect_in || n_out != expect_out)
+        return ke_err(KL_ERR_ARG, "fn_call",
+                      "%s takes %d inputs and %d outputs (the counts of its first call, which it was traced with), "
+                      "got n_in %d and n_out %d",
+                      f->o.name, expect_in, expect_out, n_in, n_out);
     if (f->o.mode == KL_COMPILE_OFF || f->env_eager) return run_eager(f, inputs, n_in, outputs, n_out);
     int32_t alias_stack[TR_ALIAS_STACK], *alias = alias_stack;
     if (n_in > TR_ALIAS_STACK && !(alias = malloc(sizeof *alias * (size_t)n_in)))
