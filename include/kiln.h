@@ -18,6 +18,10 @@
  * Arguments are always borrowed: no function steals a reference. kl_retain
  * gives the caller its own reference (for long-lived tensors such as
  * parameters); kl_release gives it back. Scopes close in strict LIFO order.
+ * Scopes are per thread; when a thread exits, its open scopes and its root
+ * scope close (innermost first), releasing what they own: to hand a tensor
+ * to another thread that outlives its maker, kl_retain it (the reference can
+ * be given back with kl_release on any thread).
  *
  * Errors. An op that fails returns NULL (or a negative status) and records a
  * thread-local error: a code and a message naming the op, shapes, dtypes and
@@ -187,7 +191,8 @@ KL_API void kl_scope_begin(void);
 /* Closes the innermost scope, releasing what it owns. Aborts (a bug) if no
  * scope is open or a scope opened on another thread is closed here. */
 KL_API void kl_scope_end(void);
-/* Number of open scopes above the implicit root on this thread. */
+/* (A thread's exit closes its open scopes and root scope: see the tutorial.)
+ * Number of open scopes above the implicit root on this thread. */
 KL_API int kl_scope_depth(void);
 /* Moves t from the scope that owns it to the scope enclosing that one; in the
  * root scope (or not scope-owned) it does nothing. Returns t (NULL passes through). */

@@ -300,6 +300,10 @@ typedef struct ke_scope {
 
 /* Puts a fresh tensor (refcount 1, not scope-owned) into the current scope. */
 void ke_scope_adopt(kl_tensor *t);
+/* Arms this thread's exit hook (once per thread): at exit its scopes close,
+ * innermost first, then ke_tensor_thread_exit gives its free lists back. */
+void ke_scope_thread_init(void);
+void ke_tensor_thread_exit(void);
 
 /* ---- thread-local state -------------------------------------------------- */
 

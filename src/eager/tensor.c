@@ -47,6 +47,7 @@ static live_counts *my_counts(void) {
     c->next = all_counts;
     all_counts = c;
     pthread_mutex_unlock(&counts_lock);
+    ke_scope_thread_init(); /* its exit hook gives the free lists below back */
     return tl_counts = c;
 }
 
@@ -73,8 +74,56 @@ static _Thread_local int tl_n_free_tensors;
 static _Thread_local ke_storage *tl_free_storages;
 static _Thread_local int tl_n_free_storages;
 
+/* An exited thread's header and block lists join these (chunks are never
+ * freed, so each short-lived thread stranded its own); a thread whose list is
+ * empty takes them whole before it carves a new chunk. */
+static pthread_mutex_t orphan_lock = PTHREAD_MUTEX_INITIALIZER;
+static kl_tensor *orphan_tensors, *orphan_blocks;
+static _Atomic int have_orphans; /* lets the slow path skip the lock */
+static _Thread_local kl_tensor *tl_free_blocks; /* linked through t.next_free */
+
+static void splice(kl_tensor **into, kl_tensor *list) {
+    if (!list) return;
+    kl_tensor *tail = list;
+    while (tail->next_free) tail = tail->next_free;
+    tail->next_free = *into;
+    *into = list;
+}
+
+/* 1 if this thread's empty lists got the orphans. */
+static int adopt_orphans(void) {
+    if (!atomic_load_explicit(&have_orphans, memory_order_relaxed)) return 0;
+    pthread_mutex_lock(&orphan_lock);
+    splice(&tl_free_tensors, orphan_tensors);
+    splice(&tl_free_blocks, orphan_blocks);
+    orphan_tensors = orphan_blocks = NULL;
+    atomic_store_explicit(&have_orphans, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&orphan_lock);
+    tl_n_free_tensors = 0;
+    for (kl_tensor *t = tl_free_tensors; t; t = t->next_free) tl_n_free_tensors++;
+    return tl_free_tensors || tl_free_blocks;
+}
+
+void ke_tensor_thread_exit(void) {
+    pthread_mutex_lock(&orphan_lock);
+    splice(&orphan_tensors, tl_free_tensors);
+    splice(&orphan_blocks, tl_free_blocks);
+    if (orphan_tensors || orphan_blocks) atomic_store_explicit(&have_orphans, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&orphan_lock);
+    tl_free_tensors = tl_free_blocks = NULL;
+    tl_n_free_tensors = 0;
+    /* storage headers are single allocations: back to malloc */
+    while (tl_free_storages) {
+        ke_storage *s = tl_free_storages;
+        tl_free_storages = s->next_free;
+        free(s);
+    }
+    tl_n_free_storages = 0;
+}
+
 static kl_tensor *header_alloc(void) {
     kl_tensor *t = tl_free_tensors;
+    if (!t && adopt_orphans()) t = tl_free_tensors;
     if (t) {
         tl_free_tensors = t->next_free;
         tl_n_free_tensors--;
@@ -136,8 +185,6 @@ typedef struct ke_block {
     kl_tensor t;
 } ke_block;
 
-static _Thread_local kl_tensor *tl_free_blocks; /* linked through t.next_free */
-
 static ke_block *block_of(const kl_tensor *t) {
     return (ke_block *)((char *)t - offsetof(ke_block, t));
 }
@@ -148,6 +195,7 @@ static inline int in_own_block(const kl_tensor *t) {
 
 static ke_block *block_alloc(void) {
     kl_tensor *t = tl_free_blocks;
+    if (!t && adopt_orphans()) t = tl_free_blocks;
     if (t) {
         tl_free_blocks = t->next_free;
     } else {
