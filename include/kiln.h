@@ -827,8 +827,10 @@ KL_API bool kl_is_leaf(const kl_tensor *t);
  * owned by t, valid until kl_zero_grad / kl_set_grad on t or t's release
  * (accumulation writes into it in place unless create_graph is set). */
 KL_API kl_tensor *kl_grad(const kl_tensor *t);
-/* Replaces t's gradient (NULL clears it); g must match t's shape, dtype and
- * device. Returns 0 or -1. */
+/* Replaces t's gradient (NULL clears it); g must match t's shape
+ * (KL_ERR_SHAPE), dtype (KL_ERR_DTYPE) and device (KL_ERR_DEVICE), and be
+ * neither t nor a view of t's storage (KL_ERR_ARG: backward accumulates into
+ * it in place). Returns 0 or -1. */
 KL_API int kl_set_grad(kl_tensor *t, kl_tensor *g);
 /* Drops t's gradient (PyTorch's zero_grad(set_to_none=True)). Returns 0 or -1. */
 KL_API int kl_zero_grad(kl_tensor *t);

@@ -163,12 +163,42 @@ static void thread_exit_releases_scopes(void **s) {
     assert_int_equal(kl_live_storages(), base_s);
 }
 
+/* ---- 5: kl_set_grad's checks ---------------------------------------------------- */
+
+static void set_grad_refuses_self_and_mismatch(void **s) {
+    (void)s;
+    kl_tensor *w = kl_ones(KL_SHAPE(2, 2), KL_F32);
+    kl_set_requires_grad(w, true);
+    assert_int_equal(kl_set_grad(w, w), -1); /* backward overwrote the parameter */
+    KT_EXPECT_ERROR(KL_ERR_ARG, "cannot be its own gradient");
+    assert_int_equal(kl_set_grad(w, kl_view(w, 2, (int64_t[]){2, 2})), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "shares storage with");
+    assert_int_equal(kl_set_grad(w, kl_ones(KL_SHAPE(4), KL_F32)), -1);
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "in shape");
+    assert_int_equal(kl_set_grad(w, kl_ones(KL_SHAPE(2, 2), KL_F64)), -1);
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "in dtype");
+    kl_tensor *m = kl_to_device(w, KL_DEVICE_META);
+    if (m) {
+        assert_int_equal(kl_set_grad(w, m), -1);
+        KT_EXPECT_ERROR(KL_ERR_DEVICE, "in device");
+    }
+    KT_NO_ERROR();
+    assert_null(kl_grad(w));
+    /* a good one is taken, and backward accumulates into it, not into w */
+    assert_int_equal(kl_set_grad(w, kl_zeros(KL_SHAPE(2, 2), KL_F32)), 0);
+    assert_int_equal(kl_backward(kl_sum(kl_mul_scalar(w, 3), 0, NULL, false), NULL, NULL), 0);
+    KT_VALUES(kl_grad(w), 0, 3, 3, 3, 3);
+    KT_VALUES(w, 0, 1, 1, 1, 1);
+    kl_zero_grad(w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(huge_slice_step),
         KT_TEST(as_strided_extreme_strides),
         KT_TEST(fn_call_counts),
         KT_TEST(thread_exit_releases_scopes),
+        KT_TEST(set_grad_refuses_self_and_mismatch),
     };
     int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);
     kt_tmp_cleanup();
