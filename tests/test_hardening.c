@@ -192,6 +192,35 @@ static void set_grad_refuses_self_and_mismatch(void **s) {
     kl_zero_grad(w);
 }
 
+/* ---- 12: a stale error ------------------------------------------------------------- */
+
+static int add_one(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    out[0] = kl_add_scalar(in[0], 1);
+    return out[0] ? 0 : -1;
+}
+
+static void stale_error_changes_nothing(void **s) {
+    (void)s;
+    kl_fn *f = kl_compile(add_one, NULL, NULL);
+    kl_tensor *a = kl_ones(KL_SHAPE(3), KL_F32), *b = kl_ones(KL_SHAPE(2, 2), KL_F64), *y = NULL;
+    assert_int_equal(kl_fn_call(f, &a, 1, &y, 1), 0); /* one cached signature */
+    assert_null(kl_add(NULL, a));                     /* a failure the caller ignores */
+    assert_int_equal(kl_last_status(), KL_ERR_NULL_ARG);
+    /* a cached signature and a new one behave alike (the new one failed) */
+    assert_int_equal(kl_fn_call(f, &a, 1, &y, 1), 0);
+    KT_VALUES(y, 0, 2, 2, 2);
+    y = NULL;
+    assert_int_equal(kl_fn_call(f, &b, 1, &y, 1), 0);
+    KT_VALUES(y, 0, 2, 2, 2, 2);
+    /* the first error is still the one recorded */
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_add");
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 2);
+    kl_fn_release(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(huge_slice_step),
@@ -199,6 +228,7 @@ int main(void) {
         KT_TEST(fn_call_counts),
         KT_TEST(thread_exit_releases_scopes),
         KT_TEST(set_grad_refuses_self_and_mismatch),
+        KT_TEST(stale_error_changes_nothing),
     };
     int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);
     kt_tmp_cleanup();

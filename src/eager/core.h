@@ -99,6 +99,15 @@ void ke_convert_strided(void *dst, kl_dtype dd, int64_t dstride, const void *src
 int ke_err(kl_status code, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int ke_verr(kl_status code, const char *op, const char *fmt, va_list ap);
 int ke_error_pending(void);
+/* An entry point that judges a user callback by "did an error get recorded"
+ * (kl_fn_call) sets an earlier, stale error aside first and puts it back
+ * after (first error wins), so the stale error cannot change its result. */
+typedef struct ke_error_stash {
+    kl_status code;
+    char msg[1024];
+} ke_error_stash;
+void ke_error_set_aside(ke_error_stash *s);
+void ke_error_put_back(const ke_error_stash *s);
 /* "[2,3]" into buf (cap >= 8*22). Returns buf. */
 char *ke_fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape);
 /* "[2,3] float32 cpu" for error messages. */

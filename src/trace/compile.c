@@ -397,7 +397,21 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
     return rc;
 }
 
+static int fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out);
+
+/* fn's success is judged by whether it recorded an error, so an error left
+ * pending from before the call (say a failed kl_add(NULL, a)) made every new
+ * signature fail while cached ones ran: it is set aside for the call and put
+ * back after it (first error wins; the return value is this call's). */
 int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out) {
+    ke_error_stash stale;
+    ke_error_set_aside(&stale);
+    int rc = fn_call(f, inputs, n_in, outputs, n_out);
+    ke_error_put_back(&stale);
+    return rc;
+}
+
+static int fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out) {
     if (!f) return ke_err(KL_ERR_NULL_ARG, "fn_call", "the compiled function is NULL");
     if (n_in < 0 || n_out < 0 || (n_in && !inputs) || (n_out && !outputs))
         return ke_err(KL_ERR_NULL_ARG, "fn_call", "%s: inputs or outputs array is NULL", f->o.name);
