@@ -958,7 +958,8 @@ KL_API kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *
  * (or the input itself where fn returns an input). n_in and n_out are fixed
  * by the first call; other counts later are KL_ERR_ARG naming both. Returns
  * 0, or -1 with an error recorded (bad arguments, fn's own errors, a failed
- * check). An error already pending when it is called does not change the
+ * check; KL_ERR_STATE when fn calls kl_fn_call on f itself while f traces
+ * it, which used to deadlock). An error already pending when it is called does not change the
  * result (it is set aside and stays the recorded one: first error wins). */
 KL_API int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out);
 KL_API void kl_fn_release(kl_fn *f);

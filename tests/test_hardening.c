@@ -163,6 +163,31 @@ static void thread_exit_releases_scopes(void **s) {
     assert_int_equal(kl_live_storages(), base_s);
 }
 
+/* ---- 4: a compiled function calling itself ------------------------------------------ */
+
+static int calls_itself(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    kl_fn *self = *(kl_fn **)user;
+    (void)n_in, (void)n_out;
+    kl_tensor *y = NULL;
+    if (kl_fn_call(self, in, 1, &y, 1)) return -1; /* deadlocked on self's lock */
+    out[0] = y;
+    return 0;
+}
+
+static void reentrant_call_is_an_error(void **s) {
+    (void)s;
+    kl_fn *f = NULL;
+    f = kl_compile(calls_itself, &f, NULL);
+    kl_tensor *x = kl_ones(KL_SHAPE(2), KL_F32), *y = NULL;
+    assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_STATE, "calls itself through kl_fn_call while it is being traced");
+    assert_null(y);
+    /* nothing was left locked: a second call fails the same way, no hang */
+    assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_STATE, "cannot be re-entered");
+    kl_fn_release(f);
+}
+
 /* ---- 5: kl_set_grad's checks ---------------------------------------------------- */
 
 static void set_grad_refuses_self_and_mismatch(void **s) {
@@ -227,6 +252,7 @@ int main(void) {
         KT_TEST(as_strided_extreme_strides),
         KT_TEST(fn_call_counts),
         KT_TEST(thread_exit_releases_scopes),
+        KT_TEST(reentrant_call_is_an_error),
         KT_TEST(set_grad_refuses_self_and_mismatch),
         KT_TEST(stale_error_changes_nothing),
     };

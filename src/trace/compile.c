@@ -295,6 +295,21 @@ int tr_compile_kernels(ir_graph *g, const ir_backend *cpu) {
     return 0;
 }
 
+/* The functions this thread is tracing now, innermost first (a list through
+ * add_entry's frames): fn calling kl_fn_call on a function it is being
+ * traced for would wait for the lock its own trace holds. */
+typedef struct tracing_frame {
+    const kl_fn *f;
+    struct tracing_frame *up;
+} tracing_frame;
+static _Thread_local tracing_frame *tl_tracing;
+
+static int being_traced_here(const kl_fn *f) {
+    for (const tracing_frame *t = tl_tracing; t; t = t->up)
+        if (t->f == f) return 1;
+    return 0;
+}
+
 /* Traces a new signature into entry e (under f->lock). */
 static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n_in, int n_out, int grad_mode,
                      const char *why) {
@@ -310,7 +325,10 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
     double t0 = now_ms();
     int broke = 0;
     char reason[256] = "";
+    tracing_frame frame = {f, tl_tracing};
+    tl_tracing = &frame;
     ir_graph *g = tr_trace(f->fn, f->user, in, n_in, n_out, &broke, reason, sizeof reason);
+    tl_tracing = frame.up;
     if (g) g->fuse = f->o.mode == KL_COMPILE_FUSE && !needs_autograd(g, in, n_in, grad_mode);
     for (int i = 0; g && i < n_in; i++) /* inputs sharing storage: writes through one reach both */
         if (e->in[i].alias >= 0) ir_alias_input(g, i, e->in[i].alias);
@@ -413,6 +431,11 @@ int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs
 
 static int fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out) {
     if (!f) return ke_err(KL_ERR_NULL_ARG, "fn_call", "the compiled function is NULL");
+    if (being_traced_here(f))
+        return ke_err(KL_ERR_STATE, "fn_call",
+                      "%s calls itself through kl_fn_call while it is being traced: a compiled function "
+                      "cannot be re-entered (call the eager function instead)",
+                      f->o.name);
     if (n_in < 0 || n_out < 0 || (n_in && !inputs) || (n_out && !outputs))
         return ke_err(KL_ERR_NULL_ARG, "fn_call", "%s: inputs or outputs array is NULL", f->o.name);
     for (int j = 0; j < n_out; j++) outputs[j] = NULL;
