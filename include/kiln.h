@@ -952,7 +952,8 @@ typedef struct kl_compile_options {
 } kl_compile_options;
 KL_API kl_compile_options kl_compile_options_default(void);
 
-/* A compiled wrapper of fn (opts NULL = defaults). user is passed to fn. */
+/* A compiled wrapper of fn (opts NULL = defaults; copied, name included, so
+ * they may be freed after the call). user is passed to fn. */
 KL_API kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts);
 /* Calls the compiled function: outputs[0..n_out) receive scope-owned results
  * (or the input itself where fn returns an input). n_in and n_out are fixed

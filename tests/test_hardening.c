@@ -217,6 +217,23 @@ static void set_grad_refuses_self_and_mismatch(void **s) {
     kl_zero_grad(w);
 }
 
+/* ---- 7: borrowed options ------------------------------------------------------------ */
+
+static void compile_copies_the_name(void **s) {
+    (void)s;
+    kl_compile_options o = kl_compile_options_default();
+    char *name = strdup("my_step");
+    o.name = name;
+    kl_fn *f = kl_compile(two_out, NULL, &o);
+    memset(name, 'X', strlen(name)); /* a use-after-free under ASan if kept */
+    free(name);
+    kl_tensor *x = kl_ones(KL_SHAPE(2), KL_F32), *y[3];
+    assert_int_equal(kl_fn_call(f, &x, 1, y, 2), 0);
+    assert_int_equal(kl_fn_call(f, &x, 1, y, 3), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "my_step takes 1 inputs");
+    kl_fn_release(f);
+}
+
 /* ---- 12: a stale error ------------------------------------------------------------- */
 
 static int add_one(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
@@ -254,6 +271,7 @@ int main(void) {
         KT_TEST(thread_exit_releases_scopes),
         KT_TEST(reentrant_call_is_an_error),
         KT_TEST(set_grad_refuses_self_and_mismatch),
+        KT_TEST(compile_copies_the_name),
         KT_TEST(stale_error_changes_nothing),
     };
     int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);

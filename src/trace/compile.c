@@ -93,7 +93,11 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
     }
     kl_fn *f = calloc(1, sizeof *f);
     if (f) f->entries = calloc((size_t)o.recompile_limit, sizeof *f->entries);
-    if (!f || !f->entries) {
+    /* the options are borrowed: the caller may free its name right after */
+    char *name = f ? strdup(o.name) : NULL;
+    if (!f || !f->entries || !name) {
+        free(name);
+        if (f) free(f->entries);
         free(f);
         ke_err(KL_ERR_OOM, "compile", "out of memory");
         return NULL;
@@ -101,6 +105,7 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
     f->fn = fn;
     f->user = user;
     f->o = o;
+    f->o.name = name;
     f->cpu = cpu;
     f->n_in = f->n_out = -1;
     f->last = -1;
@@ -118,6 +123,7 @@ void kl_fn_release(kl_fn *f) {
         ir_graph_free(f->entries[i].g);
     }
     free(f->entries);
+    free((char *)f->o.name);
     pthread_mutex_destroy(&f->lock);
     free(f);
 }
