@@ -236,7 +236,10 @@ int cg_cache_load(const cg_key *k, void **obj, size_t *size) {
     char *path = entry_path(k, 0), pre[17];
     if (!path) return 0;
     key_prefix(k, pre);
-    int hit = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO planted at the path would block until a
+     * writer came (kl_fn_call hung); O_NOFOLLOW: an entry is never a link.
+     * The type is checked before anything is read. */
+    int hit = 0, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     struct stat st;
     uint8_t hdr[HDR_BYTES], digest[32];
     uint8_t *payload = NULL;
