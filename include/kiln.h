@@ -1003,7 +1003,11 @@ KL_API void kl_set_print_options(int precision, int64_t threshold, int edgeitems
 /* .npy (v1-v3, every dtype above, C or Fortran order). kl_load_npy maps the
  * file copy-on-write (zero-copy) when it can; a Fortran-order file loads as a
  * column-major view. Bad files: NULL and KL_ERR_FORMAT (KL_ERR_IO if unreadable).
- * kl_save_npy writes C order atomically; bfloat16 is saved as float32. */
+ * kl_save_npy writes C order atomically; bfloat16 is saved as float32.
+ * Saving to a path (here and kl_save_safetensors): a symbolic link is written
+ * through like cp (the file it names is replaced atomically; a dangling link
+ * is refused), and only a regular file is ever replaced: a FIFO, device node,
+ * socket or directory at the path is KL_ERR_IO and stays as it was. */
 KL_API kl_tensor *kl_load_npy(const char *path);
 KL_API kl_tensor *kl_load_npy_buffer(const void *buf, size_t len);
 /* Returns 0 or a negative status. */

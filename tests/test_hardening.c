@@ -6,7 +6,13 @@
  */
 #include "harness.h"
 
+#include "kiln/nn.h"
+
+#include <errno.h>
 #include <pthread.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 /* ---- 1: view rules' size arithmetic ----------------------------------------- */
@@ -234,6 +240,71 @@ static void compile_copies_the_name(void **s) {
     kl_fn_release(f);
 }
 
+/* ---- 11: saving over links and special files -------------------------------------- */
+
+static int save_both(const char *path, kl_tensor *t, int which) {
+    if (which == 0) return kl_save_npy(path, t);
+    return kl_save_safetensors(path, 1, (const char *[]){"t"}, &t, NULL);
+}
+
+static kl_tensor *load_back(const char *path, int which) {
+    if (which == 0) return kl_load_npy(path);
+    kl_safetensors *st = kl_load_safetensors(path);
+    kl_tensor *t = kl_clone(kl_safetensors_find(st, "t")); /* scope-owned, outlives st */
+    kl_safetensors_free(st);
+    return t;
+}
+
+static void save_writes_through_links_refuses_special(void **s) {
+    (void)s;
+    kl_tensor *t = kl_arange(0, 4, 1, KL_F32);
+    for (int which = 0; which < 2; which++) {
+        char real[600], link[600], fifo[600], dangling[600], dev[600];
+        snprintf(real, sizeof real, "%s", kt_tmp_path(which ? "real.st" : "real.npy"));
+        snprintf(link, sizeof link, "%s", kt_tmp_path(which ? "link.st" : "link.npy"));
+        snprintf(fifo, sizeof fifo, "%s", kt_tmp_path(which ? "fifo.st" : "fifo.npy"));
+        snprintf(dangling, sizeof dangling, "%s", kt_tmp_path(which ? "dangling.st" : "dangling.npy"));
+        snprintf(dev, sizeof dev, "%s", kt_tmp_path(which ? "dev.st" : "dev.npy"));
+        /* a link: the file it names gets the data, the link stays a link */
+        FILE *fp = fopen(real, "w");
+        fputs("old", fp);
+        fclose(fp);
+        assert_int_equal(symlink(real, link), 0);
+        assert_int_equal(save_both(link, t, which), 0);
+        struct stat st;
+        assert_int_equal(lstat(link, &st), 0);
+        assert_true(S_ISLNK(st.st_mode));
+        KT_VALUES(load_back(real, which), 0, 0, 1, 2, 3);
+        /* a FIFO is refused and left in place (it was replaced) */
+        assert_int_equal(mkfifo(fifo, 0644), 0);
+        assert_true(save_both(fifo, t, which) < 0);
+        KT_EXPECT_ERROR(KL_ERR_IO, "is a FIFO: a save replaces only a regular file");
+        assert_int_equal(lstat(fifo, &st), 0);
+        assert_true(S_ISFIFO(st.st_mode));
+        /* a link to a FIFO too, and a dangling link (as cp refuses it) */
+        assert_int_equal(unlink(link), 0);
+        assert_int_equal(symlink(fifo, link), 0);
+        assert_true(save_both(link, t, which) < 0);
+        KT_EXPECT_ERROR(KL_ERR_IO, "is a FIFO");
+        assert_int_equal(symlink(kt_tmp_path("nowhere"), dangling), 0);
+        assert_true(save_both(dangling, t, which) < 0);
+        KT_EXPECT_ERROR(KL_ERR_IO, "not writing through a dangling symbolic link");
+        assert_int_equal(lstat(dangling, &st), 0);
+        assert_true(S_ISLNK(st.st_mode));
+        /* a character device node (root only: /dev/null's numbers) */
+        if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0) {
+            assert_true(save_both(dev, t, which) < 0);
+            KT_EXPECT_ERROR(KL_ERR_IO, "is a character device");
+            assert_int_equal(lstat(dev, &st), 0);
+            assert_true(S_ISCHR(st.st_mode));
+        }
+        /* a directory */
+        assert_true(save_both(kt_tmp_path(""), t, which) < 0);
+        kl_clear_error();
+        unlink(real), unlink(link), unlink(fifo), unlink(dangling), unlink(dev);
+    }
+}
+
 /* ---- 12: a stale error ------------------------------------------------------------- */
 
 static int add_one(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
@@ -272,6 +343,7 @@ int main(void) {
         KT_TEST(reentrant_call_is_an_error),
         KT_TEST(set_grad_refuses_self_and_mismatch),
         KT_TEST(compile_copies_the_name),
+        KT_TEST(save_writes_through_links_refuses_special),
         KT_TEST(stale_error_changes_nothing),
     };
     int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);
