@@ -18,6 +18,10 @@
  * Arguments are always borrowed: no function steals a reference. kl_retain
  * gives the caller its own reference (for long-lived tensors such as
  * parameters); kl_release gives it back. Scopes close in strict LIFO order.
+ * Scopes are per thread; when a thread exits, its open scopes and its root
+ * scope close (innermost first), releasing what they own: to hand a tensor
+ * to another thread that outlives its maker, kl_retain it (the reference can
+ * be given back with kl_release on any thread).
  *
  * Errors. An op that fails returns NULL (or a negative status) and records a
  * thread-local error: a code and a message naming the op, shapes, dtypes and
@@ -187,7 +191,8 @@ KL_API void kl_scope_begin(void);
 /* Closes the innermost scope, releasing what it owns. Aborts (a bug) if no
  * scope is open or a scope opened on another thread is closed here. */
 KL_API void kl_scope_end(void);
-/* Number of open scopes above the implicit root on this thread. */
+/* (A thread's exit closes its open scopes and root scope: see the tutorial.)
+ * Number of open scopes above the implicit root on this thread. */
 KL_API int kl_scope_depth(void);
 /* Moves t from the scope that owns it to the scope enclosing that one; in the
  * root scope (or not scope-owned) it does nothing. Returns t (NULL passes through). */
@@ -829,8 +834,10 @@ KL_API bool kl_is_leaf(const kl_tensor *t);
  * owned by t, valid until kl_zero_grad / kl_set_grad on t or t's release
  * (accumulation writes into it in place unless create_graph is set). */
 KL_API kl_tensor *kl_grad(const kl_tensor *t);
-/* Replaces t's gradient (NULL clears it); g must match t's shape, dtype and
- * device. Returns 0 or -1. */
+/* Replaces t's gradient (NULL clears it); g must match t's shape
+ * (KL_ERR_SHAPE), dtype (KL_ERR_DTYPE) and device (KL_ERR_DEVICE), and be
+ * neither t nor a view of t's storage (KL_ERR_ARG: backward accumulates into
+ * it in place). Returns 0 or -1. */
 KL_API int kl_set_grad(kl_tensor *t, kl_tensor *g);
 /* Drops t's gradient (PyTorch's zero_grad(set_to_none=True)). Returns 0 or -1. */
 KL_API int kl_zero_grad(kl_tensor *t);
@@ -952,11 +959,16 @@ typedef struct kl_compile_options {
 } kl_compile_options;
 KL_API kl_compile_options kl_compile_options_default(void);
 
-/* A compiled wrapper of fn (opts NULL = defaults). user is passed to fn. */
+/* A compiled wrapper of fn (opts NULL = defaults; copied, name included, so
+ * they may be freed after the call). user is passed to fn. */
 KL_API kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts);
 /* Calls the compiled function: outputs[0..n_out) receive scope-owned results
- * (or the input itself where fn returns an input). Returns 0, or -1 with an
- * error recorded (bad arguments, fn's own errors, a failed check). */
+ * (or the input itself where fn returns an input). n_in and n_out are fixed
+ * by the first call; other counts later are KL_ERR_ARG naming both. Returns
+ * 0, or -1 with an error recorded (bad arguments, fn's own errors, a failed
+ * check; KL_ERR_STATE when fn calls kl_fn_call on f itself while f traces
+ * it, which used to deadlock). An error already pending when it is called does not change the
+ * result (it is set aside and stays the recorded one: first error wins). */
 KL_API int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out);
 KL_API void kl_fn_release(kl_fn *f);
 
@@ -998,7 +1010,11 @@ KL_API void kl_set_print_options(int precision, int64_t threshold, int edgeitems
 /* .npy (v1-v3, every dtype above, C or Fortran order). kl_load_npy maps the
  * file copy-on-write (zero-copy) when it can; a Fortran-order file loads as a
  * column-major view. Bad files: NULL and KL_ERR_FORMAT (KL_ERR_IO if unreadable).
- * kl_save_npy writes C order atomically; bfloat16 is saved as float32. */
+ * kl_save_npy writes C order atomically; bfloat16 is saved as float32.
+ * Saving to a path (here and kl_save_safetensors): a symbolic link is written
+ * through like cp (the file it names is replaced atomically; a dangling link
+ * is refused), and only a regular file is ever replaced: a FIFO, device node,
+ * socket or directory at the path is KL_ERR_IO and stays as it was. */
 KL_API kl_tensor *kl_load_npy(const char *path);
 KL_API kl_tensor *kl_load_npy_buffer(const void *buf, size_t len);
 /* Returns 0 or a negative status. */

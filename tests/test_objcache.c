@@ -353,6 +353,34 @@ static void test_corrupt(void **state) {
     kt_rm_tree(dir);
 }
 
+/* A FIFO at an entry's path made the load block in open (kl_fn_call hung);
+ * a link there is not followed. Both are misses, and neither is removed. */
+static void test_not_regular(void **state) {
+    (void)state;
+    const char *dir = use_dir("notreg");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    ke_cache_key k = key_named("fifo"), k2 = key_named("link");
+    char p[600], p2[600], target[700];
+    entry_path(p, sizeof p, dir, &k);
+    entry_path(p2, sizeof p2, dir, &k2);
+    assert_int_equal(mkfifo(p, 0644), 0);
+    expect_miss(&k);
+    struct stat st;
+    assert_int_equal(lstat(p, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    /* a valid entry reached through a link is still refused */
+    uint8_t obj[64];
+    fill(obj, sizeof obj, 9);
+    ke_cache_store(KE_CACHE_OBJ, &k2, obj, sizeof obj);
+    snprintf(target, sizeof target, "%s.real", p2);
+    assert_int_equal(rename(p2, target), 0);
+    assert_int_equal(symlink(target, p2), 0);
+    expect_miss(&k2);
+    assert_int_equal(lstat(p2, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    kt_rm_tree(dir);
+}
+
 static void test_truncated(void **state) {
     (void)state;
     const char *dir = use_dir("trunc");
@@ -686,6 +714,7 @@ int main(int argc, char **argv) {
         KT_TEST(test_restart),
         KT_TEST(test_corrupt),
         KT_TEST(test_truncated),
+        KT_TEST(test_not_regular),
         KT_TEST(test_foreign),
         KT_TEST(test_unusable_dir),
         KT_TEST(test_disabled),

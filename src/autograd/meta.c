@@ -97,12 +97,22 @@ int kl_set_grad(kl_tensor *t, kl_tensor *g) {
     char b1[256], b2[256];
     if (g) {
         if (ke_check_tensor(g, "set_grad", 2)) return -1;
-        if (g->dtype != t->dtype || g->ndim != t->ndim ||
-            memcmp(g->shape, t->shape, sizeof(int64_t) * t->ndim) ||
-            g->storage->device.type != t->storage->device.type ||
-            g->storage->device.index != t->storage->device.index)
-            return ke_err(KL_ERR_SHAPE, "set_grad", "gradient %s does not match tensor %s",
-                          ke_fmt_tensor(b1, sizeof b1, g), ke_fmt_tensor(b2, sizeof b2, t));
+        /* backward accumulates into the gradient in place: the tensor itself
+         * (PyTorch: "can't assign Variable as its own grad") or a view of it
+         * would have its values overwritten */
+        if (g->storage == t->storage)
+            return ke_err(KL_ERR_ARG, "set_grad", "gradient %s %s tensor %s: a tensor cannot be its own gradient",
+                          ke_fmt_tensor(b1, sizeof b1, g), g == t ? "is" : "shares storage with",
+                          ke_fmt_tensor(b2, sizeof b2, t));
+        kl_status code = g->dtype != t->dtype ? KL_ERR_DTYPE
+                         : (g->storage->device.type != t->storage->device.type ||
+                            g->storage->device.index != t->storage->device.index) ? KL_ERR_DEVICE
+                         : (g->ndim != t->ndim || memcmp(g->shape, t->shape, sizeof(int64_t) * t->ndim)) ? KL_ERR_SHAPE
+                                                                                                        : KL_OK;
+        if (code != KL_OK)
+            return ke_err(code, "set_grad", "gradient %s does not match tensor %s in %s",
+                          ke_fmt_tensor(b1, sizeof b1, g), ke_fmt_tensor(b2, sizeof b2, t),
+                          code == KL_ERR_DTYPE ? "dtype" : code == KL_ERR_DEVICE ? "device" : "shape");
     }
     ag_meta *m = ag_meta_get(t);
     if (!m && !g) return 0;

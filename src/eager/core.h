@@ -72,6 +72,15 @@ void ke_convert_strided(void *dst, kl_dtype dd, int64_t dstride, const void *src
 int ke_err(kl_status code, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int ke_verr(kl_status code, const char *op, const char *fmt, va_list ap);
 int ke_error_pending(void);
+/* An entry point that judges a user callback by "did an error get recorded"
+ * (kl_fn_call) sets an earlier, stale error aside first and puts it back
+ * after (first error wins), so the stale error cannot change its result. */
+typedef struct ke_error_stash {
+    kl_status code;
+    char msg[1024];
+} ke_error_stash;
+void ke_error_set_aside(ke_error_stash *s);
+void ke_error_put_back(const ke_error_stash *s);
 /* "[2,3]" into buf (cap >= 8*22). Returns buf. */
 char *ke_fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape);
 /* "[2,3] float32 cpu" for error messages. */
@@ -270,6 +279,10 @@ static inline int ke_is_contig(const kl_tensor *t) {
     }
     return 1;
 }
+/* The checked size arithmetic of every shape rule: *r = a * b (a + b);
+ * returns 1, *r unspecified, when the exact result does not fit in int64. */
+static inline int ke_mul_ov(int64_t a, int64_t b, int64_t *r) { return __builtin_mul_overflow(a, b, r); }
+static inline int ke_add_ov(int64_t a, int64_t b, int64_t *r) { return __builtin_add_overflow(a, b, r); }
 /* Checks a shape: dims >= 0, ndim <= 8, numel * elsize fits in int64. */
 int ke_check_shape(const char *op, int ndim, const int64_t *shape, kl_dtype dt);
 /* Wraps a negative dim; records KL_ERR_INDEX and returns -1 if out of range.
@@ -297,6 +310,10 @@ typedef struct ke_scope {
 
 /* Puts a fresh tensor (refcount 1, not scope-owned) into the current scope. */
 void ke_scope_adopt(kl_tensor *t);
+/* Arms this thread's exit hook (once per thread): at exit its scopes close,
+ * innermost first, then ke_tensor_thread_exit gives its free lists back. */
+void ke_scope_thread_init(void);
+void ke_tensor_thread_exit(void);
 
 /* ---- thread-local state -------------------------------------------------- */
 

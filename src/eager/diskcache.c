@@ -235,7 +235,10 @@ int ke_cache_load(const char *kind, const ke_cache_key *k, void **obj, size_t *s
     char *path = entry_path(kind, k, 0), pre[17];
     if (!path) return 0;
     key_prefix(k, pre);
-    int hit = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO planted at the path would block until a
+     * writer came (kl_fn_call hung); O_NOFOLLOW: an entry is never a link.
+     * The type is checked before anything is read. */
+    int hit = 0, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     struct stat st;
     uint8_t hdr[HDR_BYTES], digest[32];
     uint8_t *payload = NULL;

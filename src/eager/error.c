@@ -44,6 +44,21 @@ int ke_err(kl_status code, const char *op, const char *fmt, ...) {
 
 int ke_error_pending(void) { return tl_err.code != KL_OK; }
 
+_Static_assert(sizeof(ke_error_stash) == sizeof(ke_error), "ke_error_stash mirrors ke_error");
+
+void ke_error_set_aside(ke_error_stash *s) {
+    s->code = tl_err.code;
+    if (tl_err.code == KL_OK) return; /* the common case copies nothing */
+    memcpy(s->msg, tl_err.msg, sizeof s->msg);
+    kl_clear_error();
+}
+
+void ke_error_put_back(const ke_error_stash *s) {
+    if (s->code == KL_OK) return;
+    tl_err.code = s->code;
+    memcpy(tl_err.msg, s->msg, sizeof tl_err.msg);
+}
+
 kl_status kl_last_status(void) { return tl_err.code; }
 const char *kl_last_error(void) { return tl_err.code == KL_OK ? "" : tl_err.msg; }
 void kl_clear_error(void) {

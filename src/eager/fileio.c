@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 uint8_t *ke_read_all(int fd, size_t *len) {
@@ -85,8 +86,38 @@ static int write_atomic(const char *path, int n, const void *const *parts, const
     return bad ? (e ? e : EIO) : 0;
 }
 
+static const char *kind_of(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
 int ke_write_file_atomic(const char *op, const char *path, int n, const void *const *parts, const size_t *sizes) {
-    int stage, e = write_atomic(path, n, parts, sizes, &stage);
+    /* The rule (kiln.h): a symbolic link is written through, like cp (the
+     * temporary goes beside the file it names; a dangling one is refused, as
+     * cp refuses it), and only a regular file is ever replaced. Renaming over
+     * the path replaced the link itself, or a FIFO or a device node. */
+    struct stat st;
+    char *real = NULL;
+    const char *target = path;
+    if (lstat(path, &st) == 0) {
+        if (S_ISLNK(st.st_mode)) {
+            if (stat(path, &st) != 0) {
+                int e = errno;
+                return ke_err(KL_ERR_IO, op, "%s: not writing through a %s symbolic link%s%s", path,
+                              e == ENOENT ? "dangling" : "unusable", e == ENOENT ? "" : ": ",
+                              e == ENOENT ? "" : strerror(e));
+            }
+            if (!(real = realpath(path, NULL)))
+                return ke_err(KL_ERR_IO, op, "%s: cannot resolve the symbolic link: %s", path, strerror(errno));
+            target = real;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            free(real);
+            return ke_err(KL_ERR_IO, op, "%s is %s: a save replaces only a regular file", path, kind_of(st.st_mode));
+        }
+    }
+    int stage, e = write_atomic(target, n, parts, sizes, &stage);
+    free(real);
     if (!e) return 0;
     if (stage == 0) return ke_err(KL_ERR_OOM, op, "%s: out of memory", path);
     if (stage == 1) return ke_err(KL_ERR_IO, op, "%s: cannot create a temporary file beside it: %s", path, strerror(e));

@@ -14,12 +14,15 @@
 uint8_t *ke_read_all(int fd, size_t *len);
 
 /* Writes parts[0..n) to a fresh temporary file beside path, then renames it
- * over path, so readers never see half a file. Returns 0, or -1 with
- * KL_ERR_IO ("kl_<op>: <path>: ...") or KL_ERR_OOM recorded. */
+ * over path, so readers never see half a file. A symbolic link at path is
+ * written through (the file it names is replaced; a dangling link is
+ * refused); anything else that is not a regular file is refused. Returns 0,
+ * or -1 with KL_ERR_IO ("kl_<op>: <path>: ...") or KL_ERR_OOM recorded. */
 int ke_write_file_atomic(const char *op, const char *path, int n, const void *const *parts, const size_t *sizes);
 /* Same write, recording no error (best-effort writers such as the object
  * cache must neither disturb the caller's error state nor trip
- * KL_ABORT_ON_ERROR): returns 0, or an errno value. */
+ * KL_ABORT_ON_ERROR), and replacing whatever is at path itself (a link too:
+ * the cache never writes through one): returns 0, or an errno value. */
 int ke_write_file_atomic_quiet(const char *path, int n, const void *const *parts, const size_t *sizes);
 
 #endif /* KE_FILEIO_H */

@@ -180,7 +180,7 @@ int ke_infer_cat(ke_call *c, ke_outspec *out) {
             return ke_err(KL_ERR_SHAPE, op, "shapes %s (tensor %d) and %s (tensor %d) must match except in dim %d", b1,
                           ref, b2, i, d);
         }
-        if (__builtin_add_overflow(total, t->shape[d], &total))
+        if (ke_add_ov(total, t->shape[d], &total))
             return ke_err(KL_ERR_OVERFLOW, op, "the size of dim %d overflows", d);
     }
     out->ndim = r->ndim;
@@ -318,7 +318,7 @@ int ke_infer_repeat(ke_call *c, ke_outspec *out) {
         int64_t r = rep[d], s = d >= off ? x->shape[d - off] : 1;
         if (r < 0)
             return ke_err(KL_ERR_ARG, op, "repeats %s has a negative count", ke_fmt_shape(b1, sizeof b1, nrep, rep));
-        if (__builtin_mul_overflow(s, r, &out->shape[d]))
+        if (ke_mul_ov(s, r, &out->shape[d]))
             return ke_err(KL_ERR_OVERFLOW, op, "repeating %s by %s overflows", ke_fmt_tensor(b2, sizeof b2, x),
                           ke_fmt_shape(b1, sizeof b1, nrep, rep));
     }
@@ -380,7 +380,7 @@ int ke_infer_pad(ke_call *c, ke_outspec *out) {
         if (l < -s || r < -s1)
             return ke_err(KL_ERR_SHAPE, op, "padding (%lld, %lld) crops more than the %lld elements of dim %d",
                           (long long)l, (long long)r, (long long)s, d);
-        if (__builtin_add_overflow(s, l, &n) || __builtin_add_overflow(n, r, &n))
+        if (ke_add_ov(s, l, &n) || ke_add_ov(n, r, &n))
             return ke_err(KL_ERR_OVERFLOW, op, "padding (%lld, %lld) of dim %d overflows", (long long)l, (long long)r,
                           d);
         /* PyTorch's constant_pad_nd refuses empty padded dims once anything grows */

@@ -19,24 +19,39 @@ typedef struct ke_scope_stack {
 
 static _Thread_local ke_scope_stack tl_scopes;
 
-/* A thread that grew a scope's item array frees it when it exits (the arrays
- * are kept between scopes of one depth so a loop of scopes does not realloc).
- * Arrays still holding tensors are left: those tensors outlive the thread. */
+/* Thread exit closes the thread's scopes as kl_scope_end would, innermost
+ * first and the root scope last, so what they own is released (kiln.h: a
+ * tensor outlives its thread only through kl_retain). Before, an exited
+ * thread's tensors could never be released, and a new thread reusing its
+ * thread-local block took them for its own. The item arrays are freed too
+ * (they are kept between scopes of one depth so a loop of scopes does not
+ * realloc). */
 static pthread_key_t scope_key;
 static pthread_once_t scope_key_once = PTHREAD_ONCE_INIT;
+static _Thread_local int scope_key_set;
+
+static void scope_clear(ke_scope *s);
 
 static void scope_thread_exit(void *arg) {
     ke_scope_stack *st = arg;
+    for (int d = st->depth; d >= 0; d--) scope_clear(&st->scopes[d]);
+    st->depth = 0;
     for (int d = 0; d < KE_MAX_SCOPES; d++) {
         ke_scope *s = &st->scopes[d];
-        if (s->items && s->live == 0) {
-            free(s->items);
-            s->items = NULL;
-            s->n = s->cap = 0;
-        }
+        free(s->items);
+        s->items = NULL;
+        s->n = s->cap = s->live = 0;
     }
+    ke_tensor_thread_exit();
 }
 static void scope_key_init(void) { KE_ASSERT(pthread_key_create(&scope_key, scope_thread_exit) == 0); }
+
+void ke_scope_thread_init(void) {
+    if (scope_key_set) return;
+    pthread_once(&scope_key_once, scope_key_init);
+    pthread_setspecific(scope_key, &tl_scopes);
+    scope_key_set = 1;
+}
 
 /* Depth of scope s on this thread, or -1 if s belongs to another thread. */
 static int scope_depth_of(const ke_scope *s) {
@@ -50,10 +65,7 @@ static void scope_push_item(ke_scope *s, kl_tensor *t) {
         int32_t cap = s->cap ? s->cap * 2 : 64;
         kl_tensor **items = realloc(s->items, (size_t)cap * sizeof *items);
         KE_ASSERT(items); /* out of memory growing a scope: cannot report through NULL here */
-        if (!s->items) {
-            pthread_once(&scope_key_once, scope_key_init);
-            pthread_setspecific(scope_key, &tl_scopes);
-        }
+        if (!s->items) ke_scope_thread_init();
         s->items = items;
         s->cap = cap;
     }

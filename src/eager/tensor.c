@@ -39,12 +39,8 @@ static live_counts *all_counts;
 static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local live_counts *tl_counts;
 
-static void thread_exit_key_init(void);
-static pthread_key_t thread_exit_key;
-static pthread_once_t thread_exit_once = PTHREAD_ONCE_INIT;
-
 /* Every thread that makes or frees a header passes here first, so the slow
- * path is also where its exit handler (thread_exit, below) is armed. */
+ * path is also where its exit hook (scope.c, then ke_tensor_thread_exit) is armed. */
 static live_counts *my_counts(void) {
     if (KE_LIKELY(tl_counts != NULL)) return tl_counts;
     live_counts *c = calloc(1, sizeof *c);
@@ -53,8 +49,7 @@ static live_counts *my_counts(void) {
     c->next = all_counts;
     all_counts = c;
     pthread_mutex_unlock(&counts_lock);
-    pthread_once(&thread_exit_once, thread_exit_key_init);
-    pthread_setspecific(thread_exit_key, c);
+    ke_scope_thread_init(); /* its exit hook gives the free lists below back */
     return tl_counts = c;
 }
 
@@ -81,51 +76,52 @@ static _Thread_local ke_storage *tl_free_storages;
 static _Thread_local kl_tensor *tl_free_blocks; /* ke_block's tensors, linked through t.next_free */
 static _Thread_local int tl_n_free_storages;
 
-/* ---- thread exit -------------------------------------------------------------
- * Headers and blocks are never freed, and a thread's free lists die with it:
- * at its exit they go to shared lists, which a thread whose own list is empty
- * takes whole before it mallocs a new chunk. Without this a process that
- * starts threads leaks each one's lists (and LeakSanitizer says so). */
-static kl_tensor *orphan_tensors, *orphan_blocks; /* linked through next_free */
+/* An exited thread's header and block lists join these (chunks are never
+ * freed, so each short-lived thread stranded its own); a thread whose list is
+ * empty takes them whole before it carves a new chunk. */
 static pthread_mutex_t orphan_lock = PTHREAD_MUTEX_INITIALIZER;
+static kl_tensor *orphan_tensors, *orphan_blocks;
+static _Atomic int have_orphans; /* lets the slow path skip the lock */
 
-static kl_tensor *splice(kl_tensor *list, kl_tensor *onto) {
-    if (!list) return onto;
-    kl_tensor *t = list;
-    while (t->next_free) t = t->next_free;
-    t->next_free = onto;
-    return list;
+static void splice(kl_tensor **into, kl_tensor *list) {
+    if (!list) return;
+    kl_tensor *tail = list;
+    while (tail->next_free) tail = tail->next_free;
+    tail->next_free = *into;
+    *into = list;
 }
 
-static kl_tensor *take_orphans(kl_tensor **list) {
+/* 1 if this thread's empty lists got the orphans. */
+static int adopt_orphans(void) {
+    if (!atomic_load_explicit(&have_orphans, memory_order_relaxed)) return 0;
     pthread_mutex_lock(&orphan_lock);
-    kl_tensor *t = *list;
-    *list = NULL;
+    splice(&tl_free_tensors, orphan_tensors);
+    splice(&tl_free_blocks, orphan_blocks);
+    orphan_tensors = orphan_blocks = NULL;
+    atomic_store_explicit(&have_orphans, 0, memory_order_relaxed);
     pthread_mutex_unlock(&orphan_lock);
-    return t;
+    return tl_free_tensors || tl_free_blocks;
 }
 
-static void thread_exit(void *counts) {
-    (void)counts;
+void ke_tensor_thread_exit(void) {
     pthread_mutex_lock(&orphan_lock);
-    orphan_tensors = splice(tl_free_tensors, orphan_tensors);
-    orphan_blocks = splice(tl_free_blocks, orphan_blocks);
+    splice(&orphan_tensors, tl_free_tensors);
+    splice(&orphan_blocks, tl_free_blocks);
+    if (orphan_tensors || orphan_blocks) atomic_store_explicit(&have_orphans, 1, memory_order_relaxed);
     pthread_mutex_unlock(&orphan_lock);
     tl_free_tensors = tl_free_blocks = NULL;
-    while (tl_free_storages) { /* single mallocs: these may go */
+    /* storage headers are single allocations: back to malloc */
+    while (tl_free_storages) {
         ke_storage *s = tl_free_storages;
         tl_free_storages = s->next_free;
         free(s);
     }
     tl_n_free_storages = 0;
-    tl_counts = NULL; /* a header freed later on this thread (another destructor) arms it again */
 }
-
-static void thread_exit_key_init(void) { KE_ASSERT(pthread_key_create(&thread_exit_key, thread_exit) == 0); }
 
 static kl_tensor *header_alloc(void) {
     kl_tensor *t = tl_free_tensors;
-    if (KE_UNLIKELY(!t) && (t = take_orphans(&orphan_tensors))) tl_free_tensors = t;
+    if (!t && adopt_orphans()) t = tl_free_tensors;
     if (t) {
         tl_free_tensors = t->next_free;
     } else {
@@ -184,7 +180,6 @@ typedef struct ke_block {
     kl_tensor t;
 } ke_block;
 
-
 static ke_block *block_of(const kl_tensor *t) {
     return (ke_block *)((char *)t - offsetof(ke_block, t));
 }
@@ -195,7 +190,7 @@ static inline int in_own_block(const kl_tensor *t) {
 
 static ke_block *block_alloc(void) {
     kl_tensor *t = tl_free_blocks;
-    if (KE_UNLIKELY(!t) && (t = take_orphans(&orphan_blocks))) tl_free_blocks = t;
+    if (!t && adopt_orphans()) t = tl_free_blocks;
     if (t) {
         tl_free_blocks = t->next_free;
     } else {

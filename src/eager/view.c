@@ -214,9 +214,23 @@ int ke_view_slice(ke_call *c) {
     int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     memcpy(stride, x->stride, sizeof stride);
-    shape[d] = (end - start + step - 1) / step;
-    stride[d] = x->stride[d] * step;
-    return make_view(c, x->ndim, shape, stride, x->offset + start * x->stride[d]);
+    /* ceil((end - start) / step) without forming end - start + step - 1,
+     * which overflows for a huge step */
+    shape[d] = end == start ? 0 : (end - start - 1) / step + 1;
+    /* a step that overflows the stride takes at most one element, whose
+     * stride is never used */
+    if (ke_mul_ov(x->stride[d], step, &stride[d])) {
+        if (shape[d] > 1) return ke_err(KL_ERR_OVERFLOW, ke_opname(c), "stride %lld times step %lld overflows",
+                                        (long long)x->stride[d], (long long)step);
+        stride[d] = x->stride[d];
+    }
+    int64_t offset;
+    if (ke_mul_ov(start, x->stride[d], &offset) || ke_add_ov(offset, x->offset, &offset)) {
+        /* only start == n of a 1-element dim with an as_strided stride gets here: empty */
+        if (shape[d]) return ke_err(KL_ERR_OVERFLOW, ke_opname(c), "offset of element %lld overflows", (long long)start);
+        offset = x->offset;
+    }
+    return make_view(c, x->ndim, shape, stride, offset);
 }
 
 int ke_view_select(ke_call *c) {
@@ -250,15 +264,15 @@ int ke_view_as_strided(ke_call *c) {
     if (ke_check_shape(ke_opname(c), nd, shape, (kl_dtype)x->dtype)) return -1;
     if (offset < 0) return ke_err(KL_ERR_ARG, ke_opname(c), "negative storage offset %lld", (long long)offset);
     /* The furthest element must lie inside the storage: never read out of bounds. */
-    int64_t lo = offset, hi = offset;
-    int empty = 0;
+    int64_t lo = offset, hi = offset, span;
+    int empty = 0, over = 0;
     for (int d = 0; d < nd; d++) {
         if (shape[d] == 0) empty = 1;
-        if (stride[d] < 0) lo += (shape[d] - 1) * stride[d];
-        else hi += (shape[d] - 1) * stride[d];
+        over |= ke_mul_ov(shape[d] ? shape[d] - 1 : 0, stride[d], &span) ||
+                ke_add_ov(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi);
     }
     int64_t cap = (int64_t)(x->storage->nbytes / ke_dtypes[x->dtype].size);
-    if (!empty && (lo < 0 || hi >= cap)) {
+    if (!empty && (over || lo < 0 || hi >= cap)) {
         char b[200];
         return ke_err(KL_ERR_INDEX, ke_opname(c),
                       "view of shape %s with offset %lld reaches outside a storage of %lld elements",

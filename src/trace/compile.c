@@ -43,7 +43,7 @@ struct kl_fn {
     kl_traceable fn;
     void *user;
     kl_compile_options o;
-    int n_in;                 /* fixed by the first call */
+    int n_in, n_out;          /* fixed by the first call: cached graphs write n_out outputs */
     tr_entry *entries;        /* [o.recompile_limit] */
     int nentries;
     int warned_limit;
@@ -93,7 +93,11 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
     }
     kl_fn *f = calloc(1, sizeof *f);
     if (f) f->entries = calloc((size_t)o.recompile_limit, sizeof *f->entries);
-    if (!f || !f->entries) {
+    /* the options are borrowed: the caller may free its name right after */
+    char *name = f ? strdup(o.name) : NULL;
+    if (!f || !f->entries || !name) {
+        free(name);
+        if (f) free(f->entries);
         free(f);
         ke_err(KL_ERR_OOM, "compile", "out of memory");
         return NULL;
@@ -101,8 +105,9 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
     f->fn = fn;
     f->user = user;
     f->o = o;
+    f->o.name = name;
     f->cpu = cpu;
-    f->n_in = -1;
+    f->n_in = f->n_out = -1;
     f->last = -1;
     /* Read here, not per call: getenv was a visible share of a cache hit. */
     f->env_eager = !env_flag("KL_COMPILE", 1);
@@ -118,6 +123,7 @@ void kl_fn_release(kl_fn *f) {
         ir_graph_free(f->entries[i].g);
     }
     free(f->entries);
+    free((char *)f->o.name);
     pthread_mutex_destroy(&f->lock);
     free(f);
 }
@@ -295,6 +301,21 @@ int tr_compile_kernels(ir_graph *g, const ir_backend *cpu) {
     return 0;
 }
 
+/* The functions this thread is tracing now, innermost first (a list through
+ * add_entry's frames): fn calling kl_fn_call on a function it is being
+ * traced for would wait for the lock its own trace holds. */
+typedef struct tracing_frame {
+    const kl_fn *f;
+    struct tracing_frame *up;
+} tracing_frame;
+static _Thread_local tracing_frame *tl_tracing;
+
+static int being_traced_here(const kl_fn *f) {
+    for (const tracing_frame *t = tl_tracing; t; t = t->up)
+        if (t->f == f) return 1;
+    return 0;
+}
+
 /* Traces a new signature into entry e (under f->lock). */
 static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n_in, int n_out, int grad_mode,
                      const char *why) {
@@ -310,7 +331,10 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
     double t0 = now_ms();
     int broke = 0;
     char reason[256] = "";
+    tracing_frame frame = {f, tl_tracing};
+    tl_tracing = &frame;
     ir_graph *g = tr_trace(f->fn, f->user, in, n_in, n_out, &broke, reason, sizeof reason);
+    tl_tracing = frame.up;
     if (g) g->fuse = f->o.mode == KL_COMPILE_FUSE && !needs_autograd(g, in, n_in, grad_mode);
     for (int i = 0; g && i < n_in; i++) /* inputs sharing storage: writes through one reach both */
         if (e->in[i].alias >= 0) ir_alias_input(g, i, e->in[i].alias);
@@ -397,8 +421,27 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
     return rc;
 }
 
+static int fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out);
+
+/* fn's success is judged by whether it recorded an error, so an error left
+ * pending from before the call (say a failed kl_add(NULL, a)) made every new
+ * signature fail while cached ones ran: it is set aside for the call and put
+ * back after it (first error wins; the return value is this call's). */
 int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out) {
+    ke_error_stash stale;
+    ke_error_set_aside(&stale);
+    int rc = fn_call(f, inputs, n_in, outputs, n_out);
+    ke_error_put_back(&stale);
+    return rc;
+}
+
+static int fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out) {
     if (!f) return ke_err(KL_ERR_NULL_ARG, "fn_call", "the compiled function is NULL");
+    if (being_traced_here(f))
+        return ke_err(KL_ERR_STATE, "fn_call",
+                      "%s calls itself through kl_fn_call while it is being traced: a compiled function "
+                      "cannot be re-entered (call the eager function instead)",
+                      f->o.name);
     if (n_in < 0 || n_out < 0 || (n_in && !inputs) || (n_out && !outputs))
         return ke_err(KL_ERR_NULL_ARG, "fn_call", "%s: inputs or outputs array is NULL", f->o.name);
     for (int j = 0; j < n_out; j++) outputs[j] = NULL;
@@ -406,12 +449,14 @@ int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs
         if (ke_check_tensor(inputs[i], "fn_call", i + 1)) return -1;
     pthread_mutex_lock(&f->lock);
     f->st.calls++;
-    if (f->n_in < 0) f->n_in = n_in;
-    int expect = f->n_in;
+    if (f->n_in < 0) f->n_in = n_in, f->n_out = n_out;
+    int expect_in = f->n_in, expect_out = f->n_out;
     pthread_mutex_unlock(&f->lock);
-    if (n_in != expect)
-        return ke_err(KL_ERR_ARG, "fn_call", "%s takes %d inputs (its first call had %d), got %d", f->o.name,
-                      expect, expect, n_in);
+    if (n_in != expect_in || n_out != expect_out)
+        return ke_err(KL_ERR_ARG, "fn_call",
+                      "%s takes %d inputs and %d outputs (the counts of its first call, which it was traced with), "
+                      "got n_in %d and n_out %d",
+                      f->o.name, expect_in, expect_out, n_in, n_out);
     if (f->o.mode == KL_COMPILE_OFF || f->env_eager) return run_eager(f, inputs, n_in, outputs, n_out);
     int32_t alias_stack[TR_ALIAS_STACK], *alias = alias_stack;
     if (n_in > TR_ALIAS_STACK && !(alias = malloc(sizeof *alias * (size_t)n_in)))

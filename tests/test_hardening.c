@@ -1,0 +1,352 @@
+/*
+ * test_hardening.c — regression tests for issue 17's defects: each was found
+ * by using the library as a careless or hostile user would (huge attribute
+ * values, mismatched counts, threads, file system oddities), crashed, hung or
+ * gave a wrong answer, and must now give a clean error or the right result.
+ */
+#include "harness.h"
+
+#include "kiln/nn.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+#include <stdlib.h>
+
+/* ---- 1: view rules' size arithmetic ----------------------------------------- */
+
+static void huge_slice_step(void **s) {
+    (void)s;
+    kl_tensor *x = kl_arange(0, 6, 1, KL_F32);
+    x = kl_view(x, 2, (int64_t[]){2, 3});
+    /* step INT64_MAX over 2 rows takes row 0 only ((end-start+step-1)/step overflowed to -1) */
+    kl_tensor *v = kl_slice(x, 0, 0, 2, INT64_MAX);
+    kt_assert_shape(v, 2, (int64_t[]){1, 3});
+    KT_VALUES(v, 0, 0, 1, 2);
+    kl_tensor *c = kl_cat(2, (kl_tensor *[]){v, x}, 0);
+    kt_assert_shape(c, 2, (int64_t[]){3, 3});
+    KT_VALUES(c, 0, 0, 1, 2, 0, 1, 2, 3, 4, 5);
+    /* extremes of start/end and step on the other dim too */
+    kt_assert_shape(kl_slice(x, 1, INT64_MIN, INT64_MAX, INT64_MAX), 2, (int64_t[]){2, 1});
+    kt_assert_shape(kl_slice(x, 1, INT64_MAX, INT64_MIN, 1), 2, (int64_t[]){2, 0});
+    kl_tensor *w = kl_slice(x, 1, 1, INT64_MAX, INT64_MAX - 1);
+    kt_assert_shape(w, 2, (int64_t[]){2, 1});
+    KT_VALUES(w, 0, 1, 4);
+    /* v's stride (3 * INT64_MAX) overflowed, harmless for one row; an
+     * expanded dim's stride 0 times any step is 0 */
+    kl_tensor *e = kl_expand(kl_ones(KL_SHAPE(1, 3), KL_F32), 2, (int64_t[]){5, 3});
+    kt_assert_shape(kl_slice(e, 0, 0, 5, INT64_MAX / 2), 2, (int64_t[]){1, 3});
+    kt_assert_shape(kl_slice(e, 0, 0, 5, 2), 2, (int64_t[]){3, 3});
+    KT_NO_ERROR();
+}
+
+static void as_strided_extreme_strides(void **s) {
+    (void)s;
+    kl_tensor *x = kl_zeros(KL_SHAPE(8), KL_F32);
+    /* (shape-1)*stride overflows int64: the bounds check must not wrap around */
+    assert_null(kl_as_strided(x, 1, (int64_t[]){3}, (int64_t[]){INT64_MAX}, 0));
+    assert_true(kl_last_status() == KL_ERR_INDEX || kl_last_status() == KL_ERR_OVERFLOW);
+    kl_clear_error();
+    assert_null(kl_as_strided(x, 2, (int64_t[]){3, 3}, (int64_t[]){INT64_MAX / 2, INT64_MAX / 2}, 0));
+    assert_true(kl_last_status() == KL_ERR_INDEX || kl_last_status() == KL_ERR_OVERFLOW);
+    kl_clear_error();
+    assert_null(kl_as_strided(x, 1, (int64_t[]){3}, (int64_t[]){INT64_MIN}, 7));
+    assert_true(kl_last_status() == KL_ERR_INDEX || kl_last_status() == KL_ERR_OVERFLOW);
+    kl_clear_error();
+    assert_null(kl_as_strided(x, 1, (int64_t[]){2}, (int64_t[]){1}, INT64_MAX));
+    assert_true(kl_last_status() == KL_ERR_INDEX || kl_last_status() == KL_ERR_OVERFLOW);
+    kl_clear_error();
+    kl_tensor *one = kl_as_strided(x, 1, (int64_t[]){1}, (int64_t[]){INT64_MAX}, 7);
+    kt_assert_shape(one, 1, (int64_t[]){1});
+    /* slicing past its only element: start * stride overflows, the result is empty */
+    kt_assert_shape(kl_slice(one, 0, 1, 2, 1), 1, (int64_t[]){0});
+    kt_assert_shape(kl_slice(one, 0, 0, 1, 3), 1, (int64_t[]){1});
+    KT_NO_ERROR();
+}
+
+/* ---- 2: kl_fn_call's counts ------------------------------------------------- */
+
+static int two_out(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user;
+    (void)n_in;
+    for (int j = 0; j < n_out; j++) out[j] = kl_mul_scalar(in[0], j + 2);
+    return 0;
+}
+
+static void fn_call_counts(void **s) {
+    (void)s;
+    kl_fn *f = kl_compile(two_out, NULL, NULL);
+    kl_tensor *x = kl_ones(KL_SHAPE(3), KL_F32);
+    kl_tensor *o2[2] = {0}, *o1[1] = {0}, *o3[3] = {0};
+    assert_int_equal(kl_fn_call(f, &x, 1, o2, 2), 0);
+    KT_VALUES(o2[0], 0, 2, 2, 2);
+    KT_VALUES(o2[1], 0, 3, 3, 3);
+    /* fewer outputs than traced: the cached graph wrote past o1 (a stack overflow) */
+    o1[0] = x;
+    assert_int_equal(kl_fn_call(f, &x, 1, o1, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "takes 1 inputs and 2 outputs");
+    assert_null(o1[0]);
+    /* none: outputs[0] was still written */
+    assert_int_equal(kl_fn_call(f, &x, 1, o1, 0), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "got n_in 1 and n_out 0");
+    /* more: returned 0 with NULLs */
+    assert_int_equal(kl_fn_call(f, &x, 1, o3, 3), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "got n_in 1 and n_out 3");
+    assert_int_equal(kl_fn_call(f, (kl_tensor *[]){x, x}, 2, o2, 2), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "got n_in 2 and n_out 2");
+    /* the right counts still work and hit the cache */
+    assert_int_equal(kl_fn_call(f, &x, 1, o2, 2), 0);
+    KT_VALUES(o2[1], 0, 3, 3, 3);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 1);
+    kl_fn_release(f);
+}
+
+/* ---- 3: scopes of exited threads ---------------------------------------------- */
+
+typedef struct th_arg {
+    kl_tensor *root, *kept; /* made in the thread's root scope; kept also retained */
+    int nested;             /* scopes left open at exit */
+} th_arg;
+
+static void *make_and_exit(void *p) {
+    th_arg *a = p;
+    a->root = kl_ones(KL_SHAPE(4), KL_F32);
+    a->kept = kl_retain(kl_add_scalar(a->root, 1));
+    for (int i = 0; i < a->nested; i++) {
+        kl_scope_begin();
+        kl_exp(kl_full(KL_SHAPE(3, 3), (double)i, KL_F64));
+    }
+    return NULL;
+}
+
+static void *release_it(void *p) {
+    kl_release(p); /* already released by its thread's exit */
+    int ok = kl_last_status() == KL_ERR_FREED;
+    kl_clear_error();
+    return (void *)(intptr_t)ok;
+}
+
+static void *churn(void *p) {
+    int k = (int)(intptr_t)p;
+    kl_tensor *t = kl_arange(0, 16 + k, 1, KL_F32); /* new sizes: the storages are not the headers' inline data */
+    kl_sum(kl_mul(t, t), KL_DIMS(0), false);
+    if (k % 3 == 0) kl_scope_begin(); /* left open */
+    kl_relu(kl_neg(t));
+    if (k % 2) kl_release(t);
+    return NULL;
+}
+
+static void thread_exit_releases_scopes(void **s) {
+    (void)s;
+    int64_t base_t = kl_live_tensors(), base_s = kl_live_storages();
+    th_arg a = {.nested = 3};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, make_and_exit, &a), 0);
+    pthread_join(th, NULL);
+    /* the thread's scopes closed at its exit; the retained tensor survives */
+    assert_int_equal(kl_live_tensors(), base_t + 1);
+    KT_VALUES(a.kept, 0, 2, 2, 2, 2);
+    /* a stale pointer from the exited thread is a clean error on a new
+     * thread, which reuses the exited one's thread-local block (was a SEGV) */
+    void *ok = NULL;
+    assert_int_equal(pthread_create(&th, NULL, release_it, a.root), 0);
+    pthread_join(th, &ok);
+    assert_true(ok != NULL);
+    kl_release(a.kept); /* any thread can give back a retained reference */
+    KT_NO_ERROR();
+    /* many short-lived threads leak nothing (LeakSanitizer checks the headers'
+     * chunks and scope arrays at exit in the ASan build) */
+    for (int round = 0; round < 10; round++) {
+        pthread_t ths[10];
+        for (int i = 0; i < 10; i++) assert_int_equal(pthread_create(&ths[i], NULL, churn, (void *)(intptr_t)(round * 10 + i)), 0);
+        for (int i = 0; i < 10; i++) pthread_join(ths[i], NULL);
+    }
+    assert_int_equal(kl_live_tensors(), base_t);
+    assert_int_equal(kl_live_storages(), base_s);
+}
+
+/* ---- 4: a compiled function calling itself ------------------------------------------ */
+
+static int calls_itself(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    kl_fn *self = *(kl_fn **)user;
+    (void)n_in, (void)n_out;
+    kl_tensor *y = NULL;
+    if (kl_fn_call(self, in, 1, &y, 1)) return -1; /* deadlocked on self's lock */
+    out[0] = y;
+    return 0;
+}
+
+static void reentrant_call_is_an_error(void **s) {
+    (void)s;
+    kl_fn *f = NULL;
+    f = kl_compile(calls_itself, &f, NULL);
+    kl_tensor *x = kl_ones(KL_SHAPE(2), KL_F32), *y = NULL;
+    assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_STATE, "calls itself through kl_fn_call while it is being traced");
+    assert_null(y);
+    /* nothing was left locked: a second call fails the same way, no hang */
+    assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_STATE, "cannot be re-entered");
+    kl_fn_release(f);
+}
+
+/* ---- 5: kl_set_grad's checks ---------------------------------------------------- */
+
+static void set_grad_refuses_self_and_mismatch(void **s) {
+    (void)s;
+    kl_tensor *w = kl_ones(KL_SHAPE(2, 2), KL_F32);
+    kl_set_requires_grad(w, true);
+    assert_int_equal(kl_set_grad(w, w), -1); /* backward overwrote the parameter */
+    KT_EXPECT_ERROR(KL_ERR_ARG, "cannot be its own gradient");
+    assert_int_equal(kl_set_grad(w, kl_view(w, 2, (int64_t[]){2, 2})), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "shares storage with");
+    assert_int_equal(kl_set_grad(w, kl_ones(KL_SHAPE(4), KL_F32)), -1);
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "in shape");
+    assert_int_equal(kl_set_grad(w, kl_ones(KL_SHAPE(2, 2), KL_F64)), -1);
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "in dtype");
+    kl_tensor *m = kl_to_device(w, KL_DEVICE_META);
+    if (m) {
+        assert_int_equal(kl_set_grad(w, m), -1);
+        KT_EXPECT_ERROR(KL_ERR_DEVICE, "in device");
+    }
+    KT_NO_ERROR();
+    assert_null(kl_grad(w));
+    /* a good one is taken, and backward accumulates into it, not into w */
+    assert_int_equal(kl_set_grad(w, kl_zeros(KL_SHAPE(2, 2), KL_F32)), 0);
+    assert_int_equal(kl_backward(kl_sum(kl_mul_scalar(w, 3), 0, NULL, false), NULL, NULL), 0);
+    KT_VALUES(kl_grad(w), 0, 3, 3, 3, 3);
+    KT_VALUES(w, 0, 1, 1, 1, 1);
+    kl_zero_grad(w);
+}
+
+/* ---- 7: borrowed options ------------------------------------------------------------ */
+
+static void compile_copies_the_name(void **s) {
+    (void)s;
+    kl_compile_options o = kl_compile_options_default();
+    char *name = strdup("my_step");
+    o.name = name;
+    kl_fn *f = kl_compile(two_out, NULL, &o);
+    memset(name, 'X', strlen(name)); /* a use-after-free under ASan if kept */
+    free(name);
+    kl_tensor *x = kl_ones(KL_SHAPE(2), KL_F32), *y[3];
+    assert_int_equal(kl_fn_call(f, &x, 1, y, 2), 0);
+    assert_int_equal(kl_fn_call(f, &x, 1, y, 3), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "my_step takes 1 inputs");
+    kl_fn_release(f);
+}
+
+/* ---- 11: saving over links and special files -------------------------------------- */
+
+static int save_both(const char *path, kl_tensor *t, int which) {
+    if (which == 0) return kl_save_npy(path, t);
+    return kl_save_safetensors(path, 1, (const char *[]){"t"}, &t, NULL);
+}
+
+static kl_tensor *load_back(const char *path, int which) {
+    if (which == 0) return kl_load_npy(path);
+    kl_safetensors *st = kl_load_safetensors(path);
+    kl_tensor *t = kl_clone(kl_safetensors_find(st, "t")); /* scope-owned, outlives st */
+    kl_safetensors_free(st);
+    return t;
+}
+
+static void save_writes_through_links_refuses_special(void **s) {
+    (void)s;
+    kl_tensor *t = kl_arange(0, 4, 1, KL_F32);
+    for (int which = 0; which < 2; which++) {
+        char real[600], link[600], fifo[600], dangling[600], dev[600];
+        snprintf(real, sizeof real, "%s", kt_tmp_path(which ? "real.st" : "real.npy"));
+        snprintf(link, sizeof link, "%s", kt_tmp_path(which ? "link.st" : "link.npy"));
+        snprintf(fifo, sizeof fifo, "%s", kt_tmp_path(which ? "fifo.st" : "fifo.npy"));
+        snprintf(dangling, sizeof dangling, "%s", kt_tmp_path(which ? "dangling.st" : "dangling.npy"));
+        snprintf(dev, sizeof dev, "%s", kt_tmp_path(which ? "dev.st" : "dev.npy"));
+        /* a link: the file it names gets the data, the link stays a link */
+        FILE *fp = fopen(real, "w");
+        fputs("old", fp);
+        fclose(fp);
+        assert_int_equal(symlink(real, link), 0);
+        assert_int_equal(save_both(link, t, which), 0);
+        struct stat st;
+        assert_int_equal(lstat(link, &st), 0);
+        assert_true(S_ISLNK(st.st_mode));
+        KT_VALUES(load_back(real, which), 0, 0, 1, 2, 3);
+        /* a FIFO is refused and left in place (it was replaced) */
+        assert_int_equal(mkfifo(fifo, 0644), 0);
+        assert_true(save_both(fifo, t, which) < 0);
+        KT_EXPECT_ERROR(KL_ERR_IO, "is a FIFO: a save replaces only a regular file");
+        assert_int_equal(lstat(fifo, &st), 0);
+        assert_true(S_ISFIFO(st.st_mode));
+        /* a link to a FIFO too, and a dangling link (as cp refuses it) */
+        assert_int_equal(unlink(link), 0);
+        assert_int_equal(symlink(fifo, link), 0);
+        assert_true(save_both(link, t, which) < 0);
+        KT_EXPECT_ERROR(KL_ERR_IO, "is a FIFO");
+        assert_int_equal(symlink(kt_tmp_path("nowhere"), dangling), 0);
+        assert_true(save_both(dangling, t, which) < 0);
+        KT_EXPECT_ERROR(KL_ERR_IO, "not writing through a dangling symbolic link");
+        assert_int_equal(lstat(dangling, &st), 0);
+        assert_true(S_ISLNK(st.st_mode));
+        /* a character device node (root only: /dev/null's numbers) */
+        if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0) {
+            assert_true(save_both(dev, t, which) < 0);
+            KT_EXPECT_ERROR(KL_ERR_IO, "is a character device");
+            assert_int_equal(lstat(dev, &st), 0);
+            assert_true(S_ISCHR(st.st_mode));
+        }
+        /* a directory */
+        assert_true(save_both(kt_tmp_path(""), t, which) < 0);
+        kl_clear_error();
+        unlink(real), unlink(link), unlink(fifo), unlink(dangling), unlink(dev);
+    }
+}
+
+/* ---- 12: a stale error ------------------------------------------------------------- */
+
+static int add_one(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    out[0] = kl_add_scalar(in[0], 1);
+    return out[0] ? 0 : -1;
+}
+
+static void stale_error_changes_nothing(void **s) {
+    (void)s;
+    kl_fn *f = kl_compile(add_one, NULL, NULL);
+    kl_tensor *a = kl_ones(KL_SHAPE(3), KL_F32), *b = kl_ones(KL_SHAPE(2, 2), KL_F64), *y = NULL;
+    assert_int_equal(kl_fn_call(f, &a, 1, &y, 1), 0); /* one cached signature */
+    assert_null(kl_add(NULL, a));                     /* a failure the caller ignores */
+    assert_int_equal(kl_last_status(), KL_ERR_NULL_ARG);
+    /* a cached signature and a new one behave alike (the new one failed) */
+    assert_int_equal(kl_fn_call(f, &a, 1, &y, 1), 0);
+    KT_VALUES(y, 0, 2, 2, 2);
+    y = NULL;
+    assert_int_equal(kl_fn_call(f, &b, 1, &y, 1), 0);
+    KT_VALUES(y, 0, 2, 2, 2, 2);
+    /* the first error is still the one recorded */
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_add");
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 2);
+    kl_fn_release(f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        KT_TEST(huge_slice_step),
+        KT_TEST(as_strided_extreme_strides),
+        KT_TEST(fn_call_counts),
+        KT_TEST(thread_exit_releases_scopes),
+        KT_TEST(reentrant_call_is_an_error),
+        KT_TEST(set_grad_refuses_self_and_mismatch),
+        KT_TEST(compile_copies_the_name),
+        KT_TEST(save_writes_through_links_refuses_special),
+        KT_TEST(stale_error_changes_nothing),
+    };
+    int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);
+    kt_tmp_cleanup();
+    return r;
+}
