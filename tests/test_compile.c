@@ -2,8 +2,9 @@
  * test_compile.c — kl_compile: tracing into graph IR, guards and the cache,
  * recompiles and their reasons, eager fallbacks (trace breaks, the recompile
  * limit, KL_COMPILE=0), captured tensors read at every call, in-place writes
- * to inputs, random ops, autograd through a compiled call, KL_COMPILE_CHECK,
- * the IR text form, and bad arguments.
+ * to inputs, random ops, autograd through a compiled call, compiled training
+ * steps through composite ops (attention, layer_norm, cross_entropy, conv2d),
+ * KL_COMPILE_CHECK, the IR text form, and bad arguments.
  */
 #include "harness.h"
 
@@ -328,6 +329,233 @@ static void dropout_backward_reuses_the_mask(void **state) {
     kl_fn_release(f);
 }
 
+/* ---- compiled training steps through composite ops ------------------------ */
+
+/* The failure of issue 15: sdpa is differentiated through its decomposition,
+ * whose pieces autograd records; traced whole, the pieces ran with tracing
+ * off and the backward read meta values the graph did not have. */
+static int sdpa_grad_q(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *q = kl_detach(in[0]);
+    if (!q || kl_set_requires_grad(q, true) < 0) return -1;
+    kl_tensor *y = kl_scaled_dot_product_attention(q, in[1], in[2], NULL, false, 0);
+    kl_tensor *loss = kl_sum(y, KL_ALL_DIMS, false);
+    return kl_autograd_grad(1, &loss, NULL, 1, &q, out, NULL);
+}
+
+static void attention_step_of_issue_15_compiles(void **state) {
+    (void)state;
+    kl_manual_seed(15);
+    kl_tensor *in[3] = {kl_randn(KL_SHAPE(1, 2, 4, 8), KL_F32), kl_randn(KL_SHAPE(1, 2, 4, 8), KL_F32),
+                        kl_randn(KL_SHAPE(1, 2, 4, 8), KL_F32)};
+    kl_tensor *gc, *ge;
+    kl_fn *f = kl_compile(sdpa_grad_q, NULL, NULL);
+    assert_int_equal(kl_fn_call(f, in, 3, &gc, 1), 0);
+    assert_int_equal(sdpa_grad_q(NULL, in, 3, &ge, 1), 0);
+    assert_int_equal(kl_allclose(gc, ge, 1e-5, 1e-6, false), 1);
+    kl_fn_stats st;
+    assert_int_equal(kl_fn_get_stats(f, &st), 0);
+    assert_int_equal(st.eager_calls, 0);
+    /* the graph holds the pieces, not one sdpa node the backward cannot see into */
+    char text[65536];
+    assert_true(kl_fn_graph_text(f, text, sizeof text) > 0);
+    assert_null(strstr(text, "scaled_dot_product_attention"));
+    kl_fn_release(f);
+}
+
+/* One case of the table below: inputs in[0..np) are the parameters (made
+ * leaves inside the step), the rest data; loss() builds a scalar loss. */
+typedef struct train_case {
+    const char *name;
+    int np, nin;
+    kl_tensor *(*loss)(kl_tensor *const *p, kl_tensor *const *in);
+} train_case;
+
+/* sum(y * w) rather than sum(y): a gradient that differs per element */
+static kl_tensor *weighted(kl_tensor *y, kl_tensor *w) {
+    return kl_sum(kl_mul(y, w), KL_ALL_DIMS, false);
+}
+/* in: q, k, v | w */
+static kl_tensor *loss_attn(kl_tensor *const *p, kl_tensor *const *in) {
+    return weighted(kl_scaled_dot_product_attention(p[0], p[1], p[2], NULL, false, 0), in[3]);
+}
+static kl_tensor *loss_attn_causal(kl_tensor *const *p, kl_tensor *const *in) {
+    return weighted(kl_scaled_dot_product_attention(p[0], p[1], p[2], NULL, true, 0.3), in[3]);
+}
+/* in: q, k, v | w, bool mask (true = keep) */
+static kl_tensor *loss_attn_mask(kl_tensor *const *p, kl_tensor *const *in) {
+    return weighted(kl_scaled_dot_product_attention(p[0], p[1], p[2], in[4], false, 0), in[3]);
+}
+/* in: q, k, v | w, float mask (added to the scores) */
+static kl_tensor *loss_attn_float_mask(kl_tensor *const *p, kl_tensor *const *in) {
+    return weighted(kl_scaled_dot_product_attention(p[0], p[1], p[2], in[4], false, 0.5), in[3]);
+}
+/* in: weight, bias | x, w */
+static kl_tensor *loss_layer_norm(kl_tensor *const *p, kl_tensor *const *in) {
+    return weighted(kl_layer_norm(in[2], 1, p[0], p[1], 1e-5), in[3]);
+}
+/* in: weight, bias | x, target (with an ignored class) */
+static kl_tensor *loss_cross_entropy(kl_tensor *const *p, kl_tensor *const *in) {
+    return kl_cross_entropy(kl_linear(in[2], p[0], p[1]), in[3], KL_REDUCE_MEAN, 0.1);
+}
+/* in: weight, bias | x, w; stride 2, padding 1 */
+static kl_tensor *loss_conv2d(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_conv2d_options o = kl_conv2d_options_default();
+    o.stride[0] = o.stride[1] = 2;
+    o.padding[0] = o.padding[1] = 1;
+    return weighted(kl_tanh(kl_conv2d(in[2], p[0], p[1], &o)), in[3]);
+}
+/* in: x, q-proj weight | k, v: layer_norm -> linear -> attention -> cross_entropy,
+ * every composite of the table in one step */
+static kl_tensor *loss_block(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_tensor *h = kl_layer_norm(p[0], 1, NULL, NULL, 1e-5);
+    kl_tensor *q = kl_linear(h, p[1], NULL);
+    kl_tensor *a = kl_scaled_dot_product_attention(q, in[2], in[3], NULL, true, 0);
+    return kl_cross_entropy(kl_reshape(a, KL_SHAPE(-1, 8)), in[4], KL_REDUCE_MEAN, 0);
+}
+
+/* A training step: out = {the np gradients, the loss}. */
+static int case_step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const train_case *tc = u;
+    kl_tensor *p[4];
+    for (int i = 0; i < tc->np; i++) {
+        p[i] = kl_detach(in[i]);
+        if (!p[i] || kl_set_requires_grad(p[i], true) < 0) return -1;
+    }
+    kl_tensor *loss = tc->loss(p, in);
+    if (!loss || kl_autograd_grad(1, &loss, NULL, tc->np, p, out, NULL) < 0) return -1;
+    out[tc->np] = kl_detach(loss);
+    return out[tc->np] ? 0 : -1;
+}
+
+/* The forward alone: parameters passed requiring grad, backward from eager code. */
+static int case_forward(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const train_case *tc = u;
+    out[0] = tc->loss(in, in);
+    return out[0] ? 0 : -1;
+}
+
+static void make_case_inputs(int c, kl_tensor **in) {
+    kl_manual_seed(100 + c);
+    switch (c) {
+    case 0: case 1: case 2: case 3: {
+        int64_t l = c == 0 ? 5 : 6; /* a non-causal case with L != S */
+        in[0] = kl_randn(KL_SHAPE(2, 2, l, 8), KL_F32);
+        in[1] = kl_randn(KL_SHAPE(2, 2, 6, 8), KL_F32);
+        in[2] = kl_randn(KL_SHAPE(2, 2, 6, 4), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(2, 2, l, 4), KL_F32);
+        if (c == 2) in[4] = kl_gt_scalar(kl_rand(KL_SHAPE(l, 6), KL_F32), 0.3);
+        if (c == 3) in[4] = kl_mul_scalar(kl_randn(KL_SHAPE(2, 1, l, 6), KL_F32), 0.5);
+        if (c == 2) /* every row keeps at least one key (an all-false row is NaN, as in PyTorch) */
+            in[4] = kl_logical_or(in[4], kl_eye(l, 6, KL_BOOL));
+        break;
+    }
+    case 4:
+        in[0] = kl_add_scalar(kl_mul_scalar(kl_randn(KL_SHAPE(10), KL_F32), 0.1), 1);
+        in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(10), KL_F32), 0.1);
+        in[2] = kl_randn(KL_SHAPE(3, 4, 10), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(3, 4, 10), KL_F32);
+        break;
+    case 5:
+        in[0] = kl_mul_scalar(kl_randn(KL_SHAPE(5, 12), KL_F32), 0.3);
+        in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(5), KL_F32), 0.1);
+        in[2] = kl_randn(KL_SHAPE(16, 12), KL_F32);
+        in[3] = kl_from_data((int64_t[]){0, 4, 2, -100, 1, 3, 3, 0, 2, 4, 1, -100, 0, 2, 4, 1}, KL_SHAPE(16), KL_I64);
+        break;
+    case 6:
+        in[0] = kl_mul_scalar(kl_randn(KL_SHAPE(4, 3, 3, 3), KL_F32), 0.3);
+        in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(4), KL_F32), 0.1);
+        in[2] = kl_randn(KL_SHAPE(2, 3, 7, 7), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(2, 4, 4, 4), KL_F32);
+        break;
+    default:
+        in[0] = kl_randn(KL_SHAPE(2, 2, 6, 8), KL_F32);
+        in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(8, 8), KL_F32), 0.3);
+        in[2] = kl_randn(KL_SHAPE(2, 2, 6, 8), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(2, 2, 6, 8), KL_F32);
+        in[4] = kl_randint(0, 8, KL_SHAPE(24), KL_I64);
+        break;
+    }
+}
+
+static const train_case train_cases[] = {
+    {"attention", 3, 4, loss_attn},
+    {"attention causal", 3, 4, loss_attn_causal},
+    {"attention bool mask", 3, 5, loss_attn_mask},
+    {"attention float mask", 3, 5, loss_attn_float_mask},
+    {"layer_norm", 2, 4, loss_layer_norm},
+    {"cross_entropy", 2, 4, loss_cross_entropy},
+    {"conv2d", 2, 4, loss_conv2d},
+    {"attention block", 2, 5, loss_block},
+};
+#define N_TRAIN_CASES ((int)(sizeof train_cases / sizeof train_cases[0]))
+
+/* Compiled gradients against the eager step's. TRACE_ONLY runs the traced
+ * ops one by one with eager's kernels: bitwise equal. NO_FUSE and FUSE run
+ * decomposed composites and fused kernels (other summation orders): within
+ * rtol 1e-4, atol 1e-5. */
+static void assert_grads_match(kl_compile_mode m, const char *name, int n, kl_tensor **c, kl_tensor **e) {
+    for (int i = 0; i < n; i++) {
+        int ok = m == KL_COMPILE_TRACE_ONLY ? kl_equal(c[i], e[i]) : kl_allclose(c[i], e[i], 1e-4, 1e-5, false);
+        if (ok != 1) print_error("%s, mode %d: output %d differs from eager\n", name, (int)m, i);
+        assert_int_equal(ok, 1);
+    }
+}
+
+static void compiled_training_steps_with_composites(void **state) {
+    (void)state;
+    for (int c = 0; c < N_TRAIN_CASES; c++) {
+        const train_case *tc = &train_cases[c];
+        kl_tensor *in[5];
+        make_case_inputs(c, in);
+        kl_tensor *e[5];
+        assert_int_equal(case_step((void *)tc, in, tc->nin, e, tc->np + 1), 0);
+        for (int m = KL_COMPILE_TRACE_ONLY; m <= KL_COMPILE_FUSE; m++) {
+            kl_fn *f = kl_compile(case_step, (void *)tc, mode((kl_compile_mode)m));
+            for (int call = 0; call < 2; call++) { /* the trace, then the cache */
+                kl_tensor *g[5];
+                int rc = kl_fn_call(f, in, tc->nin, g, tc->np + 1);
+                if (rc) print_error("%s, mode %d: %s\n", tc->name, m, kl_last_error());
+                assert_int_equal(rc, 0);
+                assert_grads_match((kl_compile_mode)m, tc->name, tc->np + 1, g, e);
+            }
+            kl_fn_stats st;
+            assert_int_equal(kl_fn_get_stats(f, &st), 0);
+            assert_int_equal(st.traces, 1);
+            assert_int_equal(st.eager_calls, 0);
+            kl_fn_release(f);
+        }
+    }
+}
+
+/* The other way of compiling training: the compiled forward is called on
+ * parameters that require grad and the backward runs from eager code. */
+static void compiled_forwards_with_composites_differentiate(void **state) {
+    (void)state;
+    for (int c = 0; c < N_TRAIN_CASES; c++) {
+        const train_case *tc = &train_cases[c];
+        kl_tensor *in[5], *ge[5], *gc[5], *le, *lc;
+        make_case_inputs(c, in);
+        for (int i = 0; i < tc->np; i++) assert_int_equal(kl_set_requires_grad(in[i], true), 0);
+        assert_int_equal(case_forward((void *)tc, in, tc->nin, &le, 1), 0);
+        assert_int_equal(kl_autograd_grad(1, &le, NULL, tc->np, in, ge, NULL), 0);
+        for (int m = KL_COMPILE_TRACE_ONLY; m <= KL_COMPILE_FUSE; m++) {
+            kl_fn *f = kl_compile(case_forward, (void *)tc, mode((kl_compile_mode)m));
+            int rc = kl_fn_call(f, in, tc->nin, &lc, 1);
+            if (rc) print_error("%s, mode %d: %s\n", tc->name, m, kl_last_error());
+            assert_int_equal(rc, 0);
+            assert_true(kl_requires_grad(lc));
+            assert_int_equal(kl_autograd_grad(1, &lc, NULL, tc->np, in, gc, NULL), 0);
+            gc[tc->np] = lc;
+            ge[tc->np] = le;
+            assert_grads_match((kl_compile_mode)m, tc->name, tc->np + 1, gc, ge);
+            kl_fn_release(f);
+        }
+    }
+}
+
 /* x <- x * 0.5 + y (kernel writes x itself); z <- z + z^T (reads another
  * view of z: the copy stays) */
 static int updates(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
@@ -546,6 +774,9 @@ int main(void) {
         KT_TEST(gradients_flow_through_compiled_calls),
         KT_TEST(training_steps_compile_whole),
         KT_TEST(dropout_backward_reuses_the_mask),
+        KT_TEST(attention_step_of_issue_15_compiles),
+        KT_TEST(compiled_training_steps_with_composites),
+        KT_TEST(compiled_forwards_with_composites_differentiate),
         KT_TEST(kernels_write_updates_in_place),
         KT_TEST(compile_check_catches_baked_side_effects),
         KT_TEST(compile_env_off_runs_eagerly),

@@ -165,6 +165,10 @@ int ag_set_grad_mode(int enabled);
 extern _Atomic int ag_anomaly;
 /* The Autograd key's handler (record.c). */
 int ag_record_handler(ke_call *c);
+/* 1 if the handler would differentiate c through its op's decomposition
+ * (grad mode on, an input requires grad, the row's derivative is `decomp`):
+ * it then records the decomposition's pieces, not one node. (record.c) */
+int ag_records_pieces(const ke_call *c);
 /* Hooks src/init.c installs into eager (ke_hooks): the tensor free hook,
  * which drops what t's metadata holds; and $KL_ANOMALY, read once. */
 void ag_meta_free(kl_tensor *t);

@@ -64,6 +64,13 @@ static void save(ag_saved *s, kl_tensor *t, int is_output) {
     s->is_output = (uint8_t)is_output;
 }
 
+int ag_records_pieces(const ke_call *c) {
+    if (!ag_derivs[c->op].decomp || !ag_grad_enabled()) return 0;
+    for (int i = 0; i < c->nin; i++)
+        if (ag_requires(c->in[i])) return 1;
+    return 0;
+}
+
 int ag_record_handler(ke_call *c) {
     const ke_op_info *op = &ke_ops[c->op];
     int any = 0;

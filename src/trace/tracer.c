@@ -14,6 +14,7 @@
  */
 #include "trace.h"
 
+#include "autograd.h"
 #include "log.h"
 #include "philox.h"
 
@@ -151,6 +152,12 @@ static int32_t alias_id(const tr_session *s, kl_tensor *t, const char *op) {
 int tr_trace_handler(ke_call *c) {
     tr_session *s = cur;
     if (!s) return ke_err(KL_ERR_INTERNAL, ke_opname(c), "trace key without a trace session");
+    /* A composite that autograd differentiates through its decomposition
+     * records the pieces, and their backward reads the pieces' values. Were
+     * the op recorded whole here, the pieces would run below this key and
+     * those values would be missing from the graph: trace the pieces instead
+     * (each is then recorded by both layers), as for an implicit composite. */
+    if (ke_ops[c->op].decomp && ag_records_pieces(c)) return ke_ops[c->op].decomp(c);
     int nin = c->nin, rc = -1;
     int32_t *ids = malloc(sizeof *ids * (size_t)(nin + 1));
     kl_tensor **sub = malloc(sizeof *sub * (size_t)(nin + 1));
