@@ -934,7 +934,10 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* KL_COMPILE_CHECK=1 also runs fn eagerly on copies of the inputs and fails */
 /* the call (KL_ERR_STATE) if an output differs beyond the dtype's tolerance */
 /* (f64 1e-9, f32 1e-4, f16 1e-2, bf16 5e-2 relative+absolute; exact for    */
-/* integers and bool). KL_LOG=trace prints each traced graph.               */
+/* integers and bool); its eager run replays the random counters the       */
+/* compiled call drew (the generator is then left where that call left it;  */
+/* no other thread may draw random numbers during a checked call).          */
+/* KL_LOG=trace prints each traced graph.                                   */
 /* ------------------------------------------------------------------------ */
 
 typedef struct kl_fn kl_fn;

@@ -223,6 +223,49 @@ static void set_grad_refuses_self_and_mismatch(void **s) {
     kl_zero_grad(w);
 }
 
+/* ---- 6: KL_COMPILE_CHECK over random ops ------------------------------------------ */
+
+/* rand, randn, randint, dropout, and dropout's backward regenerating its mask */
+static int random_step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *p = kl_detach(in[0]);
+    if (!p || kl_set_requires_grad(p, true) < 0) return -1;
+    kl_tensor *y = kl_dropout(kl_mul(kl_exp(p), kl_randn(KL_SHAPE(16), KL_F32)), 0.5, true);
+    out[0] = kl_add(kl_detach(y), kl_rand(KL_SHAPE(16), KL_F32));
+    out[1] = kl_randint(0, 1000, KL_SHAPE(16), KL_I64);
+    return out[0] && out[1] ? kl_autograd_grad(1, (kl_tensor *[]){kl_sum(y, KL_ALL_DIMS, false)}, NULL, 1, &p, out + 2, NULL) : -1;
+}
+
+static void compile_check_replays_random_counters(void **s) {
+    (void)s;
+    kl_tensor *x = kl_mul_scalar(kl_arange(0, 16, 1, KL_F32), 0.1), *c[3], *e[3];
+    for (int m = KL_COMPILE_TRACE_ONLY; m <= KL_COMPILE_FUSE; m++) {
+        setenv("KL_COMPILE_CHECK", "1", 1);
+        kl_compile_options o = kl_compile_options_default();
+        o.mode = (kl_compile_mode)m;
+        kl_fn *f = kl_compile(random_step, NULL, &o);
+        unsetenv("KL_COMPILE_CHECK");
+        for (int call = 0; call < 3; call++) {
+            /* the check's eager re-run drew new numbers: every call failed */
+            kl_manual_seed(50 + call);
+            assert_int_equal(kl_fn_call(f, &x, 1, c, 3), 0);
+            KT_NO_ERROR();
+            kl_tensor *after = kl_rand(KL_SHAPE(4), KL_F32);
+            /* the check leaves the generator where the compiled call did,
+             * which is where eager leaves it */
+            kl_manual_seed(50 + call);
+            assert_int_equal(random_step(NULL, &x, 1, e, 3), 0);
+            for (int j = 0; j < 3; j++) assert_int_equal(kl_allclose(c[j], e[j], 1e-6, 1e-7, false), 1);
+            assert_int_equal(kl_equal(after, kl_rand(KL_SHAPE(4), KL_F32)), 1);
+        }
+        kl_fn_stats st;
+        assert_int_equal(kl_fn_get_stats(f, &st), 0);
+        assert_int_equal(st.traces, 1);
+        assert_int_equal(st.eager_calls, 0);
+        kl_fn_release(f);
+    }
+}
+
 /* ---- 7: borrowed options ------------------------------------------------------------ */
 
 static void compile_copies_the_name(void **s) {
@@ -342,6 +385,7 @@ int main(void) {
         KT_TEST(thread_exit_releases_scopes),
         KT_TEST(reentrant_call_is_an_error),
         KT_TEST(set_grad_refuses_self_and_mismatch),
+        KT_TEST(compile_check_replays_random_counters),
         KT_TEST(compile_copies_the_name),
         KT_TEST(save_writes_through_links_refuses_special),
         KT_TEST(stale_error_changes_nothing),
