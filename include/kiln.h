@@ -925,6 +925,9 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* in. After recompile_limit signatures the function runs eagerly.           */
 /* fn may call kl_autograd_grad on a loss it computes from its own leaves,  */
 /* so a whole training step (loss and gradients) compiles into one graph;   */
+/* a backward reaching a captured tensor that requires grad (kl_backward    */
+/* into its .grad, kl_autograd_grad with respect to it) stops the trace as  */
+/* kl_item does, and that signature runs eagerly;                           */
 /* random ops draw fresh numbers at every call, as eagerly.                 */
 /* In FUSE mode CPU kernels are compiled with LLVM and cached on disk       */
 /* (KL_CACHE_DIR; see README); the first call of a new signature pays the   */

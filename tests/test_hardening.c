@@ -9,6 +9,7 @@
 #include "kiln/nn.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -283,6 +284,91 @@ static void compile_copies_the_name(void **s) {
     kl_fn_release(f);
 }
 
+/* ---- 8: backward over a captured leaf --------------------------------------------- */
+
+static kl_tensor *captured_w; /* a leaf requiring grad that the functions below capture */
+
+static int backward_into_captured(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *loss = kl_sum(kl_mul(kl_exp(captured_w), in[0]), KL_ALL_DIMS, false);
+    if (!loss || kl_backward(loss, NULL, NULL) < 0) return -1;
+    out[0] = kl_detach(loss);
+    return out[0] ? 0 : -1;
+}
+
+static int grad_wrt_captured(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *loss = kl_sum(kl_mul(kl_exp(captured_w), in[0]), KL_ALL_DIMS, false);
+    return loss ? kl_autograd_grad(1, &loss, NULL, 1, &captured_w, out, NULL) : -1;
+}
+
+/* gradients with respect to the function's own leaf, through the captured w:
+ * the graph expresses this (w is a constant of it), so it compiles */
+static int grad_wrt_own_leaf(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *p = kl_detach(in[0]);
+    if (!p || kl_set_requires_grad(p, true) < 0) return -1;
+    kl_tensor *loss = kl_sum(kl_mul(kl_exp(captured_w), kl_mul(p, p)), KL_ALL_DIMS, false);
+    return loss ? kl_autograd_grad(1, &loss, NULL, 1, &p, out, NULL) : -1;
+}
+
+static void fn_stats_of(kl_fn *f, int64_t traces, int64_t eager_calls, const char *reason) {
+    kl_fn_stats st;
+    assert_int_equal(kl_fn_get_stats(f, &st), 0);
+    assert_int_equal(st.traces, traces);
+    assert_int_equal(st.eager_calls, eager_calls);
+    if (reason) assert_non_null(strstr(st.last_reason, reason));
+}
+
+static void backward_over_captured_leaf_runs_eagerly(void **s) {
+    (void)s;
+    captured_w = kl_mul_scalar(kl_arange(0, 4, 1, KL_F32), 0.25);
+    kl_set_requires_grad(captured_w, true);
+    kl_tensor *x = kl_add_scalar(kl_arange(0, 4, 1, KL_F32), 1), *y;
+    /* d/dw sum(exp(w) * x) = exp(w) * x, accumulated over calls */
+    double want[4];
+    for (int i = 0; i < 4; i++) want[i] = exp(0.25 * i) * (i + 1);
+    kl_fn *f = kl_compile(backward_into_captured, NULL, NULL);
+    for (int call = 1; call <= 2; call++) {
+        assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), 0); /* was: "does not require grad" */
+        KT_NO_ERROR();
+        double acc[4];
+        for (int i = 0; i < 4; i++) acc[i] = call * want[i];
+        kt_assert_values(kl_grad(captured_w), acc, 4, 1e-5);
+    }
+    fn_stats_of(f, 1, 2, "trace break: kl_backward over a captured tensor requiring grad ([4] float32 cpu)");
+    kl_fn_release(f);
+    kl_zero_grad(captured_w);
+
+    /* kl_autograd_grad with respect to the captured tensor: eager too */
+    kl_tensor *g = NULL;
+    f = kl_compile(grad_wrt_captured, NULL, NULL);
+    assert_int_equal(kl_fn_call(f, &x, 1, &g, 1), 0);
+    kt_assert_values(g, want, 4, 1e-5);
+    fn_stats_of(f, 1, 1, "kl_autograd_grad with respect to a captured tensor (input 1");
+    kl_fn_release(f);
+    assert_null(kl_grad(captured_w));
+
+    /* what the graph can express still compiles, and agrees with eager */
+    kl_tensor *e = NULL;
+    f = kl_compile(grad_wrt_own_leaf, NULL, NULL);
+    assert_int_equal(kl_fn_call(f, &x, 1, &g, 1), 0);
+    assert_int_equal(grad_wrt_own_leaf(NULL, &x, 1, &e, 1), 0);
+    for (int i = 0; i < 4; i++) want[i] = 2 * exp(0.25 * i) * (i + 1);
+    kt_assert_values(g, want, 4, 1e-5);
+    kt_assert_values(e, want, 4, 1e-5);
+    fn_stats_of(f, 1, 0, NULL);
+    kl_fn_release(f);
+
+    /* a loss that truly needs no grad is still the error eager gives */
+    kl_set_requires_grad(captured_w, false);
+    f = kl_compile(backward_into_captured, NULL, NULL);
+    assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_STATE, "does not require grad");
+    kl_fn_release(f);
+    KT_NO_ERROR();
+}
+
 /* ---- 11: saving over links and special files -------------------------------------- */
 
 static int save_both(const char *path, kl_tensor *t, int which) {
@@ -387,6 +473,7 @@ int main(void) {
         KT_TEST(set_grad_refuses_self_and_mismatch),
         KT_TEST(compile_check_replays_random_counters),
         KT_TEST(compile_copies_the_name),
+        KT_TEST(backward_over_captured_leaf_runs_eagerly),
         KT_TEST(save_writes_through_links_refuses_special),
         KT_TEST(stale_error_changes_nothing),
     };
