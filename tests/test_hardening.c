@@ -8,10 +8,16 @@
 
 #include "kiln/nn.h"
 
+#ifdef KL_HAVE_LLVM
+#include "cg_llvm.h"
+#endif
+
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -369,6 +375,92 @@ static void backward_over_captured_leaf_runs_eagerly(void **s) {
     KT_NO_ERROR();
 }
 
+/* ---- 9: compiling under memory pressure ---------------------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HARD_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HARD_UNDER_ASAN 1
+#endif
+#endif
+
+static int pressure_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_tanh(kl_mul_scalar(kl_add_scalar(in[0], 0.5), 3));
+    return out[0] ? 0 : -1;
+}
+
+/* Compiles and runs pressure_fn on n elements; 0 right, 1 a clean KL_ERR_OOM, 3 wrong. */
+static int pressure_call(int64_t n) {
+    kl_fn *f = kl_compile(pressure_fn, NULL, NULL);
+    kl_tensor *x = f ? kl_full(KL_SHAPE(n), 0.25, KL_F32) : NULL, *y = NULL;
+    int rc = x ? kl_fn_call(f, &x, 1, &y, 1) : -1;
+    int r = 0;
+    if (rc == 0) {
+        const float *p = kl_data_ptr(y);
+        for (int64_t i = 0; i < n && !r; i++) r = fabs(p[i] - tanh(2.25)) > 1e-6 ? 3 : 0;
+    } else {
+        r = kl_last_status() == KL_ERR_OOM ? 1 : 3;
+        if (r == 3) fprintf(stderr, "pressure: %s\n", kl_last_error());
+    }
+    kl_clear_error();
+    kl_fn_release(f);
+    return r;
+}
+
+/* In a forked child: address space limited to what it uses plus headroom,
+ * a compile (no disk cache: LLVM must run); then the limit is lifted and a
+ * compile of a new kernel must work. Exit 0: ran; 1: a clean KL_ERR_OOM;
+ * 2: LLVM failed and the interpreter took the kernel; 3+: wrong. */
+static int pressure_child(size_t headroom, int64_t n) {
+    setenv("KL_CACHE_DIR", "off", 1);
+    long pages = 0;
+    FILE *fp = fopen("/proc/self/statm", "r");
+    if (!fp || fscanf(fp, "%ld", &pages) != 1) return 4;
+    fclose(fp);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl)) return 5;
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + headroom;
+    if (setrlimit(RLIMIT_AS, &rl)) return 6;
+    int64_t fb0 = cg_llvm_fallbacks();
+    int r = pressure_call(n);
+    int fell_back = cg_llvm_fallbacks() != fb0;
+    rl.rlim_cur = old;
+    if (setrlimit(RLIMIT_AS, &rl)) return 7;
+    int again = pressure_call(n + 1); /* a new kernel: LLVM (or its fallback) still works */
+    if (r == 3 || again != 0) return 3 + (again != 0) * 5;
+    return r == 0 && fell_back ? 2 : r;
+}
+
+static void compile_under_memory_pressure_survives(void **s) {
+    (void)s;
+#if defined(HARD_UNDER_ASAN) || !defined(KL_HAVE_LLVM)
+    skip(); /* ASan reserves terabytes of address space: RLIMIT_AS stops it starting */
+#else
+    int seen[10] = {0};
+    for (int i = 0; i < 12; i++) {
+        size_t headroom = i == 0 ? 0 : ((size_t)1 << (i + 17)); /* 0, 256 KiB .. 256 MiB */
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) exit(pressure_child(headroom, 1000 + 7 * i)); /* exit: the JIT's shutdown runs too */
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        /* was: abort from "LLVM ERROR: out of memory" or an uncaught std::bad_alloc */
+        if (!WIFEXITED(st)) fail_msg("headroom %zu: the child died of signal %d", headroom, WTERMSIG(st));
+        int code = WEXITSTATUS(st);
+        if (code > 2) fail_msg("headroom %zu: the child exited %d", headroom, code);
+        seen[code]++;
+    }
+    /* the limits span "nothing compiles" to "everything does" */
+    assert_true(seen[0] > 0);
+    assert_true(seen[1] + seen[2] > 0);
+    print_message("memory pressure: %d ran, %d clean OOM, %d LLVM fallbacks\n", seen[0], seen[1], seen[2]);
+#endif
+}
+
 /* ---- 11: saving over links and special files -------------------------------------- */
 
 static int save_both(const char *path, kl_tensor *t, int which) {
@@ -474,6 +566,7 @@ int main(void) {
         KT_TEST(compile_check_replays_random_counters),
         KT_TEST(compile_copies_the_name),
         KT_TEST(backward_over_captured_leaf_runs_eagerly),
+        KT_TEST(compile_under_memory_pressure_survives),
         KT_TEST(save_writes_through_links_refuses_special),
         KT_TEST(stale_error_changes_nothing),
     };
