@@ -925,6 +925,9 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* in. After recompile_limit signatures the function runs eagerly.           */
 /* fn may call kl_autograd_grad on a loss it computes from its own leaves,  */
 /* so a whole training step (loss and gradients) compiles into one graph;   */
+/* a backward reaching a captured tensor that requires grad (kl_backward    */
+/* into its .grad, kl_autograd_grad with respect to it) stops the trace as  */
+/* kl_item does, and that signature runs eagerly;                           */
 /* random ops draw fresh numbers at every call, as eagerly.                 */
 /* In FUSE mode CPU kernels are compiled with LLVM and cached on disk       */
 /* (KL_CACHE_DIR; see README); the first call of a new signature pays the   */
@@ -934,7 +937,10 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* KL_COMPILE_CHECK=1 also runs fn eagerly on copies of the inputs and fails */
 /* the call (KL_ERR_STATE) if an output differs beyond the dtype's tolerance */
 /* (f64 1e-9, f32 1e-4, f16 1e-2, bf16 5e-2 relative+absolute; exact for    */
-/* integers and bool). KL_LOG=trace prints each traced graph.               */
+/* integers and bool); its eager run replays the random counters the       */
+/* compiled call drew (the generator is then left where that call left it;  */
+/* no other thread may draw random numbers during a checked call).          */
+/* KL_LOG=trace prints each traced graph.                                   */
 /* ------------------------------------------------------------------------ */
 
 typedef struct kl_fn kl_fn;

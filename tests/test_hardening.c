@@ -8,9 +8,16 @@
 
 #include "kiln/nn.h"
 
+#ifdef KL_HAVE_LLVM
+#include "cg_llvm.h"
+#endif
+
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -223,6 +230,49 @@ static void set_grad_refuses_self_and_mismatch(void **s) {
     kl_zero_grad(w);
 }
 
+/* ---- 6: KL_COMPILE_CHECK over random ops ------------------------------------------ */
+
+/* rand, randn, randint, dropout, and dropout's backward regenerating its mask */
+static int random_step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *p = kl_detach(in[0]);
+    if (!p || kl_set_requires_grad(p, true) < 0) return -1;
+    kl_tensor *y = kl_dropout(kl_mul(kl_exp(p), kl_randn(KL_SHAPE(16), KL_F32)), 0.5, true);
+    out[0] = kl_add(kl_detach(y), kl_rand(KL_SHAPE(16), KL_F32));
+    out[1] = kl_randint(0, 1000, KL_SHAPE(16), KL_I64);
+    return out[0] && out[1] ? kl_autograd_grad(1, (kl_tensor *[]){kl_sum(y, KL_ALL_DIMS, false)}, NULL, 1, &p, out + 2, NULL) : -1;
+}
+
+static void compile_check_replays_random_counters(void **s) {
+    (void)s;
+    kl_tensor *x = kl_mul_scalar(kl_arange(0, 16, 1, KL_F32), 0.1), *c[3], *e[3];
+    for (int m = KL_COMPILE_TRACE_ONLY; m <= KL_COMPILE_FUSE; m++) {
+        setenv("KL_COMPILE_CHECK", "1", 1);
+        kl_compile_options o = kl_compile_options_default();
+        o.mode = (kl_compile_mode)m;
+        kl_fn *f = kl_compile(random_step, NULL, &o);
+        unsetenv("KL_COMPILE_CHECK");
+        for (int call = 0; call < 3; call++) {
+            /* the check's eager re-run drew new numbers: every call failed */
+            kl_manual_seed(50 + call);
+            assert_int_equal(kl_fn_call(f, &x, 1, c, 3), 0);
+            KT_NO_ERROR();
+            kl_tensor *after = kl_rand(KL_SHAPE(4), KL_F32);
+            /* the check leaves the generator where the compiled call did,
+             * which is where eager leaves it */
+            kl_manual_seed(50 + call);
+            assert_int_equal(random_step(NULL, &x, 1, e, 3), 0);
+            for (int j = 0; j < 3; j++) assert_int_equal(kl_allclose(c[j], e[j], 1e-6, 1e-7, false), 1);
+            assert_int_equal(kl_equal(after, kl_rand(KL_SHAPE(4), KL_F32)), 1);
+        }
+        kl_fn_stats st;
+        assert_int_equal(kl_fn_get_stats(f, &st), 0);
+        assert_int_equal(st.traces, 1);
+        assert_int_equal(st.eager_calls, 0);
+        kl_fn_release(f);
+    }
+}
+
 /* ---- 7: borrowed options ------------------------------------------------------------ */
 
 static void compile_copies_the_name(void **s) {
@@ -238,6 +288,177 @@ static void compile_copies_the_name(void **s) {
     assert_int_equal(kl_fn_call(f, &x, 1, y, 3), -1);
     KT_EXPECT_ERROR(KL_ERR_ARG, "my_step takes 1 inputs");
     kl_fn_release(f);
+}
+
+/* ---- 8: backward over a captured leaf --------------------------------------------- */
+
+static kl_tensor *captured_w; /* a leaf requiring grad that the functions below capture */
+
+static int backward_into_captured(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *loss = kl_sum(kl_mul(kl_exp(captured_w), in[0]), KL_ALL_DIMS, false);
+    if (!loss || kl_backward(loss, NULL, NULL) < 0) return -1;
+    out[0] = kl_detach(loss);
+    return out[0] ? 0 : -1;
+}
+
+static int grad_wrt_captured(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *loss = kl_sum(kl_mul(kl_exp(captured_w), in[0]), KL_ALL_DIMS, false);
+    return loss ? kl_autograd_grad(1, &loss, NULL, 1, &captured_w, out, NULL) : -1;
+}
+
+/* gradients with respect to the function's own leaf, through the captured w:
+ * the graph expresses this (w is a constant of it), so it compiles */
+static int grad_wrt_own_leaf(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *p = kl_detach(in[0]);
+    if (!p || kl_set_requires_grad(p, true) < 0) return -1;
+    kl_tensor *loss = kl_sum(kl_mul(kl_exp(captured_w), kl_mul(p, p)), KL_ALL_DIMS, false);
+    return loss ? kl_autograd_grad(1, &loss, NULL, 1, &p, out, NULL) : -1;
+}
+
+static void fn_stats_of(kl_fn *f, int64_t traces, int64_t eager_calls, const char *reason) {
+    kl_fn_stats st;
+    assert_int_equal(kl_fn_get_stats(f, &st), 0);
+    assert_int_equal(st.traces, traces);
+    assert_int_equal(st.eager_calls, eager_calls);
+    if (reason) assert_non_null(strstr(st.last_reason, reason));
+}
+
+static void backward_over_captured_leaf_runs_eagerly(void **s) {
+    (void)s;
+    captured_w = kl_mul_scalar(kl_arange(0, 4, 1, KL_F32), 0.25);
+    kl_set_requires_grad(captured_w, true);
+    kl_tensor *x = kl_add_scalar(kl_arange(0, 4, 1, KL_F32), 1), *y;
+    /* d/dw sum(exp(w) * x) = exp(w) * x, accumulated over calls */
+    double want[4];
+    for (int i = 0; i < 4; i++) want[i] = exp(0.25 * i) * (i + 1);
+    kl_fn *f = kl_compile(backward_into_captured, NULL, NULL);
+    for (int call = 1; call <= 2; call++) {
+        assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), 0); /* was: "does not require grad" */
+        KT_NO_ERROR();
+        double acc[4];
+        for (int i = 0; i < 4; i++) acc[i] = call * want[i];
+        kt_assert_values(kl_grad(captured_w), acc, 4, 1e-5);
+    }
+    fn_stats_of(f, 1, 2, "trace break: kl_backward over a captured tensor requiring grad ([4] float32 cpu)");
+    kl_fn_release(f);
+    kl_zero_grad(captured_w);
+
+    /* kl_autograd_grad with respect to the captured tensor: eager too */
+    kl_tensor *g = NULL;
+    f = kl_compile(grad_wrt_captured, NULL, NULL);
+    assert_int_equal(kl_fn_call(f, &x, 1, &g, 1), 0);
+    kt_assert_values(g, want, 4, 1e-5);
+    fn_stats_of(f, 1, 1, "kl_autograd_grad with respect to a captured tensor (input 1");
+    kl_fn_release(f);
+    assert_null(kl_grad(captured_w));
+
+    /* what the graph can express still compiles, and agrees with eager */
+    kl_tensor *e = NULL;
+    f = kl_compile(grad_wrt_own_leaf, NULL, NULL);
+    assert_int_equal(kl_fn_call(f, &x, 1, &g, 1), 0);
+    assert_int_equal(grad_wrt_own_leaf(NULL, &x, 1, &e, 1), 0);
+    for (int i = 0; i < 4; i++) want[i] = 2 * exp(0.25 * i) * (i + 1);
+    kt_assert_values(g, want, 4, 1e-5);
+    kt_assert_values(e, want, 4, 1e-5);
+    fn_stats_of(f, 1, 0, NULL);
+    kl_fn_release(f);
+
+    /* a loss that truly needs no grad is still the error eager gives */
+    kl_set_requires_grad(captured_w, false);
+    f = kl_compile(backward_into_captured, NULL, NULL);
+    assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_STATE, "does not require grad");
+    kl_fn_release(f);
+    KT_NO_ERROR();
+}
+
+/* ---- 9: compiling under memory pressure ---------------------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HARD_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HARD_UNDER_ASAN 1
+#endif
+#endif
+
+static int pressure_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_tanh(kl_mul_scalar(kl_add_scalar(in[0], 0.5), 3));
+    return out[0] ? 0 : -1;
+}
+
+/* Compiles and runs pressure_fn on n elements; 0 right, 1 a clean KL_ERR_OOM, 3 wrong. */
+static int pressure_call(int64_t n) {
+    kl_fn *f = kl_compile(pressure_fn, NULL, NULL);
+    kl_tensor *x = f ? kl_full(KL_SHAPE(n), 0.25, KL_F32) : NULL, *y = NULL;
+    int rc = x ? kl_fn_call(f, &x, 1, &y, 1) : -1;
+    int r = 0;
+    if (rc == 0) {
+        const float *p = kl_data_ptr(y);
+        for (int64_t i = 0; i < n && !r; i++) r = fabs(p[i] - tanh(2.25)) > 1e-6 ? 3 : 0;
+    } else {
+        r = kl_last_status() == KL_ERR_OOM ? 1 : 3;
+        if (r == 3) fprintf(stderr, "pressure: %s\n", kl_last_error());
+    }
+    kl_clear_error();
+    kl_fn_release(f);
+    return r;
+}
+
+/* In a forked child: address space limited to what it uses plus headroom,
+ * a compile (no disk cache: LLVM must run); then the limit is lifted and a
+ * compile of a new kernel must work. Exit 0: ran; 1: a clean KL_ERR_OOM;
+ * 2: LLVM failed and the interpreter took the kernel; 3+: wrong. */
+static int pressure_child(size_t headroom, int64_t n) {
+    setenv("KL_CACHE_DIR", "off", 1);
+    long pages = 0;
+    FILE *fp = fopen("/proc/self/statm", "r");
+    if (!fp || fscanf(fp, "%ld", &pages) != 1) return 4;
+    fclose(fp);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl)) return 5;
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + headroom;
+    if (setrlimit(RLIMIT_AS, &rl)) return 6;
+    int64_t fb0 = cg_llvm_fallbacks();
+    int r = pressure_call(n);
+    int fell_back = cg_llvm_fallbacks() != fb0;
+    rl.rlim_cur = old;
+    if (setrlimit(RLIMIT_AS, &rl)) return 7;
+    int again = pressure_call(n + 1); /* a new kernel: LLVM (or its fallback) still works */
+    if (r == 3 || again != 0) return 3 + (again != 0) * 5;
+    return r == 0 && fell_back ? 2 : r;
+}
+
+static void compile_under_memory_pressure_survives(void **s) {
+    (void)s;
+#if defined(HARD_UNDER_ASAN) || !defined(KL_HAVE_LLVM)
+    skip(); /* ASan reserves terabytes of address space: RLIMIT_AS stops it starting */
+#else
+    int seen[10] = {0};
+    for (int i = 0; i < 12; i++) {
+        size_t headroom = i == 0 ? 0 : ((size_t)1 << (i + 17)); /* 0, 256 KiB .. 256 MiB */
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) exit(pressure_child(headroom, 1000 + 7 * i)); /* exit: the JIT's shutdown runs too */
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        /* was: abort from "LLVM ERROR: out of memory" or an uncaught std::bad_alloc */
+        if (!WIFEXITED(st)) fail_msg("headroom %zu: the child died of signal %d", headroom, WTERMSIG(st));
+        int code = WEXITSTATUS(st);
+        if (code > 2) fail_msg("headroom %zu: the child exited %d", headroom, code);
+        seen[code]++;
+    }
+    /* the limits span "nothing compiles" to "everything does" */
+    assert_true(seen[0] > 0);
+    assert_true(seen[1] + seen[2] > 0);
+    print_message("memory pressure: %d ran, %d clean OOM, %d LLVM fallbacks\n", seen[0], seen[1], seen[2]);
+#endif
 }
 
 /* ---- 11: saving over links and special files -------------------------------------- */
@@ -342,7 +563,10 @@ int main(void) {
         KT_TEST(thread_exit_releases_scopes),
         KT_TEST(reentrant_call_is_an_error),
         KT_TEST(set_grad_refuses_self_and_mismatch),
+        KT_TEST(compile_check_replays_random_counters),
         KT_TEST(compile_copies_the_name),
+        KT_TEST(backward_over_captured_leaf_runs_eagerly),
+        KT_TEST(compile_under_memory_pressure_survives),
         KT_TEST(save_writes_through_links_refuses_special),
         KT_TEST(stale_error_changes_nothing),
     };

@@ -30,6 +30,7 @@ static void nothing_runs_at_load_time(void **state) {
     assert_null(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD));
     assert_null(ke_hook.autograd_free);
     assert_null(ke_hook.trace_data);
+    assert_null(ke_hook.trace_backward);
     assert_null(ke_hook.handler[KE_KEY_AUTOGRAD]);
     assert_null(ke_hook.handler[KE_KEY_TRACE]);
     assert_null(ir_hook.subtrace);
@@ -64,6 +65,7 @@ static void hooks_installed_once(void **state) {
     assert_ptr_equal(ke_hook.handler[KE_KEY_TRACE], tr_trace_handler);
     assert_ptr_equal(ke_hook.autograd_free, ag_meta_free);
     assert_ptr_equal(ke_hook.trace_data, tr_data_hook);
+    assert_ptr_equal(ke_hook.trace_backward, tr_backward_hook);
     assert_ptr_equal(ir_hook.subtrace, tr_subtrace);
     assert_ptr_equal(ke_device_ops_of(KL_CUDA), &ku_cuda_device_ops); /* registered; nothing loaded */
     assert_ptr_equal(ir_backend_by_name("interp"), &ir_interp_backend);

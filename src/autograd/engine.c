@@ -401,6 +401,7 @@ static int backward_common(const char *who, int n_out, kl_tensor *const *outputs
     if (n_out < 1 || !outputs) return ke_err(KL_ERR_ARG, who, "no outputs given");
     if (n_in < 0 || (n_in > 0 && (!inputs || !grads))) return ke_err(KL_ERR_NULL_ARG, who, "inputs or grads is NULL");
     for (int i = 0; i < n_in; i++) grads[i] = NULL;
+    if (ke_check_backward(who, n_in == 0, o.create_graph, n_in, inputs)) return -1;
     ag_edge *roots = calloc((size_t)n_out, sizeof *roots);
     kl_tensor **root_grads = calloc((size_t)n_out, sizeof *root_grads);
     ag_edge *targets = n_in ? calloc((size_t)n_in, sizeof *targets) : NULL;

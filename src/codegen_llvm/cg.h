@@ -48,6 +48,7 @@ void cg_plan_make(cg_plan *p, const ir_kernel *k);
 void cg_lock(void);
 void cg_unlock(void);
 int cg_jit_init(void); /* 0 or -1 with a Kiln error */
+void cg_jit_disable(const char *why); /* after an LLVM fatal error: compiles fall back */
 LLVMContextRef cg_ctx(void);
 LLVMModuleRef cg_master(void); /* the eager bitcode (lazy) */
 LLVMTargetDataRef cg_master_layout(void);
@@ -76,5 +77,14 @@ const char *cg_impl_symbol(int op);
 /* cg_emit.c: builds module *out with function `name` (cg_entry) for k.
  * 0, or -1 with a Kiln error (KL_ERR_UNSUPPORTED for what it cannot take). */
 int cg_emit_kernel(const ir_kernel *k, const cg_plan *p, const char *name, LLVMModuleRef *out);
+
+/* LLVM's bad-alloc and fatal-error handlers, installed once before LLVM is
+ * first used: they throw, and cg_guard catches (cg_bitcode.cpp). */
+void cg_install_error_handlers(void);
+/* Runs fn(arg); 0, or 1 if LLVM ran out of memory (std::bad_alloc, its
+ * bad-alloc handler), 2 on an LLVM fatal error; why gets the reason. What the
+ * unwound frames held is leaked, and after a fatal error LLVM's state is not
+ * trusted again. */
+int cg_guard(void (*fn)(void *), void *arg, char *why, size_t cap);
 
 #endif /* CG_H */

@@ -12,12 +12,16 @@
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Transforms/Utils/Cloning.h"
 #include "llvm/Transforms/Utils/ValueMapper.h"
 #include "llvm-c/Core.h"
+#include "llvm-c/ErrorHandling.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 using namespace llvm;
@@ -115,4 +119,40 @@ extern "C" __attribute__((visibility("hidden"))) void cg_mark_parallel(LLVMValue
     MDNode *loop = MDNode::getDistinct(c, ops);
     loop->replaceOperandWith(0, loop);
     br->setMetadata(LLVMContext::MD_loop, loop);
+}
+
+/* ---- LLVM's out-of-memory and fatal errors (issue 17 #9) ---------------------------------
+ * LLVM (built without exceptions) aborts on both: "LLVM ERROR: out of memory"
+ * from report_bad_alloc_error, report_fatal_error's exit(1), or an uncaught
+ * std::bad_alloc from operator new. Its handlers must not return into LLVM,
+ * so ours throw instead, and cg_guard, around every LLVM call of a compile,
+ * catches: the unwinding runs through LLVM's and our C frames (both have
+ * unwind tables; no destructor runs), so what those frames held leaks. */
+namespace {
+struct llvm_fatal {};
+thread_local char fatal_why[256];
+
+void on_bad_alloc(void *, const char *, bool) { throw std::bad_alloc(); }
+void on_fatal(const char *reason) {
+    snprintf(fatal_why, sizeof fatal_why, "%s", reason ? reason : "");
+    throw llvm_fatal{};
+}
+} // namespace
+
+extern "C" __attribute__((visibility("hidden"))) void cg_install_error_handlers(void) {
+    llvm::install_bad_alloc_error_handler(on_bad_alloc);
+    LLVMInstallFatalErrorHandler(on_fatal);
+}
+
+extern "C" __attribute__((visibility("hidden"))) int cg_guard(void (*fn)(void *), void *arg, char *why, size_t cap) {
+    try {
+        fn(arg);
+        return 0;
+    } catch (const std::bad_alloc &) {
+        snprintf(why, cap, "out of memory");
+        return 1;
+    } catch (const llvm_fatal &) {
+        snprintf(why, cap, "%s", fatal_why);
+        return 2;
+    }
 }

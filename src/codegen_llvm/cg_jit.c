@@ -44,6 +44,14 @@ static struct {
 } G;
 
 void cg_lock(void) { pthread_mutex_lock(&lock); }
+/* After an LLVM fatal error (cg_guard): no more LLVM in this process. */
+void cg_jit_disable(const char *why) {
+    /* LLVM's objects may be half-updated (the error unwound through them):
+     * leaked rather than disposed at exit */
+    memset(&G, 0, sizeof G);
+    G.state = -1;
+    snprintf(G.why, sizeof G.why, "disabled after an LLVM fatal error: %s", why);
+}
 void cg_unlock(void) { pthread_mutex_unlock(&lock); }
 LLVMContextRef cg_ctx(void) { return G.ctx; }
 LLVMModuleRef cg_master(void) { return G.master; }
@@ -84,6 +92,8 @@ static int err_msg(LLVMErrorRef e, char *buf, size_t cap) {
 int cg_jit_init(void) {
     if (G.state == 1) return 0;
     if (G.state == -1) return ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: %s", G.why);
+    static pthread_once_t handlers = PTHREAD_ONCE_INIT;
+    pthread_once(&handlers, cg_install_error_handlers);
     LLVMInitializeNativeTarget();
     LLVMInitializeNativeAsmPrinter();
     G.ctx = LLVMContextCreate();

@@ -262,6 +262,16 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
     return c;
 }
 
+typedef struct get_code_args {
+    const ir_kernel *k;
+    const cg_plan *plan;
+    cg_code *code;
+} get_code_args;
+static void get_code_guarded(void *p) {
+    get_code_args *a = p;
+    a->code = get_code(a->k, a->plan);
+}
+
 static void put_code(cg_code *c) {
     if (--c->refs > 0) return;
     for (cg_code **pp = &codes; *pp; pp = &(*pp)->next)
@@ -287,8 +297,15 @@ static void *compile(const ir_kernel *k, int strict) {
     if (k->ninputs + k->noutputs <= CG_MAX_BUFS) {
         cg_plan_make(&h->plan, k);
         cg_lock();
-        h->code = get_code(k, &h->plan);
+        get_code_args a = {k, &h->plan, NULL};
+        char why[256];
+        int g = cg_guard(get_code_guarded, &a, why, sizeof why);
+        if (g == 2) cg_jit_disable(why);
         cg_unlock();
+        h->code = a.code;
+        if (g)
+            ke_err(g == 1 ? KL_ERR_OOM : KL_ERR_INTERNAL, "compile", "llvm backend: %s while compiling a kernel%s",
+                   g == 1 ? "out of memory" : why, g == 1 ? "" : " (LLVM is disabled from now on)");
     }
     if (!h->code) {
         if (strict) {

@@ -174,6 +174,10 @@ typedef struct ke_hooks {
     /* Eager code is about to read t's data while a trace is recording
      * (ke_check_data): the tracer turns it into a trace break. */
     int (*trace_data)(const kl_tensor *t, const char *op);
+    /* A backward pass (kl_backward: accumulate; kl_autograd_grad: inputs)
+     * starts while a trace is recording: the tracer returns 0 if the graph
+     * can express it, else breaks the trace, recording why, and returns -1. */
+    int (*trace_backward)(const char *op, int accumulate, int create_graph, int n_in, kl_tensor *const *inputs);
 } ke_hooks;
 /* The hooks installed (read on the per-op paths; written only by ke_install_hooks). */
 extern ke_hooks ke_hook;
@@ -333,6 +337,16 @@ extern _Thread_local ke_tls ke_tls_state;
 static inline int ke_check_data(const kl_tensor *t, const char *op) {
     if (KE_UNLIKELY((ke_tls_state.include & ~ke_tls_state.exclude) & KE_KS(KE_KEY_TRACE)) && ke_hook.trace_data)
         return ke_hook.trace_data(t, op);
+    return 0;
+}
+
+/* Backward passes call this first: during a trace, one the graph cannot
+ * express (gradients accumulating into a captured tensor's .grad) becomes a
+ * trace break, and the signature runs eagerly, as for ke_check_data. */
+static inline int ke_check_backward(const char *op, int accumulate, int create_graph, int n_in,
+                                    kl_tensor *const *inputs) {
+    if (KE_UNLIKELY((ke_tls_state.include & ~ke_tls_state.exclude) & KE_KS(KE_KEY_TRACE)) && ke_hook.trace_backward)
+        return ke_hook.trace_backward(op, accumulate, create_graph, n_in, inputs);
     return 0;
 }
 

@@ -38,6 +38,12 @@ int tr_compile_kernels(ir_graph *g, const ir_backend *cpu);
  * pass's subgraph tracer (ir_hooks.subtrace, subtrace.c). */
 int tr_trace_handler(ke_call *c);
 int tr_data_hook(const kl_tensor *t, const char *op);
+/* ke_hooks.trace_backward: a backward pass while tracing. It breaks the trace
+ * when gradients would reach a captured tensor requiring grad that fn used in
+ * grad mode (kl_backward accumulating into its .grad, kl_autograd_grad with
+ * respect to it or with create_graph): the graph holds such a tensor as a
+ * constant, so the signature runs eagerly. */
+int tr_backward_hook(const char *op, int accumulate, int create_graph, int n_in, kl_tensor *const *inputs);
 ir_graph *tr_subtrace(const ir_graph *g, const ir_node *n);
 
 #endif /* TR_TRACE_H */

@@ -25,6 +25,8 @@ typedef struct tr_session {
     kl_device target;            /* the device creation ops mean (the default before tracing) */
     int broke;
     char why[256];
+    /* the first captured tensor requiring grad an op read in grad mode */
+    const kl_tensor *grad_cap;
     /* real tensors already captured: pointer -> current value id */
     kl_tensor **cap_t;
     int32_t *cap_id;
@@ -51,6 +53,33 @@ int tr_data_hook(const kl_tensor *t, const char *op) {
             snprintf(s->why, sizeof s->why, "kl_%s reads a tensor's data while tracing (it would be baked in)", op);
     }
     return ke_err(KL_ERR_UNSUPPORTED, op, "needs tensor data, which a traced function does not have");
+}
+
+/* A captured tensor is a constant of the graph (IR_OP_CAPTURED), without the
+ * autograd history eager gives it: the trace's stand-in does not require
+ * grad, so a loss computed from it has no path to it. Eagerly, kl_backward
+ * accumulates into its .grad; the graph cannot, so that breaks the trace. */
+int tr_backward_hook(const char *op, int accumulate, int create_graph, int n_in, kl_tensor *const *inputs) {
+    tr_session *s = cur;
+    if (!s) return 0;
+    if (!s->broke) {
+        char b[128];
+        for (int i = 0; i < n_in && !s->broke; i++)
+            if (inputs[i] && inputs[i]->trace_id < 0 && inputs[i]->storage->device.type != KL_META) {
+                s->broke = 1;
+                snprintf(s->why, sizeof s->why,
+                         "kl_%s with respect to a captured tensor (input %d, %s), which the graph holds as a constant",
+                         op, i + 1, ke_fmt_tensor(b, sizeof b, inputs[i]));
+            }
+        if (!s->broke && s->grad_cap && (accumulate || create_graph)) {
+            s->broke = 1;
+            snprintf(s->why, sizeof s->why,
+                     "kl_%s%s over a captured tensor requiring grad (%s), which the graph holds as a constant",
+                     op, accumulate ? "" : " with create_graph", ke_fmt_tensor(b, sizeof b, s->grad_cap));
+        }
+        if (!s->broke) return 0;
+    }
+    return ke_err(KL_ERR_UNSUPPORTED, op, "cannot be traced here: %s", s->why);
 }
 
 /* A meta tensor shaped like t, standing for value id. Scope-owned. */
@@ -178,6 +207,8 @@ int tr_trace_handler(ke_call *c) {
             if ((ids[i] = alias_id(s, t, ke_opname(c))) < 0) goto out;
         } else if ((ids[i] = captured_id(s, t, &sub[i])) < 0) {
             goto out;
+        } else if (!s->grad_cap && (t->keys & KE_KS(KE_KEY_AUTOGRAD)) && kl_is_grad_enabled()) {
+            s->grad_cap = t;
         }
     }
     ke_call sc = *c;
