@@ -319,8 +319,11 @@ static void put_prologue(emit *e) {
     put(e->o, "    int kl_err = 0; /* a formula's error (KE_EW_INT_DIV_ZERO) */\n");
 }
 
+/* Row kernels synchronize (__syncthreads, shuffles): the emulator runs their
+ * threads as fibers (KL_EMU_EXPORT_SYNC); elementwise ones as plain calls. */
 static void put_epilogue(emit *e, const char *name) {
-    put(e->o, "    if (kl_err) atomicCAS(kl_status, 0, kl_err); /* the first error wins */\n}\nKL_EMU_EXPORT(%s)\n\n", name);
+    put(e->o, "    if (kl_err) atomicCAS(kl_status, 0, kl_err); /* the first error wins */\n}\nKL_EMU_EXPORT%s(%s)\n\n",
+        e->k->row ? "_SYNC" : "", name);
 }
 
 static void put_params(emit *e, const char *name) {
