@@ -52,4 +52,14 @@ const char *cn_device_fn(int op, kl_dtype compute, const char **file);
 /* The backend (cn_backend.c), registered by src/init.c. */
 extern const ir_backend cn_nvrtc_backend;
 
+/* Generates, loads (module cache: a lookup after the first time) and
+ * launches kernel k once on in/out (tensors on k->device; 0-dim CPU inputs
+ * allowed), errors naming op. 0 or -1. */
+int cn_run_once(const ir_kernel *k, const char *op, kl_tensor *const *in, kl_tensor *const *out);
+
+/* The eager CUDA kernel of every elementwise op (cn_eager.c): the op as a
+ * one-op kernel through cn_run_once. Registered by src/init.c. */
+struct ke_call;
+int ku_cuda_ew(struct ke_call *c);
+
 #endif /* CN_H */

@@ -55,28 +55,29 @@ static void cn_free(void *handle) {
     free(h);
 }
 
-static void *cn_compile(const ir_kernel *k) {
+static void *compile_as(const ir_kernel *k, const char *op) {
     cn_handle *h = calloc(1, sizeof *h);
     if (!h) {
-        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        ke_err(KL_ERR_OOM, op, "out of memory");
         return NULL;
     }
     h->k = k;
     h->dev = k->device.index;
     h->err_stmt = first_err_stmt(k);
     ku_module *m;
-    if (cn_emit_kernel(k, CN_NAME, &h->src) || ku_module_get("compile", h->src.src, h->dev, &m) ||
-        ku_module_function("compile", m, CN_NAME, &h->fn)) {
+    if (cn_emit_kernel(k, CN_NAME, &h->src) || ku_module_get(op, h->src.src, h->dev, &m) ||
+        ku_module_function(op, m, CN_NAME, &h->fn)) {
         cn_free(h);
         return NULL;
     }
     return h;
 }
 
-static int cn_run(void *handle, kl_tensor *const *in, kl_tensor *const *out) {
+static void *cn_compile(const ir_kernel *k) { return compile_as(k, "compile"); }
+
+static int run_as(void *handle, const char *op, kl_tensor *const *in, kl_tensor *const *out) {
     cn_handle *h = handle;
     const ir_kernel *k = h->k;
-    const char *op = "fn_call";
     const int nb = k->ninputs + k->noutputs;
     void *ptrs[IR_KERNEL_MAX_IN + KE_MAX_OUT + 1], *args[IR_KERNEL_MAX_IN + KE_MAX_OUT + 1];
     int scalar_of[IR_KERNEL_MAX_IN], nscalars = 0;
@@ -126,6 +127,18 @@ static int cn_run(void *handle, kl_tensor *const *in, kl_tensor *const *out) {
     /* stream-ordered: the block is reused only by work queued after the kernel */
     if (scratch) ku_free(op, scratch);
     return rc ? -1 : 0;
+}
+
+static int cn_run(void *handle, kl_tensor *const *in, kl_tensor *const *out) {
+    return run_as(handle, "fn_call", in, out);
+}
+
+int cn_run_once(const ir_kernel *k, const char *op, kl_tensor *const *in, kl_tensor *const *out) {
+    void *h = compile_as(k, op);
+    if (!h) return -1;
+    int rc = run_as(h, op, in, out);
+    cn_free(h);
+    return rc;
 }
 
 const ir_backend cn_nvrtc_backend = {
