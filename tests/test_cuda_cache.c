@@ -87,7 +87,7 @@ static void test_key_parts(void **state) {
     ku_cubin_key(&k, SRC, 90, "13.0-", "arch=sm_90\n");
     assert_memory_not_equal(base.b, k.b, 32);
     /* the options text the compile really uses: per architecture, with the headers */
-    char o80[2048], o90[2048];
+    char o80[KU_NVRTC_INPUTS_MAX], o90[KU_NVRTC_INPUTS_MAX];
     assert_int_equal(ku_nvrtc_inputs(80, o80, sizeof o80), 0);
     assert_int_equal(ku_nvrtc_inputs(90, o90, sizeof o90), 0);
     assert_non_null(strstr(o90, "-arch=sm_90\n"));

@@ -196,6 +196,8 @@ void ku_cubin_free(ku_cubin *c);
 /* What besides the source decides a CUBIN, as text for the cache key: every
  * option of the compile for sm_<arch> and the name and SHA-256 of every
  * in-memory header, one per line. 0, or -1 if cap is too small. */
+/* Room ku_nvrtc_inputs needs: the options and one line (name, SHA-256) per in-memory header. */
+#define KU_NVRTC_INPUTS_MAX 16384
 int ku_nvrtc_inputs(int arch, char *buf, size_t cap);
 
 /* ---- The on-disk kernel cache (cuda_cache.c) ----------------------------- */

@@ -93,7 +93,7 @@ int ku_nvrtc_compile_cached(const char *op, const char *src, const char *name, i
      * (~100 ms once per process; a process that loads kernels compiles some). */
     int ma, mi;
     if (!ku_nvrtc_available(op) || ku_nvrtc_version(&ma, &mi)) return ku_nvrtc_compile(op, src, name, arch, out);
-    char ver[32], opts[2048];
+    char ver[32], opts[KU_NVRTC_INPUTS_MAX];
     snprintf(ver, sizeof ver, "%d.%d", ma, mi);
     if (arch < 50 || arch > 199 || ku_nvrtc_inputs(arch, opts, sizeof opts))
         return ku_nvrtc_compile(op, src, name, arch, out); /* its error, or uncached */
