@@ -453,11 +453,48 @@ static void backend_is_registered(void **state) {
     KT_EXPECT_ERROR(KL_ERR_DEVICE, "CUDA not available");
 }
 
+/* Run-time-shape kernels (eager's one-op kernels): one source for every
+ * shape of a layout class, and it compiles. */
+static void dyn_kernels_are_shape_free(void **state) {
+    (void)state;
+    kbuild a, b;
+    cn_kernel_src sa, sb;
+    for (int all_flat = 1; all_flat >= 0; all_flat--) {
+        one_op_kernel_shaped(&a, KE_OP_add, KL_F32, KL_F32, 0, 3, 5, all_flat);
+        one_op_kernel_shaped(&b, KE_OP_add, KL_F32, KL_F32, 0, 64, 33, all_flat);
+        assert_int_equal(cn_dyn_class(&a.k), all_flat ? CN_DYN_FLAT : CN_DYN_STRIDED);
+        assert_int_equal(cn_emit_kernel_dyn(&a.k, "dyn", &sa), 0);
+        assert_int_equal(cn_emit_kernel_dyn(&b.k, "dyn", &sb), 0);
+        assert_string_equal(sa.src, sb.src);
+        assert_non_null(strstr(sa.src, "const kl_dims kl_d"));
+        /* the launch configuration still follows the shape */
+        assert_int_equal(sa.launch.grid[0], 1);
+        assert_int_equal(sb.launch.grid[0], (64 * 33 + CN_BLOCK - 1) / CN_BLOCK);
+        cn_dims d;
+        cn_dims_of(&b.k, &d);
+        assert_int_equal(d.n, 64 * 33);
+        assert_int_equal(d.index[0][1], all_flat ? 1 : 64);
+        if (have_nvrtc()) compile_both(sa.src, "dyn.cu", 1);
+        cn_kernel_src_free(&sa);
+        cn_kernel_src_free(&sb);
+    }
+    /* a one-element operand stays in the flat class, read at [0] */
+    one_op_kernel_shaped(&a, KE_OP_add, KL_F32, KL_F32, 2, 8, 8, 1);
+    assert_int_equal(cn_dyn_class(&a.k), CN_DYN_FLAT);
+    assert_int_equal(cn_emit_kernel_dyn(&a.k, "dyn", &sa), 0);
+    assert_non_null(strstr(sa.src, "in1[0]"));
+    cn_kernel_src_free(&sa);
+    /* row kernels have no such form */
+    row_kernel(&a, KE_OP_sum, KL_F32, KL_F32);
+    assert_int_equal(cn_dyn_class(&a.k), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_loop_has_a_device_function),
         cmocka_unit_test(golden_neg_kernel),
         cmocka_unit_test(backend_is_registered),
+        cmocka_unit_test(dyn_kernels_are_shape_free),
         cmocka_unit_test(one_op_kernels_compile),
         cmocka_unit_test(row_kernels_compile),
         cmocka_unit_test(compiled_program_kernels_compile),

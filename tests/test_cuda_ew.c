@@ -165,6 +165,16 @@ static void public_ops_and_errors(void **s) {
     assert_non_null(kl_sub_inplace(ca, b));
     assert_non_null(kl_sub_inplace(cga, gb));
     assert_true(same_bits(host(ca), host(cga)));
+    /* other shapes and ranks of the same layout classes (run-time shapes: the
+     * modules of the sweep serve them) */
+    kl_tensor *shapes[] = {kl_randn(KL_SHAPE(7, 11), KL_F32), kl_randn(KL_SHAPE(2, 3, 4), KL_F32),
+                           kl_randn(KL_SHAPE(1000), KL_F32), kl_scalar_tensor(0.25, KL_F32)};
+    for (int i = 0; i < 4; i++) {
+        kl_tensor *gx = kl_to_device(shapes[i], CUDA0);
+        assert_true(same_bits(host(kl_exp(shapes[i])), host(kl_exp(gx))));
+        kl_tensor *tx = kl_ndim(gx) == 2 ? kl_transpose(gx, 0, 1) : gx, *tc = kl_ndim(gx) == 2 ? kl_transpose(shapes[i], 0, 1) : shapes[i];
+        assert_true(same_bits(host(kl_mul(tc, kl_exp(tc))), host(kl_mul(tx, kl_exp(tx)))));
+    }
     /* to_dtype */
     assert_true(same_bits(host(kl_to_dtype(a, KL_BF16)), host(kl_to_dtype(ga, KL_BF16))));
     /* integer % 0: the CPU's error */

@@ -6,11 +6,12 @@
  * compiled for the device), loads and launches. So an eager CUDA op and a
  * compiled one give the same bits, and both the CPU's.
  *
- * Shapes and strides are baked into the source, as in compiled kernels: the
- * module cache (ku_module_get, by source) keys every call by (op, dtypes,
- * compute dtype, attributes, broadcast bits, shape, strides). A new shape or
- * layout costs a compile (NVRTC on a GPU, the host compiler on the
- * emulator); repeats are a lookup. docs/GPU.md, "What runs on CUDA".
+ * The kernel is generated in its run-time-shape form (cn_emit_kernel_dyn):
+ * shape and strides are a kernel parameter, only the layout class (flat, or
+ * strided of a given rank) is in the source. So the module cache (by
+ * source) keys a call by (op, dtypes, compute dtype, attributes, broadcast
+ * bits, layout class): a new shape of a class already seen is a lookup.
+ * docs/GPU.md, "What runs on CUDA".
  */
 #include "cn.h"
 
