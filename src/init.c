@@ -19,6 +19,7 @@
  * behave the same whatever the static link pulls in.
  */
 #include "autograd.h"
+#include "cuda_api.h"
 #include "cuda_device.h"
 #include "dispatch.h"
 #include "cn.h"
@@ -53,6 +54,16 @@ static void init_once(void) {
      * what eager waits for. Nothing is loaded here: the driver comes with
      * the first allocation. */
     ke_register_device_kernels();
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_matmul, ku_cuda_matmul);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_mm, ku_cuda_matmul);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_bmm, ku_cuda_matmul);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_addmm, ku_cuda_addmm);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_linear, ku_cuda_linear);
+    /* every elementwise op (in-place variants included) as a one-op
+     * generated kernel; clone keeps the device's plain copy */
+    for (int op = 0; op < KE_OP_COUNT; op++)
+        if (ke_ops[op].kind == KE_KIND_EW && ke_ops[op].impl && op != KE_OP_clone)
+            ke_register_kernel(KE_KEY_CUDA, op, ku_cuda_ew);
     ke_register_device(KL_CUDA, &ku_cuda_device_ops);
 }
 

@@ -369,6 +369,52 @@ static void ops_without_kernels_fail_clearly(void **s) {
     assert_same_bits(kl_reshape(kl_transpose(a, 0, 1), KL_SHAPE(20)), v);
 }
 
+/* The matmul family runs on CUDA (cuBLAS, or the emulated cuBLAS over
+ * OpenBLAS): the public ops through the dispatcher, equal to the CPU within
+ * f32 GEMM rounding (different summation orders). */
+static void matmul_family_on_cuda(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(7);
+    kl_tensor *a = kl_randn(KL_SHAPE(4, 5), KL_F32), *b = kl_randn(KL_SHAPE(5, 3), KL_F32);
+    kl_tensor *x3 = kl_randn(KL_SHAPE(2, 4, 5), KL_F32), *y3 = kl_randn(KL_SHAPE(2, 5, 3), KL_F32);
+    kl_tensor *w = kl_randn(KL_SHAPE(3, 5), KL_F32), *bias = kl_randn(KL_SHAPE(3), KL_F32);
+    kl_tensor *ga = kl_to_device(a, CUDA0), *gb = kl_to_device(b, CUDA0), *gx3 = kl_to_device(x3, CUDA0);
+    kl_tensor *gy3 = kl_to_device(y3, CUDA0), *gw = kl_to_device(w, CUDA0), *gbias = kl_to_device(bias, CUDA0);
+    kl_tensor *r;
+    assert_non_null(r = kl_matmul(ga, gb));
+    check_op("matmul", kl_matmul(a, b), r, 1e-5);
+    assert_non_null(r = kl_matmul(gx3, gb));
+    check_op("matmul", kl_matmul(x3, b), r, 1e-5);
+    assert_non_null(r = kl_mm(ga, gb));
+    check_op("mm", kl_mm(a, b), r, 1e-5);
+    assert_non_null(r = kl_bmm(gx3, gy3));
+    check_op("bmm", kl_bmm(x3, y3), r, 1e-5);
+    /* transposed views are read in place */
+    assert_non_null(r = kl_mm(kl_transpose(gb, 0, 1), kl_transpose(ga, 0, 1)));
+    check_op("mm", kl_mm(kl_transpose(b, 0, 1), kl_transpose(a, 0, 1)), r, 1e-5);
+    assert_non_null(r = kl_addmm(gbias, ga, gb, 0.5, 2.0));
+    check_op("addmm", kl_addmm(bias, a, b, 0.5, 2.0), r, 1e-5);
+    assert_non_null(r = kl_linear(gx3, gw, gbias));
+    check_op("linear", kl_linear(x3, w, bias), r, 1e-5);
+    assert_non_null(r = kl_linear(ga, gw, NULL));
+    check_op("linear", kl_linear(a, w, NULL), r, 1e-5);
+    /* f64 and bf16 too */
+    kl_tensor *a64 = kl_to_dtype(a, KL_F64), *b64 = kl_to_dtype(b, KL_F64);
+    assert_non_null(r = kl_matmul(kl_to_device(a64, CUDA0), kl_to_device(b64, CUDA0)));
+    check_op("matmul", kl_matmul(a64, b64), r, 1e-12);
+    kl_tensor *ah = kl_to_dtype(a, KL_BF16), *bh = kl_to_dtype(b, KL_BF16);
+    assert_non_null(r = kl_matmul(kl_to_device(ah, CUDA0), kl_to_device(bh, CUDA0)));
+    check_op("matmul", kl_matmul(ah, bh), r, 1.6e-2);
+    /* bad shapes: the CPU's error, before any GEMM */
+    assert_null(kl_mm(ga, ga));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_mm");
+    /* integers: cuBLAS has none, a clear error */
+    kl_tensor *gi = kl_to_device(kl_ones(KL_SHAPE(2, 2), KL_I32), CUDA0);
+    assert_null(kl_matmul(gi, gi));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "cuBLAS has no int32 GEMM");
+}
+
 static void item_data_ptr_print_save(void **s) {
     (void)s;
     NEED_CUDA();
@@ -585,6 +631,7 @@ int main(void) {
         T(creation_ops_equal_cpu_bitwise),
         T(mixed_device_errors_name_both),
         T(ops_without_kernels_fail_clearly),
+        T(matmul_family_on_cuda),
         T(item_data_ptr_print_save),
         T(allocator_statistics_move_and_return),
         T(out_of_memory_then_usable),

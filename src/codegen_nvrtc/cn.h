@@ -41,6 +41,26 @@ void cn_kernel_src_free(cn_kernel_src *s);
  * many kernels per NVRTC call). *src is malloc'd. 0 or -1. */
 int cn_emit_program(const ir_kernel *const *ks, const char *const *names, int n, char **src);
 
+/* Run-time-shape kernels (eager's one-op kernels): the source does not
+ * depend on the domain's shape nor on the buffers' strides, which come in
+ * the last parameter, a cn_dims by value. Two layout classes: CN_DYN_FLAT
+ * (every buffer flat over the domain, or one element: flat index) and
+ * CN_DYN_STRIDED (general strided / broadcast, rank baked in). At most
+ * CN_DYN_BUFS buffers; elementwise kernels only. */
+enum { CN_DYN_FLAT = 1, CN_DYN_STRIDED = 2, CN_DYN_BUFS = 8 };
+typedef struct cn_dims {
+    long long n;                                /* elements of the domain */
+    long long shape[KL_MAX_DIMS];               /* the domain */
+    long long index[CN_DYN_BUFS][KL_MAX_DIMS];  /* each buffer's strides over it (0: broadcast) */
+} cn_dims;
+/* k's layout class, 0 if it has no run-time-shape form (row kernels, too many buffers). */
+int cn_dyn_class(const ir_kernel *k);
+/* The kernel's source with shape and strides as parameters (its layout class
+ * baked in), and its launch configuration for k's shape. 0 or -1. */
+int cn_emit_kernel_dyn(const ir_kernel *k, const char *name, cn_kernel_src *out);
+/* The cn_dims a run-time-shape kernel of k is launched with. */
+void cn_dims_of(const ir_kernel *k, cn_dims *d);
+
 /* The launch configuration of k (what cn_emit_kernel reports). */
 void cn_launch_of(const ir_kernel *k, cn_launch *l);
 
@@ -51,5 +71,17 @@ const char *cn_device_fn(int op, kl_dtype compute, const char **file);
 
 /* The backend (cn_backend.c), registered by src/init.c. */
 extern const ir_backend cn_nvrtc_backend;
+
+/* Generates, loads (module cache: a lookup after the first time) and
+ * launches kernel k once on in/out (tensors on k->device; 0-dim CPU inputs
+ * allowed), errors naming op; in its run-time-shape form where it has one
+ * (cn_dyn_class), so the module serves every shape of the layout class.
+ * 0 or -1. */
+int cn_run_once(const ir_kernel *k, const char *op, kl_tensor *const *in, kl_tensor *const *out);
+
+/* The eager CUDA kernel of every elementwise op (cn_eager.c): the op as a
+ * one-op kernel through cn_run_once. Registered by src/init.c. */
+struct ke_call;
+int ku_cuda_ew(struct ke_call *c);
 
 #endif /* CN_H */

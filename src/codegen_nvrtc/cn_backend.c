@@ -1,48 +1,52 @@
 /*
  * cn_backend.c — the "nvrtc" kernel backend for KL_CUDA (kernel.h): compile
- * generates the kernel's CUDA C and launch configuration (cn_emit.c); the
- * source is what KL_DEBUG_DIR-style dumps and the tests read.
+ * generates the kernel's CUDA C and launch configuration (cn_emit.c) and
+ * loads it as a module on the kernel's device (ku_module_get: NVRTC -> CUBIN
+ * on a GPU, the host compiler on the emulated device), so a source that does
+ * not compile fails at kl_compile; run launches it on the calling thread's
+ * current stream (ku_launch).
  *
- * Not here yet: turning the source into a module and launching it. That
- * goes through the module API of the emulator work (ku_module_get,
- * ku_module_function, ku_launch: docs/GPU.md), which this branch does not
- * have; until it is wired in, run fails with KL_ERR_UNSUPPORTED saying so.
- * No kernel reaches this backend today either: lowering fuses CPU nodes only.
+ * Every kernel is named "kl_kernel" in a program of its own: equal kernels
+ * give equal sources, so they share one module (and one disk-cache entry).
+ *
+ * Scalars: a kernel input may be a 0-dim CPU tensor (an IR_OP_SCALAR node, a
+ * wrapped C scalar, a 0-dim CPU tensor joining a CUDA op); the generated code
+ * reads every buffer through a device pointer, so run copies those values
+ * into a small device block first. The same block holds the status word the
+ * kernel's formulas report errors in (integer % 0); it is read back, which
+ * waits for the kernel, only when the kernel has an op that can raise one.
  */
 #include "cn.h"
 
-#include <stdatomic.h>
-#include <stdio.h>
+#include "cuda_api.h"
+#include "ew.h"
+
 #include <stdlib.h>
+#include <string.h>
+
+#define CN_NAME "kl_kernel"
+/* The scratch block: the status word, then one 16-byte cell per scalar input. */
+#define CN_CELL 16
 
 typedef struct cn_handle {
     cn_kernel_src src;
     const ir_kernel *k;
+    CUfunction fn;
+    int dev;
+    int err_stmt;   /* the first statement that can raise an error (integer remainder/fmod), -1: none */
+    int dyn;        /* run-time-shape form: a cn_dims follows the status parameter */
 } cn_handle;
 
-static void *cn_compile(const ir_kernel *k) {
-    static atomic_int seq;
-    cn_handle *h = calloc(1, sizeof *h);
-    if (!h) {
-        ke_err(KL_ERR_OOM, "compile", "out of memory");
-        return NULL;
+/* Statements whose device function can set the error word: the integer
+ * loops of remainder and fmod (x % 0), as on the CPU. */
+static int first_err_stmt(const ir_kernel *k) {
+    for (int s = 0; s < k->nstmts; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        if (st->kind == IR_K_OP && (st->op == KE_OP_remainder || st->op == KE_OP_fmod) &&
+            !ke_is_float((kl_dtype)st->compute))
+            return s;
     }
-    char name[32];
-    snprintf(name, sizeof name, "kl_kernel_%d", atomic_fetch_add(&seq, 1));
-    if (cn_emit_kernel(k, name, &h->src)) {
-        free(h);
-        return NULL;
-    }
-    h->k = k;
-    return h;
-}
-
-static int cn_run(void *handle, kl_tensor *const *in, kl_tensor *const *out) {
-    cn_handle *h = handle;
-    (void)in, (void)out;
-    return ke_err(KL_ERR_UNSUPPORTED, "compile",
-                  "nvrtc backend: launching %s needs the CUDA module API (ku_module_get / ku_launch), not in this build yet",
-                  h->src.name);
+    return -1;
 }
 
 static void cn_free(void *handle) {
@@ -50,6 +54,99 @@ static void cn_free(void *handle) {
     if (!h) return;
     cn_kernel_src_free(&h->src);
     free(h);
+}
+
+static void *compile_as(const ir_kernel *k, const char *op, int dyn) {
+    cn_handle *h = calloc(1, sizeof *h);
+    if (!h) {
+        ke_err(KL_ERR_OOM, op, "out of memory");
+        return NULL;
+    }
+    h->k = k;
+    h->dev = k->device.index;
+    h->err_stmt = first_err_stmt(k);
+    ku_module *m;
+    h->dyn = dyn;
+    if ((dyn ? cn_emit_kernel_dyn(k, CN_NAME, &h->src) : cn_emit_kernel(k, CN_NAME, &h->src)) ||
+        ku_module_get(op, h->src.src, h->dev, &m) ||
+        ku_module_function(op, m, CN_NAME, &h->fn)) {
+        cn_free(h);
+        return NULL;
+    }
+    return h;
+}
+
+static void *cn_compile(const ir_kernel *k) { return compile_as(k, "compile", 0); }
+
+static int run_as(void *handle, const char *op, kl_tensor *const *in, kl_tensor *const *out) {
+    cn_handle *h = handle;
+    const ir_kernel *k = h->k;
+    const int nb = k->ninputs + k->noutputs;
+    void *ptrs[IR_KERNEL_MAX_IN + KE_MAX_OUT + 1], *args[IR_KERNEL_MAX_IN + KE_MAX_OUT + 2];
+    cn_dims dims;
+    int scalar_of[IR_KERNEL_MAX_IN], nscalars = 0;
+    for (int b = 0; b < nb; b++) {
+        kl_tensor *t = b < k->ninputs ? in[b] : out[b - k->ninputs];
+        kl_device d = t->storage->device;
+        int host_scalar = b < k->ninputs && d.type == KL_CPU && t->ndim == 0;
+        if (t->dtype != k->bufs[b].dtype || t->ndim != k->bufs[b].ndim ||
+            memcmp(t->shape, k->bufs[b].shape, sizeof(int64_t) * t->ndim) ||
+            (!host_scalar && (d.type != KL_CUDA || d.index != h->dev)))
+            return ke_err(KL_ERR_INTERNAL, op, "nvrtc backend: buffer %d (%s on %s) does not match the kernel", b,
+                          ke_dtypes[t->dtype].name, ke_device_name(d));
+        if (b < k->ninputs) scalar_of[b] = host_scalar ? nscalars++ : -1;
+        ptrs[b] = ke_data(t);
+    }
+    if (ku_device_enter(op, h->dev)) return -1;
+    const ku_driver *d = ku_driver_get(op);
+    if (!d) return -1;
+    CUstream s = ku_current_stream(h->dev);
+    CUdeviceptr scratch = 0;
+    if (nscalars || h->err_stmt >= 0) {
+        /* status word (zeroed) and the scalars, one copy up */
+        unsigned char host[CN_CELL * (IR_KERNEL_MAX_IN + 1)];
+        size_t bytes = (size_t)CN_CELL * (size_t)(nscalars + 1);
+        memset(host, 0, bytes);
+        for (int b = 0; b < k->ninputs; b++)
+            if (scalar_of[b] >= 0) memcpy(host + CN_CELL * (scalar_of[b] + 1), ke_data(in[b]), ke_dtypes[in[b]->dtype].size);
+        if (!(scratch = ku_malloc(op, h->dev, bytes, s))) return -1;
+        if (KU_CALL(op, d, MemcpyHtoDAsync, scratch, host, bytes, s) || KU_CALL(op, d, StreamSynchronize, s)) {
+            ku_free(op, scratch);
+            return -1;
+        }
+        for (int b = 0; b < k->ninputs; b++)
+            if (scalar_of[b] >= 0) ptrs[b] = (void *)(uintptr_t)(scratch + CN_CELL * (CUdeviceptr)(scalar_of[b] + 1));
+    }
+    ptrs[nb] = h->err_stmt >= 0 ? (void *)(uintptr_t)scratch : NULL;
+    for (int b = 0; b <= nb; b++) args[b] = &ptrs[b];
+    if (h->dyn) {
+        cn_dims_of(k, &dims);
+        args[nb + 1] = &dims;
+    }
+    int rc = ku_launch(op, h->fn, h->src.launch.grid, h->src.launch.block, h->src.launch.shmem, s, args);
+    if (!rc && h->err_stmt >= 0) {
+        int status = 0;
+        rc = KU_CALL(op, d, MemcpyDtoHAsync, &status, scratch, sizeof status, s) || KU_CALL(op, d, StreamSynchronize, s);
+        if (!rc && status == KE_EW_INT_DIV_ZERO)
+            rc = ke_err(KL_ERR_ARG, ke_ops[k->stmts[h->err_stmt].op].name, "integer division by zero");
+        else if (!rc && status)
+            rc = ke_err(KL_ERR_INTERNAL, ke_ops[k->stmts[h->err_stmt].op].name, "elementwise loop failed");
+    }
+    /* stream-ordered: the block is reused only by work queued after the kernel */
+    if (scratch) ku_free(op, scratch);
+    return rc ? -1 : 0;
+}
+
+static int cn_run(void *handle, kl_tensor *const *in, kl_tensor *const *out) {
+    return run_as(handle, "fn_call", in, out);
+}
+
+int cn_run_once(const ir_kernel *k, const char *op, kl_tensor *const *in, kl_tensor *const *out) {
+    void *h = compile_as(k, op, cn_dyn_class(k));
+    if (!h) return -1;
+    int rc = run_as(h, op, in, out);
+    cn_free(h);
+    return rc;
 }
 
 const ir_backend cn_nvrtc_backend = {

@@ -230,7 +230,16 @@ typedef struct emit {
     cn_buf *o;
     const char *ind;       /* indentation of the current block */
     int vec;               /* in the 16-byte path: buffers are read from l<b>.v[u], written to s<b>.v[u] */
+    int dyn;               /* run-time shape (CN_DYN_FLAT / CN_DYN_STRIDED), else 0: baked in */
 } emit;
+
+/* Whether buffer b of a run-time-shape kernel is one element for every
+ * domain index (a scalar or a broadcast one-element operand). */
+static int all_zero(const ir_kernel *k, int b) {
+    for (int d = 0; d < k->ndim; d++)
+        if (k->bufs[b].index[d] && k->shape[d] != 1) return 0;
+    return 1;
+}
 
 /* The load of buffer b at the current element. */
 static void put_access(emit *e, int b) {
@@ -241,7 +250,12 @@ static void put_access(emit *e, int b) {
         return;
     }
     put(e->o, "%s[", bufname(k, b, tmp));
-    if (!k->row) {
+    if (e->dyn == CN_DYN_FLAT) {
+        put(e->o, all_zero(k, b) ? "0" : "i");
+    } else if (e->dyn == CN_DYN_STRIDED) {
+        for (int d = 0; d < k->ndim; d++) put(e->o, "%si%d * kl_d.index[%d][%d]", d ? " + " : "", d, b, d);
+        if (!k->ndim) put(e->o, "0");
+    } else if (!k->row) {
         if (flat(k, b)) put(e->o, "i");
         else put_offset(e->o, k, b, 0, k->ndim);
     } else {
@@ -319,8 +333,11 @@ static void put_prologue(emit *e) {
     put(e->o, "    int kl_err = 0; /* a formula's error (KE_EW_INT_DIV_ZERO) */\n");
 }
 
+/* Row kernels synchronize (__syncthreads, shuffles): the emulator runs their
+ * threads as fibers (KL_EMU_EXPORT_SYNC); elementwise ones as plain calls. */
 static void put_epilogue(emit *e, const char *name) {
-    put(e->o, "    if (kl_err) atomicCAS(kl_status, 0, kl_err); /* the first error wins */\n}\nKL_EMU_EXPORT(%s)\n\n", name);
+    put(e->o, "    if (kl_err) atomicCAS(kl_status, 0, kl_err); /* the first error wins */\n}\nKL_EMU_EXPORT%s(%s)\n\n",
+        e->k->row ? "_SYNC" : "", name);
 }
 
 static void put_params(emit *e, const char *name) {
@@ -329,7 +346,7 @@ static void put_params(emit *e, const char *name) {
     put(e->o, "extern \"C\" __global__ void %s(", name);
     for (int b = 0; b < k->ninputs + k->noutputs; b++)
         put(e->o, "%s%s%s *%s", b ? ", " : "", b < k->ninputs ? "const " : "", ctype(k->bufs[b].dtype), bufname(k, b, tmp));
-    put(e->o, "%sint *kl_status) {\n", k->ninputs + k->noutputs ? ", " : "");
+    put(e->o, "%sint *kl_status%s) {\n", k->ninputs + k->noutputs ? ", " : "", e->dyn ? ", const kl_dims kl_d" : "");
 }
 
 static void put_shape_comment(cn_buf *o, const ir_kernel *k, const char *name) {
@@ -379,8 +396,12 @@ static int emit_elementwise(emit *e, const char *name, const char *it) {
     int64_t n = numel(k, k->ndim);
     int need_idx = 0;
     for (int b = 0; b < nb; b++) need_idx |= !flat(k, b);
+    if (e->dyn) need_idx = e->dyn == CN_DYN_STRIDED;
     const char *start = "";
-    int vw = vec_width(k);
+    int vw = e->dyn ? 0 : vec_width(k);
+    char bound[32];
+    if (e->dyn) snprintf(bound, sizeof bound, "kl_d.n");
+    else snprintf(bound, sizeof bound, "%" PRId64, n);
     if (vw) {
         char tmp[16];
         put(o, "    /* 16-byte accesses, %d elements at a time, when every buffer is 16-byte aligned;\n"
@@ -406,11 +427,14 @@ static int emit_elementwise(emit *e, const char *name, const char *it) {
         put(o, "        }\n    }\n");
         start = "kl_head + ";
     }
-    put(o, "    for (%s i = %sblockIdx.x * (%s)blockDim.x + threadIdx.x; i < %" PRId64 "; i += (%s)gridDim.x * blockDim.x) {\n",
-        it, start, it, n, it);
+    put(o, "    for (%s i = %sblockIdx.x * (%s)blockDim.x + threadIdx.x; i < %s; i += (%s)gridDim.x * blockDim.x) {\n",
+        it, start, it, bound, it);
     if (need_idx && k->ndim > 0) {
         put(o, "        /* the domain index, for the buffers that are not flat */\n        %s r = i;\n", it);
-        for (int d = k->ndim - 1; d > 0; d--) put(o, "        const %s i%d = r %% %" PRId64 "; r /= %" PRId64 ";\n", it, d, k->shape[d], k->shape[d]);
+        for (int d = k->ndim - 1; d > 0; d--) {
+            if (e->dyn) put(o, "        const %s i%d = r %% kl_d.shape[%d]; r /= kl_d.shape[%d];\n", it, d, d, d);
+            else put(o, "        const %s i%d = r %% %" PRId64 "; r /= %" PRId64 ";\n", it, d, k->shape[d], k->shape[d]);
+        }
         put(o, "        const %s i0 = r;\n", it);
     }
     e->ind = "        ";
@@ -555,7 +579,7 @@ static const char prelude_row[] =
     "    return (uint8_t)__shfl_xor_sync(0xffffffffu, (int)v, m);\n"
     "}\n\n";
 
-int cn_emit_program(const ir_kernel *const *ks, const char *const *names, int n, char **src) {
+static int emit_program(const ir_kernel *const *ks, const char *const *names, int n, int dyn, char **src) {
     *src = NULL;
     unsigned files = 0;
     int any_row = 0;
@@ -576,11 +600,17 @@ int cn_emit_program(const ir_kernel *const *ks, const char *const *names, int n,
     put(&o, "/* n elements of T as one aligned access (16 bytes at most) */\n"
             "template <typename T, int N> struct alignas(sizeof(T) * N) kl_vec {\n    T v[N];\n};\n\n");
     if (any_row) put(&o, "%s", prelude_row);
+    if (dyn)
+        put(&o, "/* the run-time shape: elements, domain shape, each buffer's strides over the domain (cn_dims) */\n"
+                "struct kl_dims {\n    long long n;\n    long long shape[KL_MAX_DIMS];\n"
+                "    long long index[%d][KL_MAX_DIMS];\n};\n\n", CN_DYN_BUFS);
     for (int i = 0; i < n; i++) {
         const ir_kernel *k = ks[i];
-        emit e = {.k = k, .o = &o, .ind = "        "};
-        const char *it = fits32(k) ? "int" : "long long";
-        put_shape_comment(&o, k, names[i]);
+        emit e = {.k = k, .o = &o, .ind = "        ", .dyn = dyn};
+        const char *it = fits32(k) && !dyn ? "int" : "long long";
+        if (dyn) put(&o, "/* %s: elementwise kernel of rank %d, shape and strides at run time (kl_d)%s */\n", names[i],
+                     k->ndim, dyn == CN_DYN_FLAT ? ", every buffer flat or one element" : "");
+        else put_shape_comment(&o, k, names[i]);
         int rc = k->row ? emit_row(&e, names[i], it) : emit_elementwise(&e, names[i], it);
         if (rc) {
             free(o.p);
@@ -592,6 +622,37 @@ int cn_emit_program(const ir_kernel *const *ks, const char *const *names, int n,
         return ke_err(KL_ERR_OOM, "compile", "out of memory generating CUDA C");
     }
     *src = o.p;
+    return 0;
+}
+
+int cn_emit_program(const ir_kernel *const *ks, const char *const *names, int n, char **src) {
+    return emit_program(ks, names, n, 0, src);
+}
+
+int cn_dyn_class(const ir_kernel *k) {
+    if (k->row || k->ninputs + k->noutputs > CN_DYN_BUFS) return 0;
+    for (int b = 0; b < k->ninputs + k->noutputs; b++)
+        if (!flat(k, b) && !all_zero(k, b)) return CN_DYN_STRIDED;
+    return CN_DYN_FLAT;
+}
+
+void cn_dims_of(const ir_kernel *k, cn_dims *d) {
+    memset(d, 0, sizeof *d);
+    d->n = numel(k, k->ndim);
+    for (int i = 0; i < k->ndim; i++) d->shape[i] = k->shape[i];
+    for (int b = 0; b < k->ninputs + k->noutputs && b < CN_DYN_BUFS; b++)
+        for (int i = 0; i < k->ndim; i++) d->index[b][i] = k->shape[i] == 1 ? 0 : k->bufs[b].index[i];
+}
+
+int cn_emit_kernel_dyn(const ir_kernel *k, const char *name, cn_kernel_src *out) {
+    memset(out, 0, sizeof *out);
+    int dyn = cn_dyn_class(k);
+    if (!dyn) return ke_err(KL_ERR_INTERNAL, "compile", "nvrtc backend: no run-time-shape form for this kernel");
+    if (strlen(name) >= sizeof out->name) return ke_err(KL_ERR_ARG, "compile", "nvrtc backend: kernel name too long");
+    if (emit_program(&k, &name, 1, dyn, &out->src)) return -1;
+    strcpy(out->name, name);
+    cn_launch_of(k, &out->launch);
+    out->index64 = 1;
     return 0;
 }
 

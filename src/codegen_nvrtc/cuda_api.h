@@ -271,9 +271,8 @@ int ku_gemm(const char *op, int dev, int dtype, int64_t batch, int64_t m, int64_
 int ku_gemm_operand_ok(int64_t r, int64_t c, int64_t rs, int64_t cs);
 
 /* ---- Eager CUDA kernels of matmul / mm / bmm, addmm, linear (cuda_matmul.c) ----
- * ke_kernel_fn's signature (struct ke_call from src/eager/dispatch.h); not
- * registered yet: see cuda_matmul.c for the registration src/init.c makes
- * once CUDA tensors exist. */
+ * ke_kernel_fn's signature (struct ke_call from src/eager/dispatch.h);
+ * registered for KE_KEY_CUDA by src/init.c. */
 struct ke_call;
 int ku_cuda_matmul(struct ke_call *c);
 int ku_cuda_addmm(struct ke_call *c);

@@ -66,6 +66,11 @@ void __asan_unpoison_memory_region(const volatile void *addr, size_t size);
 extern char **environ;
 extern const char ku_vmath_h[];
 extern const char ku_kiln_cuda_h[];
+/* The eager files generated programs include (nvrtc_dev_files.c, embed_header.py --table). */
+typedef struct ku_embedded {
+    const char *name, *text;
+} ku_embedded;
+extern const ku_embedded ku_dev_files[];
 
 /* The flags every module is compiled with (part of the cache key): no FP
  * contraction, as NVRTC's -fmad=false; __FMA__ exactly when the library has
@@ -284,6 +289,10 @@ static void setup_locked(void) {
     digest_str(&base_key, "kiln-cuda-emu-1");
     digest_str(&base_key, ku_kiln_cuda_h);
     digest_str(&base_key, ku_vmath_h);
+    for (const ku_embedded *e = ku_dev_files; e->name; e++) {
+        digest_str(&base_key, e->name);
+        digest_str(&base_key, e->text);
+    }
     digest_str(&base_key, cxx_path);
     digest_str(&base_key, ver);
     for (size_t i = 0; i < N_CXX_FLAGS; i++) digest_str(&base_key, cxx_flags[i]);
@@ -305,6 +314,12 @@ static void setup_locked(void) {
     if (write_file_atomic(p1, ku_kiln_cuda_h, strlen(ku_kiln_cuda_h)) ||
         write_file_atomic(p2, ku_vmath_h, strlen(ku_vmath_h)))
         goto bad;
+    /* the eager files generated kernels include, under the names NVRTC serves
+     * them by (kernels_ew.h is kernels_ew_device.h) */
+    for (const ku_embedded *e = ku_dev_files; e->name; e++) {
+        snprintf(p1, sizeof p1, "%s/%s", include_dir, e->name);
+        if (write_file_atomic(p1, e->text, strlen(e->text))) goto bad;
+    }
     ke_log("cache", "emulated CUDA: modules in %s, compiler %s", cache_dir, cxx_path);
     return;
 bad:

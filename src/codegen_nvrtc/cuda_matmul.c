@@ -8,13 +8,7 @@
  * strides: transposed views cost no copy. Only an operand with no unit
  * stride is made contiguous first (kl_contiguous, on its device).
  *
- * Not registered yet: CUDA tensors come with another change. Once they do,
- * the composition root (src/init.c) registers them:
- *   ke_register_kernel(KE_KEY_CUDA, KE_OP_matmul, ku_cuda_matmul);
- *   ke_register_kernel(KE_KEY_CUDA, KE_OP_mm, ku_cuda_matmul);
- *   ke_register_kernel(KE_KEY_CUDA, KE_OP_bmm, ku_cuda_matmul);
- *   ke_register_kernel(KE_KEY_CUDA, KE_OP_addmm, ku_cuda_addmm);
- *   ke_register_kernel(KE_KEY_CUDA, KE_OP_linear, ku_cuda_linear);
+ * Registered for KE_KEY_CUDA by the composition root (src/init.c).
  */
 #include "cuda_api.h"
 

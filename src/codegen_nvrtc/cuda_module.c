@@ -60,7 +60,7 @@ int ku_module_image(const char *op, const char *src, int dev, void **image, size
         KU_CALL(op, d, DeviceGetAttribute, &min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, cd))
         return -1;
     ku_cubin c;
-    if (ku_nvrtc_compile(op, src, op, maj * 10 + min, &c)) return -1;
+    if (ku_nvrtc_compile_cached(op, src, op, maj * 10 + min, &c)) return -1;
     *image = c.image;
     *size = c.size;
     c.image = NULL;

@@ -81,6 +81,10 @@ static int can_merge(const fuse_state *s, int ncand, int32_t k, int tndim, const
     const ir_graph *g = s->g;
     for (int c = 0; c < ncand; c++) {
         int32_t G = s->cand[c], same;
+        /* a kernel runs on one device (a CUDA node may read a CPU scalar
+         * computed by a CPU group, never join it) */
+        const kl_device gd = g->nodes[G].device, kd = g->nodes[k].device;
+        if (gd.type != kd.type || gd.index != kd.index) return 0;
         /* a write between the group's first member and k could change what
          * the kernel, running at k, reads */
         if (s->writes[k] != s->writes[G]) return 0;

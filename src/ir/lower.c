@@ -14,7 +14,16 @@
 
 #include <stdlib.h>
 
-static int on_cpu(kl_device d) { return d.type == KL_CPU; }
+/* Devices whose kernels have a backend: the CPU and CUDA (src/init.c
+ * registers the nvrtc backend). A kernel runs on one device: its node's. */
+static int kernel_device(kl_device d) { return d.type == KL_CPU || d.type == KL_CUDA; }
+
+/* 1 if a kernel on device d can read value v: one on d, or on CUDA a 0-dim
+ * CPU value (a scalar; the backend hands its value to the device). */
+static int readable(const ir_value *v, kl_device d) {
+    if (v->device.type == d.type && v->device.index == d.index) return 1;
+    return d.type == KL_CUDA && v->device.type == KL_CPU && v->ndim == 0;
+}
 
 /* 1 if pow's exponent has more than one element and is broadcast along
  * the innermost dim of the result that is not 1 (eager's coalesced inner dim). */
@@ -30,11 +39,11 @@ static int pow_bcast_rows(const ir_graph *g, const ir_node *n) {
 }
 
 int ir_fusible(const ir_graph *g, const ir_node *n) {
-    if (n->dead || n->op >= KE_OP_COUNT || n->inplace || !on_cpu(n->device)) return 0;
+    if (n->dead || n->op >= KE_OP_COUNT || n->inplace || !kernel_device(n->device)) return 0;
     const ke_op_info *o = &ke_ops[n->op];
     if (o->kind != KE_KIND_EW || !o->impl || n->nout != 1 || n->nin > 4) return 0;
     for (int i = 0; i < n->nin; i++)
-        if (!on_cpu(g->values[n->in[i]].device)) return 0;
+        if (!readable(&g->values[n->in[i]], n->device)) return 0;
     int cd = n->compute;
     if (cd < 0) return 0;
     /* pow's loop takes shortcuts when eager hands it the exponent as one
@@ -47,12 +56,12 @@ int ir_fusible(const ir_graph *g, const ir_node *n) {
 }
 
 int ir_row_reducible(const ir_graph *g, const ir_node *n) {
-    if (n->dead || n->op >= KE_OP_COUNT || n->inplace || !on_cpu(n->device)) return 0;
+    if (n->dead || n->op >= KE_OP_COUNT || n->inplace || !kernel_device(n->device)) return 0;
     const ke_op_info *o = &ke_ops[n->op];
     if (o->kind != KE_KIND_REDUCE || !o->impl || n->nin != 1 || n->nout != 1) return 0;
     const ir_value *x = &g->values[n->in[0]];
     /* the last dim, kept */
-    if (!on_cpu(x->device) || x->ndim == 0 || ke_attr_dims_len(&n->a) != 1 || !ke_attr_keepdim(&n->a) ||
+    if (!readable(x, n->device) || x->ndim == 0 || ke_attr_dims_len(&n->a) != 1 || !ke_attr_keepdim(&n->a) ||
         (ke_attr_dims(&n->a)[0] != x->ndim - 1 && ke_attr_dims(&n->a)[0] != -1))
         return 0;
     const ke_rd_op *ro = o->impl;

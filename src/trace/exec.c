@@ -84,7 +84,7 @@ static int run_kernel(const ir_graph *g, const ir_node *n, kl_tensor **vals, exe
         }
         if (slot_tensor(m, n->out[j], b, &out[j])) return -1;
         if (!out[j]) {
-            out[j] = ke_tensor_new((kl_dtype)b->dtype, b->ndim, b->shape, KL_DEVICE_CPU, "fn_call");
+            out[j] = ke_tensor_new((kl_dtype)b->dtype, b->ndim, b->shape, k->device, "fn_call");
             if (!out[j]) return -1;
             ke_scope_adopt(out[j]);
         }

@@ -1,0 +1,243 @@
+/*
+ * test_cuda_compile.c — kl_compile of functions over CUDA tensors: the fused
+ * kernels are generated as CUDA C (cn_emit.c), loaded by the nvrtc backend
+ * (ku_module_get) and launched (ku_launch); unfused ops (matmul) dispatch to
+ * the eager CUDA kernels. Each function is compiled twice, once called with
+ * CPU tensors and once with the same values on cuda:0, and the results
+ * compared: bitwise for elementwise chains (same formulas, no contraction),
+ * within 1e-5 relative for row reductions (a tree fold on the device, the
+ * CPU's cascade on the host) and matmul (cuBLAS vs the CPU's BLAS). Both
+ * graphs must have the same kernel count. Runs on the emulated device in CI
+ * (test_cuda_compile_emu); without a device every test skips with the reason.
+ */
+#include "harness.h"
+
+#include "cuda_harness.h"
+
+static const char *OP = "cuda_compile_test";
+#define CUDA0 ((kl_device){KL_CUDA, 0})
+
+static kl_tensor *host(kl_tensor *t) {
+    kl_tensor *c = kl_contiguous(kl_to_device(t, KL_DEVICE_CPU));
+    if (!c) print_error("moving to the CPU failed: %s\n", kl_last_error());
+    assert_non_null(c);
+    return c;
+}
+
+static kl_tensor *seq(int64_t n, double scale, kl_dtype dt) {
+    return kl_to_dtype(kl_mul_scalar(kl_sub_scalar(kl_arange(0, (double)n, 1, KL_F64), (double)n / 2), scale), dt);
+}
+
+/* The emulated device needs a host C++ compiler for its modules. */
+static void skip_without_module_compiler(void) {
+    if (strstr(kl_last_error(), "no host C++ compiler")) {
+        print_message("skipped: %s\n", kl_last_error());
+        kl_clear_error();
+        skip();
+    }
+}
+
+/* Compiles fn twice, calls one with in[] (CPU) and the other with in[]
+ * moved to cuda:0, twice each; compares the outputs (tol 0: bitwise, NaN
+ * where the CPU has NaN) and the kernel counts. Returns the kernel count. */
+static int64_t cpu_vs_cuda(kl_traceable fn, kl_tensor **in, int n_in, int n_out, double tol) {
+    kl_tensor *ref[4] = {0}, *got[4] = {0}, *din[8];
+    for (int i = 0; i < n_in; i++) {
+        din[i] = kl_to_device(in[i], CUDA0);
+        assert_non_null(din[i]);
+    }
+    kl_fn *fc = kl_compile(fn, NULL, NULL), *fg = kl_compile(fn, NULL, NULL);
+    assert_non_null(fc);
+    assert_non_null(fg);
+    for (int call = 0; call < 2; call++) {
+        assert_int_equal(kl_fn_call(fc, in, n_in, ref, n_out), 0);
+        int rc = kl_fn_call(fg, din, n_in, got, n_out);
+        if (rc) {
+            skip_without_module_compiler();
+            print_error("CUDA call: %s\n", kl_last_error());
+        }
+        assert_int_equal(rc, 0);
+        for (int j = 0; j < n_out; j++) {
+            assert_non_null(got[j]);
+            assert_int_equal(kl_device_of(got[j]).type, KL_CUDA);
+            kl_tensor *h = host(got[j]);
+            assert_int_equal(kl_dtype_of(h), kl_dtype_of(ref[j]));
+            kt_assert_shape(h, kl_ndim(ref[j]), kl_shape(ref[j]));
+            int ok = tol == 0 ? kl_allclose(h, ref[j], 0, 0, true)
+                              : kl_allclose(kl_to_dtype(h, KL_F64), kl_to_dtype(ref[j], KL_F64), tol, tol, true);
+            if (ok != 1) {
+                for (int64_t i = 0; i < kl_numel(h); i++)
+                    if (kt_get(h, i) != kt_get(ref[j], i)) {
+                        print_error("output %d element %lld: cuda %.9g cpu %.9g\n", j, (long long)i, kt_get(h, i),
+                                    kt_get(ref[j], i));
+                        break;
+                    }
+            }
+            assert_int_equal(ok, 1);
+        }
+    }
+    kl_fn_stats sc, sg;
+    assert_int_equal(kl_fn_get_stats(fc, &sc), 0);
+    assert_int_equal(kl_fn_get_stats(fg, &sg), 0);
+    assert_int_equal(sg.eager_calls, 0);
+    assert_int_equal(sg.kernels, sc.kernels);
+    kl_fn_release(fc);
+    kl_fn_release(fg);
+    return sg.kernels;
+}
+
+/* ---- functions ---------------------------------------------------------------------- */
+
+/* y = exp(relu(x * w + 1)) - x: 5 elementwise ops, one kernel */
+static int chain(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_sub(kl_exp(kl_relu(kl_add_scalar(kl_mul(in[0], in[1]), 1))), in[0]);
+    return out[0] ? 0 : -1;
+}
+static int gelu(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_gelu(kl_add(in[0], in[1]));
+    return out[0] ? 0 : -1;
+}
+/* tanh GELU spelled out: 8 ops, one kernel */
+static int gelu_tanh_ops(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *x = in[0];
+    kl_tensor *inner = kl_mul_scalar(kl_add(x, kl_mul_scalar(kl_mul(kl_mul(x, x), x), 0.044715)), 0.7978845608);
+    out[0] = kl_mul(kl_mul_scalar(x, 0.5), kl_add_scalar(kl_tanh(inner), 1));
+    return out[0] ? 0 : -1;
+}
+static int softmax(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_softmax(in[0], -1);
+    return out[0] ? 0 : -1;
+}
+static int softmax_ops(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *x = in[0];
+    kl_tensor *e = kl_exp(kl_sub(x, kl_amax(x, KL_DIMS(-1), true)));
+    out[0] = kl_div(e, kl_sum(e, KL_DIMS(-1), true));
+    return out[0] ? 0 : -1;
+}
+/* layer norm from mean and centred second moment (what a row kernel folds) */
+static int layer_norm_ops(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *x = in[0];
+    kl_tensor *c = kl_sub(x, kl_mean(x, KL_DIMS(-1), true));
+    kl_tensor *var = kl_mean(kl_mul(c, c), KL_DIMS(-1), true);
+    out[0] = kl_add(kl_mul(kl_div(c, kl_sqrt(kl_add_scalar(var, 1e-5))), in[1]), in[2]);
+    return out[0] ? 0 : -1;
+}
+/* an MLP layer: matmul (cuBLAS) + bias + relu (one kernel) */
+static int mlp_layer(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_relu(kl_add(kl_matmul(in[0], in[1]), in[2]));
+    return out[0] ? 0 : -1;
+}
+/* two outputs, a clamp and a where */
+static int two_outputs(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *c = kl_clamp(kl_mul(in[0], in[1]), -0.5, 0.75);
+    out[0] = kl_where(kl_gt(c, in[1]), kl_pow_scalar(c, 2), kl_neg(in[1]));
+    out[1] = kl_leaky_relu(kl_sub(in[0], c), 0.01);
+    return out[0] && out[1] ? 0 : -1;
+}
+/* integers: remainder (can raise), comparisons to bool */
+static int int_ops(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *r = kl_remainder(kl_add(in[0], in[1]), kl_add_scalar(kl_abs(in[1]), 1));
+    out[0] = kl_logical_and(kl_ge(r, in[0]), kl_ne(r, in[1]));
+    return out[0] ? 0 : -1;
+}
+static int int_rem(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_add_scalar(kl_remainder(kl_mul(in[0], in[0]), in[1]), 1);
+    return out[0] ? 0 : -1;
+}
+/* a 0-dim CPU tensor joining a CUDA function */
+static int scale_by(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_exp(kl_mul(in[0], in[1]));
+    return out[0] ? 0 : -1;
+}
+
+/* ---- tests -------------------------------------------------------------------------- */
+
+static void elementwise_chains_bitwise(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_tensor *x = kl_reshape(seq(35, 0.37, KL_F32), KL_SHAPE(5, 7)), *w = seq(7, 0.5, KL_F32);
+    assert_int_equal(cpu_vs_cuda(chain, (kl_tensor *[]){x, w}, 2, 1, 0), 1);
+    /* a transposed f64 input, broadcast operand */
+    kl_tensor *xt = kl_transpose(kl_reshape(seq(35, 0.1, KL_F64), KL_SHAPE(7, 5)), 0, 1);
+    assert_int_equal(cpu_vs_cuda(chain, (kl_tensor *[]){xt, kl_ones(KL_SHAPE(7), KL_F64)}, 2, 1, 0), 1);
+    /* f16 and bf16 storage */
+    assert_int_equal(cpu_vs_cuda(chain, (kl_tensor *[]){kl_to_dtype(x, KL_F16), kl_to_dtype(w, KL_BF16)}, 2, 1, 0), 1);
+    /* long enough for the 16-byte path, with a tail */
+    kl_tensor *big = kl_reshape(seq(3 * 1031, 0.003, KL_F32), KL_SHAPE(3, 1031));
+    assert_int_equal(cpu_vs_cuda(chain, (kl_tensor *[]){big, big}, 2, 1, 0), 1);
+    assert_int_equal(cpu_vs_cuda(gelu, (kl_tensor *[]){x, w}, 2, 1, 0), 1);
+    assert_int_equal(cpu_vs_cuda(gelu_tanh_ops, (kl_tensor *[]){x}, 1, 1, 0), 1);
+    assert_true(cpu_vs_cuda(two_outputs, (kl_tensor *[]){x, w}, 2, 2, 0) >= 1);
+    kl_tensor *two = kl_scalar_tensor(2, KL_F32);
+    assert_int_equal(cpu_vs_cuda(scale_by, (kl_tensor *[]){x, two}, 2, 1, 0), 1);
+}
+
+static void integers_and_errors(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_tensor *a = kl_to_dtype(seq(12, 3, KL_F64), KL_I32), *b = kl_to_dtype(seq(12, -2, KL_F64), KL_I64);
+    assert_true(cpu_vs_cuda(int_ops, (kl_tensor *[]){a, b}, 2, 1, 0) >= 1);
+    /* x % 0: the CPU's error, from the device's status word */
+    kl_tensor *z = kl_to_dtype(seq(6, 1, KL_F64), KL_I32); /* -3 .. 2: one zero */
+    kl_tensor *x = kl_to_dtype(seq(6, 5, KL_F64), KL_I32);
+    kl_fn *f = kl_compile(int_rem, NULL, NULL);
+    kl_tensor *out = NULL;
+    assert_int_equal(kl_fn_call(f, (kl_tensor *[]){x, z}, 2, &out, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_remainder: integer division by zero");
+    kl_fn *g = kl_compile(int_rem, NULL, NULL);
+    int rc = kl_fn_call(g, (kl_tensor *[]){kl_to_device(x, CUDA0), kl_to_device(z, CUDA0)}, 2, &out, 1);
+    if (rc) skip_without_module_compiler();
+    assert_int_equal(rc, -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_remainder: integer division by zero");
+    /* and without a zero it runs, equal to the CPU */
+    kl_tensor *nz = kl_add_scalar(kl_abs(z), 1);
+    assert_int_equal(cpu_vs_cuda(int_rem, (kl_tensor *[]){x, nz}, 2, 1, 0), 1);
+    kl_fn_release(f);
+    kl_fn_release(g);
+}
+
+static void row_reductions_within_tolerance(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(3);
+    kl_tensor *x = kl_randn(KL_SHAPE(6, 37), KL_F32);
+    assert_int_equal(cpu_vs_cuda(softmax_ops, (kl_tensor *[]){x}, 1, 1, 1e-5), 1);
+    assert_int_equal(cpu_vs_cuda(softmax, (kl_tensor *[]){x}, 1, 1, 1e-5), 1);
+    /* long rows: 256 threads a row */
+    kl_tensor *l = kl_randn(KL_SHAPE(3, 2500), KL_F32);
+    assert_int_equal(cpu_vs_cuda(softmax, (kl_tensor *[]){l}, 1, 1, 1e-5), 1);
+    kl_tensor *w = kl_randn(KL_SHAPE(37), KL_F32), *b = kl_randn(KL_SHAPE(37), KL_F32);
+    assert_true(cpu_vs_cuda(layer_norm_ops, (kl_tensor *[]){x, w, b}, 3, 1, 1e-5) >= 1);
+}
+
+static void mlp_layer_matmul_bias_relu(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(5);
+    kl_tensor *x = kl_randn(KL_SHAPE(8, 16), KL_F32), *w = kl_randn(KL_SHAPE(16, 12), KL_F32);
+    kl_tensor *b = kl_randn(KL_SHAPE(12), KL_F32);
+    /* the matmul, and one kernel for bias + relu */
+    assert_int_equal(cpu_vs_cuda(mlp_layer, (kl_tensor *[]){x, w, b}, 3, 1, 1e-5), 2);
+}
+
+int main(void) {
+    if (kl_cuda_is_available()) print_message("device: %s\n", kt_cuda_emulated(OP) ? "emulated" : "GPU");
+    const struct CMUnitTest tests[] = {
+        KT_TEST(elementwise_chains_bitwise),
+        KT_TEST(integers_and_errors),
+        KT_TEST(row_reductions_within_tolerance),
+        KT_TEST(mlp_layer_matmul_bias_relu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

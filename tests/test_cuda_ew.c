@@ -1,0 +1,202 @@
+/*
+ * test_cuda_ew.c — eager elementwise ops on CUDA tensors (cn_eager.c: each
+ * call is a one-op generated kernel). Every elementwise op of the table, in
+ * every compute dtype it has a loop for, is dispatched once with CPU inputs
+ * and once with the same values on cuda:0, and the results must be equal bit
+ * for bit (NaN to NaN): contiguous operands in every dtype; a transposed
+ * first operand and broadcast others (including a 0-dim CPU scalar) in
+ * float32 and int64; in-place variants in float32. On the emulated device f64
+ * transcendental functions use the host's libm on both sides; a GPU's libm
+ * may differ in the last bits there (docs/GPU.md).
+ * Runs on the emulated device in CI (test_cuda_ew_emu); without a device
+ * every test skips with the reason.
+ */
+#include "harness.h"
+
+#include "cuda_harness.h"
+#include "../src/eager/dispatch.h"
+#include "../src/eager/ew.h"
+
+static const char *OP = "cuda_ew_test";
+#define CUDA0 ((kl_device){KL_CUDA, 0})
+
+static int ncases, nskipped;
+
+static kl_tensor *host(kl_tensor *t) {
+    kl_tensor *c = kl_contiguous(kl_to_device(t, KL_DEVICE_CPU));
+    if (!c) print_error("moving to the CPU failed: %s\n", kl_last_error());
+    assert_non_null(c);
+    return c;
+}
+
+/* A CPU tensor of dtype dt: signs, fractions, a zero, values in (0, 1) for
+ * the functions with a narrow domain. */
+static kl_tensor *sample(int ndim, const int64_t *shape, kl_dtype dt, int which) {
+    kl_tensor *x = kl_mul_scalar(kl_randn(ndim, shape, KL_F64), which == 0 ? 2.0 : 0.7);
+    if (dt == KL_BOOL) return kl_gt_scalar(x, 0.0);
+    if (dt == KL_U8) return kl_to_dtype(kl_abs(kl_mul_scalar(x, 20)), dt);
+    if (!kl_dtype_is_floating(dt)) return kl_add_scalar(kl_to_dtype(kl_mul_scalar(x, 20), dt), which ? 0 : 1);
+    return kl_to_dtype(x, dt);
+}
+
+/* Default attributes: the declared default, else 0.5 for floats and 0 for
+ * integers; a dtype attribute (to_dtype) asks for `target`. */
+static void set_attrs(int op, ke_attrs *a, kl_dtype target) {
+    memset(a, 0, sizeof *a);
+    const ke_attr_set *as = &ke_op_attrs[op];
+    for (int i = 0; i < as->n; i++) {
+        const ke_attr_desc *d = &as->attr[i];
+        int nodef = d->def == KE_NODEF || d->def == KE_HIDDEN;
+        if (d->type == KE_AT_FLOAT) a->f[d->slot] = nodef ? 0.5 : d->def;
+        else if (d->type == KE_AT_DTYPE) a->i[d->slot] = target;
+        else if (d->type != KE_AT_LIST && d->type != KE_AT_LIST2) a->i[d->slot] = nodef ? 0 : (int64_t)d->def;
+    }
+}
+
+static int same_bits(kl_tensor *a, kl_tensor *b) {
+    if (kl_dtype_of(a) != kl_dtype_of(b) || kl_numel(a) != kl_numel(b)) return 0;
+    size_t es = kl_dtype_size(kl_dtype_of(a));
+    const unsigned char *p = kl_data_ptr(a), *q = kl_data_ptr(b);
+    for (int64_t i = 0; i < kl_numel(a); i++) {
+        if (!memcmp(p + i * es, q + i * es, es)) continue;
+        if (kl_dtype_is_floating(kl_dtype_of(a)) && isnan(kt_get(a, i)) && isnan(kt_get(b, i))) continue;
+        print_error("element %lld: cpu %.17g cuda %.17g\n", (long long)i, kt_get(a, i), kt_get(b, i));
+        return 0;
+    }
+    return 1;
+}
+
+enum { CONTIG, STRIDED, INPLACE };
+
+/* op with operands of compute dtype d (bool where the op reads bool), laid
+ * out per `layout`, on the CPU and on CUDA: same bits. */
+static void one_case(int op, kl_dtype d, int layout) {
+    const ke_ew_impl *impl = ke_ops[op].impl;
+    const int nin = ke_ops[op].nin;
+    kl_scope_begin();
+    kl_tensor *cin[4], *gin[4];
+    for (int i = 0; i < nin; i++) {
+        kl_dtype dt = (impl->bool_in >> i) & 1 ? KL_BOOL : d;
+        if (layout == STRIDED && i == 0) {
+            cin[i] = kl_transpose(sample(2, (int64_t[]){5, 3}, dt, i), 0, 1);
+            gin[i] = kl_transpose(kl_to_device(kl_transpose(cin[i], 0, 1), CUDA0), 0, 1);
+        } else if (layout == STRIDED && i == 1) {
+            cin[i] = kl_to_dtype(kl_scalar_tensor(dt == KL_BOOL ? 1 : 2, KL_F64), dt); /* 0-dim: stays on the CPU */
+            gin[i] = cin[i];
+        } else if (layout == STRIDED) {
+            cin[i] = sample(1, (int64_t[]){5}, dt, i);
+            gin[i] = kl_to_device(cin[i], CUDA0);
+        } else {
+            cin[i] = sample(2, (int64_t[]){3, 5}, dt, i);
+            gin[i] = kl_to_device(cin[i], CUDA0);
+        }
+        assert_non_null(cin[i]);
+        assert_non_null(gin[i]);
+    }
+    ke_call c = {.op = op, .nin = nin, .in = cin, .device = KL_DEVICE_CPU, .inplace = layout == INPLACE};
+    set_attrs(op, &c.a, d == KL_F64 ? KL_F32 : KL_F64);
+    ke_call g = c;
+    g.in = gin;
+    g.device = CUDA0;
+    if (ke_dispatch(&c)) { /* a combination eager refuses: nothing to compare */
+        kl_clear_error();
+        nskipped++;
+        kl_scope_end();
+        return;
+    }
+    int rc = ke_dispatch(&g);
+    if (rc) print_error("kl_%s %s layout %d on CUDA: %s\n", ke_ops[op].name, ke_dtypes[d].name, layout, kl_last_error());
+    assert_int_equal(rc, 0);
+    assert_int_equal(kl_device_of(g.out[0]).type, KL_CUDA);
+    if (layout == INPLACE) assert_ptr_equal(g.out[0], gin[0]);
+    if (!same_bits(host(c.out[0]), host(g.out[0]))) {
+        print_error("kl_%s in %s, layout %d: CUDA differs from the CPU\n", ke_ops[op].name, ke_dtypes[d].name, layout);
+        fail();
+    }
+    ncases++;
+    kl_scope_end();
+}
+
+static int testable(int op) {
+    return ke_ops[op].kind == KE_KIND_EW && ke_ops[op].impl && op != KE_OP_clone && ke_ops[op].nin >= 1;
+}
+
+static void every_op_every_dtype_contiguous(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(11);
+    ncases = nskipped = 0;
+    for (int op = 0; op < KE_OP_COUNT; op++) {
+        if (!testable(op)) continue;
+        const ke_ew_impl *impl = ke_ops[op].impl;
+        for (int d = 0; d < KL_NUM_DTYPES; d++)
+            if (impl->loop[d]) one_case(op, (kl_dtype)d, CONTIG);
+    }
+    print_message("%d (op, dtype) cases equal to the CPU, %d refused by eager on the CPU too\n", ncases, nskipped);
+    assert_true(ncases > 200);
+}
+
+static void strided_broadcast_and_scalars(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(12);
+    ncases = nskipped = 0;
+    for (int op = 0; op < KE_OP_COUNT; op++) {
+        if (!testable(op)) continue;
+        const ke_ew_impl *impl = ke_ops[op].impl;
+        if (impl->loop[KL_F32]) one_case(op, KL_F32, STRIDED);
+        if (impl->loop[KL_I64]) one_case(op, KL_I64, STRIDED);
+        if (impl->loop[KL_F32] && (ke_ops[op].flags & KE_F_INPLACE)) one_case(op, KL_F32, INPLACE);
+    }
+    print_message("%d strided / broadcast / in-place cases equal to the CPU\n", ncases);
+    assert_true(ncases > 100);
+}
+
+static void public_ops_and_errors(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_tensor *a = kl_randn(KL_SHAPE(4, 6), KL_F32), *b = kl_randn(KL_SHAPE(6), KL_F32);
+    kl_tensor *ga = kl_to_device(a, CUDA0), *gb = kl_to_device(b, CUDA0);
+    kl_tensor *r = kl_add(kl_mul_scalar(ga, 3), gb);
+    assert_non_null(r);
+    assert_true(same_bits(host(kl_add(kl_mul_scalar(a, 3), b)), host(r)));
+    /* in place through the public API */
+    kl_tensor *ca = kl_clone(a), *cga = kl_clone(ga);
+    assert_non_null(kl_sub_inplace(ca, b));
+    assert_non_null(kl_sub_inplace(cga, gb));
+    assert_true(same_bits(host(ca), host(cga)));
+    /* other shapes and ranks of the same layout classes (run-time shapes: the
+     * modules of the sweep serve them) */
+    kl_tensor *shapes[] = {kl_randn(KL_SHAPE(7, 11), KL_F32), kl_randn(KL_SHAPE(2, 3, 4), KL_F32),
+                           kl_randn(KL_SHAPE(1000), KL_F32), kl_scalar_tensor(0.25, KL_F32)};
+    for (int i = 0; i < 4; i++) {
+        kl_tensor *gx = kl_to_device(shapes[i], CUDA0);
+        assert_true(same_bits(host(kl_exp(shapes[i])), host(kl_exp(gx))));
+        kl_tensor *tx = kl_ndim(gx) == 2 ? kl_transpose(gx, 0, 1) : gx, *tc = kl_ndim(gx) == 2 ? kl_transpose(shapes[i], 0, 1) : shapes[i];
+        assert_true(same_bits(host(kl_mul(tc, kl_exp(tc))), host(kl_mul(tx, kl_exp(tx)))));
+    }
+    /* to_dtype */
+    assert_true(same_bits(host(kl_to_dtype(a, KL_BF16)), host(kl_to_dtype(ga, KL_BF16))));
+    /* integer % 0: the CPU's error */
+    kl_tensor *x = kl_to_device(kl_arange(0, 6, 1, KL_I32), CUDA0);
+    assert_null(kl_remainder(x, x));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_remainder: integer division by zero");
+    /* empty tensors launch nothing */
+    kl_tensor *e = kl_to_device(kl_zeros(KL_SHAPE(0, 3), KL_F32), CUDA0);
+    r = kl_exp(e);
+    assert_non_null(r);
+    assert_int_equal(kl_numel(r), 0);
+    /* ops without CUDA kernels still say so */
+    assert_null(kl_cumsum(ga, 1));
+    KT_EXPECT_ERROR(KL_ERR_UNSUPPORTED, "kl_cumsum: no CUDA kernel for this op (on cuda:0)");
+}
+
+int main(void) {
+    if (kl_cuda_is_available()) print_message("device: %s\n", kt_cuda_emulated(OP) ? "emulated" : "GPU");
+    const struct CMUnitTest tests[] = {
+        KT_TEST(public_ops_and_errors),
+        KT_TEST(every_op_every_dtype_contiguous),
+        KT_TEST(strided_broadcast_and_scalars),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
