@@ -5,8 +5,8 @@
  * what ku_module_get hands the emulator); cuModuleLoadData compiles it with
  * the host's C++ compiler (c++, or $KL_CUDA_EMU_CXX) against the prelude
  * kiln_cuda.h with KL_EMU defined, into a shared object kept in a cache
- * folder (the CPU object cache's rules: $KL_CACHE_DIR, else XDG, under
- * cuda-emu/; key = digest of prelude, vmath.h, source, compiler identity and
+ * folder (the kernel cache's folder, ke_cache_dir, under cuda-emu/; key =
+ * SHA-256 of prelude, vmath.h, the eager files, source, compiler identity and
  * flags; written under a temporary name and renamed), and dlopens it.
  *
  * cuLaunchKernel runs the grid on the calling thread, block after block. A
@@ -28,7 +28,10 @@
 #include "kiln_cuda.h"
 
 #include "core.h"
+#include "diskcache.h"
+#include "fileio.h"
 #include "log.h"
+#include "sha256.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -83,30 +86,21 @@ static const char *const cxx_flags[] = {
 };
 #define N_CXX_FLAGS (sizeof cxx_flags / sizeof *cxx_flags)
 
-/* ---- Digest (cache key) ----------------------------------------------------- */
+/* ---- Cache key ---------------------------------------------------------------- */
 
-/* Two independent 64-bit FNV-1a style streams, 128 bits: the key of a cache
- * entry (not a defence against a hostile cache folder, which can put any
- * code there anyway). */
-typedef struct {
-    uint64_t a, b;
-} digest;
-
-static void digest_add(digest *d, const void *p, size_t n) {
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) {
-        d->a = (d->a ^ c[i]) * 0x100000001b3ull;
-        d->b = (d->b ^ c[i]) * 0x9e3779b97f4a7c15ull;
-        d->b ^= d->b >> 29;
-    }
-    uint64_t len = n; /* length-prefixing: ("ab","c") differs from ("a","bc") */
-    d->a = (d->a ^ len) * 0x100000001b3ull;
-    d->b = (d->b ^ len) * 0x9e3779b97f4a7c15ull;
+/* SHA-256 (the kernel caches' digest) over length-framed parts, so ("ab","c")
+ * differs from ("a","bc"). */
+static void key_add(ke_sha256_ctx *k, const char *text) {
+    uint64_t n = strlen(text);
+    ke_sha256_update(k, &n, sizeof n);
+    ke_sha256_update(k, text, n);
 }
 
-static void digest_str(digest *d, const char *s) { digest_add(d, s, strlen(s)); }
-
-static void digest_hex(const digest *d, char out[33]) { snprintf(out, 33, "%016llx%016llx", (unsigned long long)d->a, (unsigned long long)d->b); }
+static void key_hex(ke_sha256_ctx *k, char out[65]) {
+    uint8_t d[32];
+    ke_sha256_final(k, d);
+    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
 
 /* ---- The host compiler and the cache folder (once per process) ------------ */
 
@@ -114,7 +108,7 @@ static pthread_mutex_t setup_mu = PTHREAD_MUTEX_INITIALIZER;
 static int setup_done;
 static char cxx_path[1024];  /* "" : none; cxx_why says why */
 static char cxx_why[600];
-static digest base_key;      /* prelude + vmath + compiler identity + flags */
+static ke_sha256_ctx base_key; /* prelude + vmath + eager files + compiler identity + flags */
 static char *cache_dir;      /* <...>/cuda-emu, or a private temporary folder */
 static int cache_private;    /* 1: entries are deleted once loaded */
 static char include_dir[1200];
@@ -194,60 +188,25 @@ static int run_capture(char *const argv[], char **out) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
-static int mkdir_p(char *path) {
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        int bad = mkdir(path, 0700) != 0 && errno != EEXIST;
-        *p = '/';
-        if (bad) return -1;
-    }
-    if (mkdir(path, 0700) != 0 && errno != EEXIST) return -1;
-    return access(path, W_OK | X_OK);
-}
-
-/* Writes data to path through a temporary name and a rename, so a reader
- * never sees half a file. */
+/* Writes data to path through a temporary name and a rename (fileio.c), so
+ * a reader never sees half a file; -1 with errno set on failure. */
 static int write_file_atomic(const char *path, const char *data, size_t n) {
-    static _Atomic unsigned seq;
-    char tmp[1400];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), seq++);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) return -1;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = write(fd, data + done, n - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        done += (size_t)w;
-    }
-    int ok = done == n && close(fd) == 0;
-    if (done != n) close(fd);
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    const void *parts[1] = {data};
+    int e = ke_write_file_atomic_quiet(path, 1, parts, &n);
+    if (e) errno = e;
+    return e ? -1 : 0;
 }
 
 /* The folder: the CPU object cache's rules (docs/CODEGEN.md), a cuda-emu/
  * subfolder; a private temporary folder when the cache is off or unusable. */
 static void setup_cache_dir(void) {
-    const char *e = getenv("KL_CACHE_DIR");
-    char *base = NULL;
-    if (e) {
-        if (e[0] && strcmp(e, "off") != 0) base = dup_join(e, "");
-    } else if ((e = getenv("XDG_CACHE_HOME")) && e[0] == '/') {
-        base = dup_join(e, "/kiln");
-    } else if ((e = getenv("HOME")) && e[0]) {
-        base = dup_join(e, "/.cache/kiln");
-    }
+    const char *base = ke_cache_dir();
     if (base) {
         cache_dir = dup_join(base, "/cuda-emu");
-        free(base);
-        if (cache_dir && mkdir_p(cache_dir) == 0) return;
+        int e = cache_dir ? ke_make_dirs(cache_dir) : ENOMEM;
+        if (!e) return;
         ke_log("cache", "emulated CUDA: cannot use %s: %s; using a temporary folder", cache_dir ? cache_dir : "?",
-               strerror(errno));
+               strerror(e));
         free(cache_dir);
         cache_dir = NULL;
     }
@@ -283,19 +242,17 @@ static void setup_locked(void) {
         free(ver);
         return;
     }
-    memset(&base_key, 0, sizeof base_key);
-    base_key.a = 0xcbf29ce484222325ull;
-    base_key.b = 0x84222325cbf29ce4ull;
-    digest_str(&base_key, "kiln-cuda-emu-1");
-    digest_str(&base_key, ku_kiln_cuda_h);
-    digest_str(&base_key, ku_vmath_h);
+    ke_sha256_init(&base_key);
+    key_add(&base_key, "kiln-cuda-emu-1");
+    key_add(&base_key, ku_kiln_cuda_h);
+    key_add(&base_key, ku_vmath_h);
     for (const ku_embedded *e = ku_dev_files; e->name; e++) {
-        digest_str(&base_key, e->name);
-        digest_str(&base_key, e->text);
+        key_add(&base_key, e->name);
+        key_add(&base_key, e->text);
     }
-    digest_str(&base_key, cxx_path);
-    digest_str(&base_key, ver);
-    for (size_t i = 0; i < N_CXX_FLAGS; i++) digest_str(&base_key, cxx_flags[i]);
+    key_add(&base_key, cxx_path);
+    key_add(&base_key, ver);
+    for (size_t i = 0; i < N_CXX_FLAGS; i++) key_add(&base_key, cxx_flags[i]);
     free(ver);
     setup_cache_dir();
     if (!cache_dir) {
@@ -304,8 +261,9 @@ static void setup_locked(void) {
         return;
     }
     /* The headers, in a folder named by their digest (written once). */
-    char hex[33];
-    digest_hex(&base_key, hex);
+    char hex[65];
+    ke_sha256_ctx k = base_key;
+    key_hex(&k, hex);
     snprintf(include_dir, sizeof include_dir, "%s/include-%.16s", cache_dir, hex);
     char p1[1300], p2[1300];
     snprintf(p1, sizeof p1, "%s/kiln_cuda.h", include_dir);
@@ -334,6 +292,7 @@ void ku_emu_reset_compiler(void) {
     free(cache_dir);
     cache_dir = NULL;
     cache_private = 0;
+    ke_cache_reset(); /* the folder comes from the kernel cache: it reads the variables again too */
     pthread_mutex_unlock(&setup_mu);
 }
 
@@ -380,7 +339,7 @@ static CUresult compile_module(const char *src, const char *key_hex, const char 
     snprintf(inc, sizeof inc, "-I%s", include_dir);
     /* The key goes into the object, so a file renamed into another's place is caught at load. */
     size_t n = strlen(src);
-    char tail[160];
+    char tail[256];
     int tn = snprintf(tail, sizeof tail,
                       "\nextern \"C\" __attribute__((visibility(\"default\"))) const char kl_emu_module_key[] = \"%s\";\n",
                       key_hex);
@@ -452,10 +411,10 @@ CUresult ku_emu_module_load(CUmodule *m, const void *image) {
     setup_locked();
     pthread_mutex_unlock(&setup_mu);
     if (!cxx_path[0]) return ku_emu_fail(CUDA_ERROR_JIT_COMPILER_NOT_FOUND, "%s", cxx_why);
-    digest d = base_key;
-    digest_str(&d, src);
-    char hex[33], so_path[1400], why[512];
-    digest_hex(&d, hex);
+    ke_sha256_ctx d = base_key;
+    key_add(&d, src);
+    char hex[65], so_path[1400], why[512];
+    key_hex(&d, hex);
     snprintf(so_path, sizeof so_path, "%s/%s.so", cache_dir, hex);
     void *dl = cache_private ? NULL : open_module(so_path, hex, why, sizeof why);
     if (!dl) {

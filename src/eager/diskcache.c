@@ -130,10 +130,7 @@ static void resolve_locked(void) {
     ke_log("cache", "dir %s", dir);
 }
 
-/* mkdir -p (path is modified and restored), then checks that the result is a
- * folder we may write (root may write anywhere: only a file in the way or a
- * read-only file system stops it). 0 or an errno value. */
-static int make_dir(char *path) {
+int ke_make_dirs(char *path) {
     for (char *p = path + 1; *p; p++) {
         if (*p != '/') continue;
         *p = 0;
@@ -166,7 +163,7 @@ static char *entry_path(const char *kind, const ke_cache_key *k, int create) {
     resolve_locked();
     if (enabled && create && !created) {
         char *tmp = join(dir, "");
-        int e = tmp ? make_dir(tmp) : ENOMEM;
+        int e = tmp ? ke_make_dirs(tmp) : ENOMEM;
         if (e) disable_locked("cannot make or use the folder", dir, e);
         else created = 1;
         free(tmp);

@@ -58,6 +58,10 @@ void ke_cache_store(const char *kind, const ke_cache_key *k, const void *obj, si
 /* The folder in use; NULL when disabled. The string stays valid until
  * ke_cache_reset. */
 const char *ke_cache_dir(void);
+/* mkdir -p (path is modified and restored), then checks that the result is a
+ * folder we may write (root may write anywhere: only a file in the way or a
+ * read-only file system stops it). 0 or an errno value. */
+int ke_make_dirs(char *path);
 /* Forgets the resolved folder and the disabled state so the next call reads
  * the environment again (tests; a program that changes KL_CACHE_DIR). */
 void ke_cache_reset(void);
