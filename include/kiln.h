@@ -62,6 +62,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kiln/version.h"
 
@@ -920,7 +921,7 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* So side effects in fn (printf, counters, reading globals) happen only     */
 /* while tracing, as in JAX. An op that needs data during tracing (kl_item,  */
 /* kl_data_ptr, printing, comparisons) stops the trace: that signature runs  */
-/* eagerly from then on, with the reason logged once (KL_LOG=recompile).     */
+/* eagerly from then on, with the reason logged once (KL_LOG=fallback).      */
 /* Tensors fn uses that are not inputs are read at every call, never baked   */
 /* in. After recompile_limit signatures the function runs eagerly.           */
 /* fn may call kl_autograd_grad on a loss it computes from its own leaves,  */
@@ -940,7 +941,7 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* integers and bool); its eager run replays the random counters the       */
 /* compiled call drew (the generator is then left where that call left it;  */
 /* no other thread may draw random numbers during a checked call).          */
-/* KL_LOG=trace prints each traced graph.                                   */
+/* KL_LOG=trace,graph,fusion,recompile,... logs what happens ("Logging").  */
 /* ------------------------------------------------------------------------ */
 
 typedef struct kl_fn kl_fn;
@@ -994,6 +995,67 @@ KL_API int kl_fn_get_stats(const kl_fn *f, kl_fn_stats *out);
 /* Writes the graph cached for the most recent signature as text (the IR's
  * stable form) into buf (snprintf semantics). Returns the full length or -1. */
 KL_API int kl_fn_graph_text(const kl_fn *f, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------ */
+/* Logging (KL_LOG)                                                          */
+/*                                                                          */
+/* Categories: dispatch (every eager op), trace, graph (after the passes),  */
+/* fusion (which ops fused into which kernel, why fusion stopped), codegen, */
+/* cache, recompile, fallback (eager fallbacks), guards; "all" names every  */
+/* one. A comma list sets levels as TORCH_LOGS does: "name" logs the        */
+/* category at info, "+name" at debug (more detail: the traced graph, the   */
+/* graph after each pass, guard-cache hits), "-name" silences it (even its  */
+/* warnings); unnamed categories log warnings only. Examples:               */
+/* KL_LOG=fusion,recompile   KL_LOG=+all   KL_LOG=all,-dispatch.            */
+/* Lines go to stderr as "[kiln:category] message", or to the callback.     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum kl_log_level { KL_LOG_OFF, KL_LOG_WARN, KL_LOG_INFO, KL_LOG_DEBUG } kl_log_level;
+/* Receives one log line (no trailing newline); called with a lock held, so
+ * lines from several threads arrive one at a time; Kiln's own logging from
+ * inside the callback is dropped. */
+typedef void (*kl_log_fn)(void *user, const char *category, kl_log_level level, const char *message);
+/* Sends log lines to fn (NULL: back to stderr). */
+KL_API void kl_set_log_callback(kl_log_fn fn, void *user);
+/* Replaces $KL_LOG's settings with spec (same syntax; NULL or "" = warnings
+ * only). Returns 0, or -1 (KL_ERR_ARG naming the unknown category; nothing
+ * changes). */
+KL_API int kl_set_log(const char *spec);
+
+/* ------------------------------------------------------------------------ */
+/* Profiler                                                                  */
+/*                                                                          */
+/*     kl_profiler_start(NULL);                                              */
+/*     ... eager ops, kl_fn_call ...                                        */
+/*     kl_profiler_stop("trace.json");   (chrome://tracing or Perfetto)     */
+/*     kl_profiler_summary(stdout);      (table sorted by total time)       */
+/*                                                                          */
+/* Records eager ops (name, input shapes and dtypes, device, duration,      */
+/* bytes of fresh outputs), compiled-function calls with each kernel and    */
+/* library call inside them, traces, compiles (passes, codegen), guard-     */
+/* cache hits, recompiles and fallbacks with their reason, from every       */
+/* thread, into one ring buffer of max_events events (default 32768, 512    */
+/* bytes each: 16 MiB); when it is full the oldest events are overwritten   */
+/* and counted as dropped. Off, it costs the dispatcher one predictable     */
+/* branch per op. Ops on meta tensors (while tracing) are not recorded.    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct kl_profiler_options {
+    int64_t max_events;    /* ring buffer capacity in events (0 = default, 32768) */
+} kl_profiler_options;
+/* Starts recording (opts NULL = defaults). Returns 0, or -1: KL_ERR_STATE if
+ * already recording, KL_ERR_ARG for a negative or huge max_events (> 2^24),
+ * KL_ERR_OOM. */
+KL_API int kl_profiler_start(const kl_profiler_options *opts);
+/* Stops recording; keeps the events for kl_profiler_summary and, if path is
+ * not NULL, writes them as Chrome trace JSON there. Returns 0, or -1
+ * (KL_ERR_STATE if not recording, KL_ERR_IO if the file cannot be written:
+ * the events are kept anyway). */
+KL_API int kl_profiler_stop(const char *path);
+/* Prints the events of the last stopped session, grouped by name and
+ * category, sorted by total time: self and total time, average, calls,
+ * bytes. Returns 0, or -1 (KL_ERR_STATE: no session stopped yet). */
+KL_API int kl_profiler_summary(FILE *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Comparison helpers, printing, files                                       */

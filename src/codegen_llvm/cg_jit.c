@@ -151,7 +151,7 @@ static void dump_module(LLVMModuleRef m, const char *prefix, const char *suffix)
     char path[1200];
     snprintf(path, sizeof path, "%s%s", prefix, suffix);
     char *msg = NULL;
-    if (LLVMPrintModuleToFile(m, path, &msg)) ke_log("codegen", "cannot write %s: %s", path, msg ? msg : "");
+    if (LLVMPrintModuleToFile(m, path, &msg)) ke_log(KE_LOG_CODEGEN, "cannot write %s: %s", path, msg ? msg : "");
     if (msg) LLVMDisposeMessage(msg);
 }
 

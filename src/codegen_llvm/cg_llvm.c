@@ -205,7 +205,7 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
     for (cg_code *c = codes; c; c = c->next)
         if (!memcmp(c->key.b, key.b, sizeof key.b)) {
             c->refs++;
-            ke_log("codegen", "kernel %.16s: %d statements, loaded already (%.3f ms)", hex, k->nstmts,
+            ke_log(KE_LOG_CODEGEN, "kernel %.16s: %d statements, loaded already (%.3f ms)", hex, k->nstmts,
                    now_ms() - t0);
             return c;
         }
@@ -226,7 +226,7 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
         obj = NULL;
         how = "cache hit";
         if (rc) { /* a valid entry the JIT refuses: compile afresh */
-            ke_log("codegen", "kernel %.16s: cached object refused, compiling", hex);
+            ke_log(KE_LOG_CODEGEN, "kernel %.16s: cached object refused, compiling", hex);
             kl_clear_error();
         }
     }
@@ -239,6 +239,7 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
         ms[2] = now_ms() - t1;
         if (!rc) {
             rc = cg_jit_optimize_emit(m, sym, dbg, &obj, &size, &n0, &n1, ms);
+            ir_backend_add_llvm_ms(ms[0] + ms[1]);
             LLVMDisposeModule(m);
         }
         if (!rc) {
@@ -255,7 +256,7 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
     c->refs = 1;
     c->next = codes;
     codes = c;
-    ke_log("codegen",
+    ke_log(KE_LOG_CODEGEN,
            "kernel %.16s: %d statements, %d -> %d LLVM instructions, %s in %.2f ms (IR %.2f, optimize %.2f, "
            "codegen %.2f), %zu-byte object",
            hex, k->nstmts, n0, n1, how, now_ms() - t0, ms[2], ms[0], ms[1], size);
@@ -314,7 +315,7 @@ static void *compile(const ir_kernel *k, int strict) {
         }
         /* the interpreter takes what LLVM could not */
         atomic_fetch_add(&fallbacks, 1);
-        ke_log("codegen", "falling back to the interpreter: %s", kl_last_error());
+        ke_log(KE_LOG_FALLBACK, "falling back to the interpreter: %s", kl_last_error());
         kl_clear_error();
         void *ih = ir_interp_backend.compile(k);
         if (!ih) {
@@ -408,7 +409,7 @@ static int cg_run(void *hp, kl_tensor *const *in, kl_tensor *const *out) {
         ke_broadcast_strides(t, k->ndim, k->shape, st);
         for (int d = 0; d < k->ndim; d++)
             if (k->shape[d] != 1 && st[d] != kb->index[d] && total > 0) {
-                ke_log("codegen", "buffer %d has strides the kernel was not compiled for: interpreting", b);
+                ke_log(KE_LOG_FALLBACK, "buffer %d has strides the kernel was not compiled for: interpreting", b);
                 return run_interp(h, in, out);
             }
         j.base[b] = ke_data(t);

@@ -51,7 +51,7 @@ int ku_cache_get(const ke_cache_key *k, ku_cubin *out) {
     /* The digest matched, so a bad payload was written by another Kiln (an
      * older tag): a miss, and the recompile's store replaces it. */
     if (n <= PAYLOAD_HDR || memcmp(b, PAYLOAD_TAG, 8) != 0 || !log) {
-        ke_log("cache", "CUBIN entry with another payload format (%zu bytes): recompiling", n);
+        ke_log(KE_LOG_CACHE, "CUBIN entry with another payload format (%zu bytes): recompiling", n);
         free(p);
         free(log);
         return 0;

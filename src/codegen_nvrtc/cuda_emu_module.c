@@ -205,7 +205,7 @@ static void setup_cache_dir(void) {
         cache_dir = dup_join(base, "/cuda-emu");
         int e = cache_dir ? ke_make_dirs(cache_dir) : ENOMEM;
         if (!e) return;
-        ke_log("cache", "emulated CUDA: cannot use %s: %s; using a temporary folder", cache_dir ? cache_dir : "?",
+        ke_log(KE_LOG_CACHE, "emulated CUDA: cannot use %s: %s; using a temporary folder", cache_dir ? cache_dir : "?",
                strerror(e));
         free(cache_dir);
         cache_dir = NULL;
@@ -278,7 +278,7 @@ static void setup_locked(void) {
         snprintf(p1, sizeof p1, "%s/%s", include_dir, e->name);
         if (write_file_atomic(p1, e->text, strlen(e->text))) goto bad;
     }
-    ke_log("cache", "emulated CUDA: modules in %s, compiler %s", cache_dir, cxx_path);
+    ke_log(KE_LOG_CACHE, "emulated CUDA: modules in %s, compiler %s", cache_dir, cxx_path);
     return;
 bad:
     snprintf(cxx_why, sizeof cxx_why, "cannot write the prelude to %.400s: %s", include_dir, strerror(errno));
@@ -419,7 +419,7 @@ CUresult ku_emu_module_load(CUmodule *m, const void *image) {
     void *dl = cache_private ? NULL : open_module(so_path, hex, why, sizeof why);
     if (!dl) {
         if (!cache_private && access(so_path, F_OK) == 0) {
-            ke_log("cache", "emulated CUDA: bad entry %s (%s): recompiling", so_path, why);
+            ke_log(KE_LOG_CACHE, "emulated CUDA: bad entry %s (%s): recompiling", so_path, why);
             unlink(so_path);
         }
         CUresult r = compile_module(src, hex, so_path);

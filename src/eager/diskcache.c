@@ -119,15 +119,15 @@ static void resolve_locked(void) {
         why = "none of KL_CACHE_DIR, XDG_CACHE_HOME, HOME is set";
     }
     if (why) {
-        ke_log("cache", "disabled: %s", why);
+        ke_log(KE_LOG_CACHE, "disabled: %s", why);
         return;
     }
     if (!dir) {
-        ke_log("cache", "disabled: out of memory");
+        ke_log(KE_LOG_CACHE, "disabled: out of memory");
         return;
     }
     enabled = 1;
-    ke_log("cache", "dir %s", dir);
+    ke_log(KE_LOG_CACHE, "dir %s", dir);
 }
 
 int ke_make_dirs(char *path) {
@@ -151,7 +151,7 @@ int ke_make_dirs(char *path) {
 static void disable_locked(const char *what, const char *path, int e) {
     if (!enabled) return;
     enabled = 0;
-    ke_log("cache", "disabled: %s %s: %s", what, path, strerror(e));
+    ke_log(KE_LOG_CACHE, "disabled: %s %s: %s", what, path, strerror(e));
 }
 
 /* <dir>/<hex><kind>, malloc'd; NULL when the cache is off. With create, makes
@@ -222,7 +222,7 @@ static void reject(const char *path, const struct stat *seen, const char *prefix
     int removed = stat(path, &now) == 0 && now.st_dev == seen->st_dev && now.st_ino == seen->st_ino &&
                   unlink(path) == 0;
     n_corrupt++;
-    ke_log("cache", "corrupt %s: %s (%lld bytes); %s", prefix, why, (long long)seen->st_size,
+    ke_log(KE_LOG_CACHE, "corrupt %s: %s (%lld bytes); %s", prefix, why, (long long)seen->st_size,
            removed ? "removed" : "not removed");
 }
 
@@ -242,12 +242,12 @@ int ke_cache_load(const char *kind, const ke_cache_key *k, void **obj, size_t *s
     const char *why = NULL;
     uint64_t psize = 0;
     if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR) ke_log("cache", "miss %s", pre);
-        else ke_log("cache", "miss %s: %s: %s", pre, path, strerror(errno));
+        if (errno == ENOENT || errno == ENOTDIR) ke_log(KE_LOG_CACHE, "miss %s", pre);
+        else ke_log(KE_LOG_CACHE, "miss %s: %s: %s", pre, path, strerror(errno));
         goto done;
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ke_log("cache", "miss %s: %s is not a readable regular file", pre, path);
+        ke_log(KE_LOG_CACHE, "miss %s: %s is not a readable regular file", pre, path);
         goto done;
     }
     if ((uint64_t)st.st_size < HDR_BYTES || read_full(fd, hdr, HDR_BYTES) != 0) why = "shorter than the header";
@@ -263,7 +263,7 @@ int ke_cache_load(const char *kind, const ke_cache_key *k, void **obj, size_t *s
     }
     payload = malloc(psize ? (size_t)psize : 1);
     if (!payload) {
-        ke_log("cache", "miss %s: out of memory for %llu bytes", pre, (unsigned long long)psize);
+        ke_log(KE_LOG_CACHE, "miss %s: out of memory for %llu bytes", pre, (unsigned long long)psize);
         goto done;
     }
     if (read_full(fd, payload, (size_t)psize) != 0) {
@@ -279,7 +279,7 @@ int ke_cache_load(const char *kind, const ke_cache_key *k, void **obj, size_t *s
     *obj = payload;
     *size = (size_t)psize;
     payload = NULL;
-    ke_log("cache", "hit %s %zu bytes", pre, *size);
+    ke_log(KE_LOG_CACHE, "hit %s %zu bytes", pre, *size);
 done:
     if (fd >= 0) close(fd);
     free(payload);
@@ -324,7 +324,7 @@ void ke_cache_store(const char *kind, const ke_cache_key *k, const void *obj, si
     }
     if (e) {
         n_store_failures++;
-        ke_log("cache", "store %s failed: %s: %s", pre, path, strerror(e));
+        ke_log(KE_LOG_CACHE, "store %s failed: %s: %s", pre, path, strerror(e));
         if (folder_error(e)) {
             pthread_mutex_lock(&mu);
             disable_locked("cannot write to", dir, e);
@@ -332,7 +332,7 @@ void ke_cache_store(const char *kind, const ke_cache_key *k, const void *obj, si
         }
     } else {
         n_stores++;
-        ke_log("cache", "store %s %zu bytes", pre, size);
+        ke_log(KE_LOG_CACHE, "store %s %zu bytes", pre, size);
     }
     free(path);
 }

@@ -4,6 +4,8 @@
  * backend shares. Also the small helpers the public wrappers use.
  */
 #include "dispatch.h"
+#include "log.h"
+#include "profiler.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -66,7 +68,17 @@ static int run_keys(ke_call *c, ke_keyset ks, ke_keyset mask) {
     return h(c);
 }
 
+static inline int dispatch_body(ke_call *c);
+
 int ke_dispatch(ke_call *c) {
+    /* the profiler's and KL_LOG=dispatch's one branch (log.h) */
+    if (KE_UNLIKELY(atomic_load_explicit(&ke_observe, memory_order_relaxed))) return ke_observed_dispatch(c);
+    return dispatch_body(c);
+}
+
+int ke_dispatch_unobserved(ke_call *c) { return dispatch_body(c); }
+
+static inline int dispatch_body(ke_call *c) {
     const ke_op_info *op = &ke_ops[c->op];
     ke_keyset ks = 0;
     if (call_keys(c, &ks)) return -1;

@@ -73,6 +73,10 @@ int ir_kernel_compile(ir_kernel *k, const ir_backend *b) {
 
 int64_t ir_kernel_compiles(void) { return atomic_load(&compiles); }
 
+static _Thread_local double llvm_ms;
+void ir_backend_add_llvm_ms(double ms) { llvm_ms += ms; }
+double ir_backend_llvm_ms(void) { return llvm_ms; }
+
 int ir_kernel_run(const ir_kernel *k, kl_tensor *const *in, kl_tensor *const *out) {
     if (!k->handle) return ke_err(KL_ERR_INTERNAL, "fn_call", "kernel run before it was compiled");
     return k->backend->run(k->handle, in, out);
@@ -88,5 +92,6 @@ void ir_kernel_free(ir_kernel *k) {
     if (k->handle) k->backend->free(k->handle);
     free(k->bufs);
     free(k->stmts);
+    free(k->ops);
     free(k);
 }

@@ -277,6 +277,17 @@ static int part_io(const fuse_state *s, int32_t G, const int32_t *members, int l
     return ok && *nin <= IR_KERNEL_MAX_IN;
 }
 
+/* "add, mul, gelu": the ops of n nodes (malloc'd; NULL if out of memory). */
+static char *members_text(const ir_graph *g, const int32_t *m, int n) {
+    size_t cap = 16, used = 0;
+    for (int i = 0; i < n; i++) cap += strlen(ir_op_name(g->nodes[m[i]].op)) + 2;
+    char *t = malloc(cap);
+    if (!t) return NULL;
+    t[0] = 0;
+    for (int i = 0; i < n; i++) used += (size_t)snprintf(t + used, cap - used, "%s%s", i ? ", " : "", ir_op_name(g->nodes[m[i]].op));
+    return t;
+}
+
 /* Replaces members[lo..hi) of group G by one kernel node at the part's last
  * member. 0, or -1 on error. */
 static int emit_kernel(fuse_state *s, int32_t G, const int32_t *members, int lo, int hi, int32_t *in) {
@@ -287,6 +298,7 @@ static int emit_kernel(fuse_state *s, int32_t G, const int32_t *members, int lo,
         return ke_err(KL_ERR_INTERNAL, "compile", "a fused part changed between planning and lowering");
     ir_kernel *kn = ir_lower_group(g, members + lo, hi - lo, s->gndim[G], s->gshape[G], in, nin, out, nout);
     if (!kn) rc = -1;
+    if (kn) kn->ops = members_text(g, members + lo, hi - lo);
     int32_t idx = rc == 0 ? add_kernel(g, kn) : -1;
     if (idx < 0) {
         ir_kernel_free(kn);

@@ -80,6 +80,8 @@ typedef struct ir_kernel {
     _Atomic int32_t refs;          /* graphs sharing it (ir_kernel_ref; 1 when lowered) */
     const struct ir_backend *backend; /* what compiled it (ir_kernel_compile); NULL: not compiled */
     void *handle;                  /* the backend's compiled form (owned) */
+    char *ops;                     /* the ops fused into it, "add, gelu" (fuse.c; owned, may be NULL):
+                                      profiler events, kl_fn_explain */
 } ir_kernel;
 
 /* ---- backends ------------------------------------------------------------------- */
@@ -107,6 +109,11 @@ typedef struct ir_backend {
  * the same backend twice is a no-op. 0, or -1 with KL_ERR_ARG (another backend
  * has the name) or KL_ERR_STATE (the table is full). */
 int ir_backend_register(const ir_backend *b);
+/* LLVM's share of compile time (optimization and machine code), added by a
+ * backend that uses LLVM; the running total of this thread, in ms
+ * (kl_fn_explain's per-phase compile time). */
+void ir_backend_add_llvm_ms(double ms);
+double ir_backend_llvm_ms(void);
 /* The registered backend called name; NULL + KL_ERR_ARG listing those registered. */
 const ir_backend *ir_backend_by_name(const char *name);
 /* The default backend for device type t (highest priority); NULL + KL_ERR_UNSUPPORTED. */

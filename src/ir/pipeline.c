@@ -3,6 +3,7 @@
  * pass, and KL_DEBUG_DIR dumps (graph before and after each pass).
  */
 #include "ir.h"
+#include "log.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -52,6 +53,11 @@ int ir_optimize(ir_graph *g) {
         if (ir_verify(g, pipeline[p].name)) return -1;
 #endif
         dump(g, seq, (int)p + 1, pipeline[p].name);
+        if (ke_log_at(KE_LOG_GRAPH, KL_LOG_DEBUG)) {
+            char *text = ir_to_string(g);
+            if (text) ke_logl(KE_LOG_GRAPH, KL_LOG_DEBUG, "after %s:\n%s", pipeline[p].name, text);
+            free(text);
+        }
     }
     return 0;
 }

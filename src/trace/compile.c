@@ -17,6 +17,7 @@
 #include "kernel.h"
 
 #include "log.h"
+#include "profiler.h"
 #include "philox.h"
 
 #include <math.h>
@@ -38,6 +39,9 @@ typedef struct tr_entry {
     uint8_t grad_mode;
     uint8_t eager;            /* the trace broke: run this signature eagerly */
     ir_graph *g;
+    double ms[4];             /* compile time per phase: trace, passes, codegen, of which LLVM (kl_fn_explain) */
+    char *why;                /* why it was traced: "first call" or the guard that failed */
+    char *broke;              /* the trace break, if any */
 } tr_entry;
 
 struct kl_fn {
@@ -121,6 +125,8 @@ void kl_fn_release(kl_fn *f) {
     if (!f) return;
     for (int i = 0; i < f->nentries; i++) {
         free(f->entries[i].in);
+        free(f->entries[i].why);
+        free(f->entries[i].broke);
         ir_graph_free(f->entries[i].g);
     }
     free(f->entries);
@@ -211,6 +217,29 @@ static int guard_check(const tr_entry *e, kl_tensor *const *in, const int32_t *a
         }
     }
     return 0;
+}
+
+/* The guards of e, one line each, into a malloc'd string (NULL if out of memory). */
+static char *guards_text(const tr_entry *e, int n_in) {
+    size_t cap = 128 + (size_t)n_in * 400, used = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    used += (size_t)snprintf(buf + used, cap - used, "grad mode %s\n", e->grad_mode ? "on" : "off");
+    for (int i = 0; i < n_in; i++) {
+        const tr_guard *gd = &e->in[i];
+        char sh[200], st[200] = "contiguous";
+        ke_fmt_shape(sh, sizeof sh, gd->ndim, gd->shape);
+        if (!gd->contig) {
+            strcpy(st, "strides ");
+            ke_fmt_shape(st + 8, sizeof st - 8, gd->ndim, gd->stride);
+        }
+        used += (size_t)snprintf(buf + used, cap - used, "input %d: %s%s, %s, %s%s", i + 1, ke_dtypes[gd->dtype].short_name,
+                                 sh, st, ke_device_name(gd->device), gd->requires_grad ? ", requires grad" : "");
+        if (gd->alias >= 0) used += (size_t)snprintf(buf + used, cap - used, ", shares storage with input %d", gd->alias + 1);
+        used += (size_t)snprintf(buf + used, cap - used, "\n");
+    }
+    if (used && buf[used - 1] == '\n') buf[used - 1] = 0;
+    return buf;
 }
 
 /* ---- check mode ------------------------------------------------------------------- */
@@ -317,6 +346,17 @@ static int being_traced_here(const kl_fn *f) {
     return 0;
 }
 
+/* An instant event naming f and the reason. */
+static void prof_reason(ke_prof_cat cat, const char *name, const kl_fn *f, const char *reason) {
+    char args[KE_PROF_ARGS];
+    size_t u = 0;
+    u += (size_t)snprintf(args, sizeof args, "\"fn\": ");
+    ke_prof_json_str(args, sizeof args, &u, f->o.name);
+    u += (size_t)snprintf(args + u, sizeof args - u, ", \"reason\": ");
+    ke_prof_json_str(args, sizeof args, &u, reason);
+    ke_prof_instant(cat, name, args);
+}
+
 /* Traces a new signature into entry e (under f->lock). */
 static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n_in, int n_out, int grad_mode,
                      const char *why) {
@@ -329,19 +369,64 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         e->in[i].alias = alias[i];
     }
     e->grad_mode = (uint8_t)grad_mode;
+    if (ke_log_on(KE_LOG_GUARDS)) {
+        char *text = guards_text(e, n_in);
+        if (text) ke_log(KE_LOG_GUARDS, "%s: entry %d guards:\n%s", f->o.name, f->nentries, text);
+        free(text);
+    }
     double t0 = now_ms();
     int broke = 0;
     char reason[256] = "";
     tracing_frame frame = {f, tl_tracing};
     tl_tracing = &frame;
+    int prof = ke_prof_active();
+    int64_t p0 = prof ? ke_prof_now() : 0;
     ir_graph *g = tr_trace(f->fn, f->user, in, n_in, n_out, &broke, reason, sizeof reason);
     tl_tracing = frame.up;
-    if (g) g->fuse = f->o.mode == KL_COMPILE_FUSE && !needs_autograd(g, in, n_in, grad_mode);
+    double t1 = now_ms();
+    e->ms[0] = t1 - t0;
+    e->why = strdup(why);
+    if (prof) {
+        char args[KE_PROF_ARGS];
+        size_t u = 0;
+        u += (size_t)snprintf(args, sizeof args, "\"fn\": ");
+        ke_prof_json_str(args, sizeof args, &u, f->o.name);
+        u += (size_t)snprintf(args + u, sizeof args - u, ", \"entry\": %d, \"why\": ", f->nentries);
+        ke_prof_json_str(args, sizeof args, &u, why);
+        ke_prof_complete(KE_PROF_TRACE, "trace", p0, ke_prof_now(), 0, args);
+    }
+    if (g) {
+        g->fuse = f->o.mode == KL_COMPILE_FUSE && !needs_autograd(g, in, n_in, grad_mode);
+        ke_log(KE_LOG_TRACE, "%s: traced entry %d (%s): %d nodes in %.3f ms", f->o.name, f->nentries, why, g->nnodes,
+               now_ms() - t0);
+        if (ke_log_at(KE_LOG_TRACE, KL_LOG_DEBUG)) {
+            char *text = ir_to_string(g);
+            if (text) ke_logl(KE_LOG_TRACE, KL_LOG_DEBUG, "%s: as traced:\n%s", f->o.name, text);
+            free(text);
+        }
+    }
     for (int i = 0; g && i < n_in; i++) /* inputs sharing storage: writes through one reach both */
         if (e->in[i].alias >= 0) ir_alias_input(g, i, e->in[i].alias);
-    if (g && f->o.mode != KL_COMPILE_TRACE_ONLY && (ir_optimize(g) != 0 || tr_compile_kernels(g, f->cpu) != 0)) {
-        ir_graph_free(g);
-        g = NULL;
+    if (g && f->o.mode != KL_COMPILE_TRACE_ONLY) {
+        int64_t q0 = prof ? ke_prof_now() : 0;
+        int bad = ir_optimize(g) != 0;
+        double t2 = now_ms();
+        e->ms[1] = t2 - t1;
+        int64_t q1 = prof ? ke_prof_now() : 0;
+        if (prof) ke_prof_complete(KE_PROF_COMPILE, "passes", q0, q1, 0, NULL);
+        double llvm0 = ir_backend_llvm_ms();
+        if (!bad) bad = tr_compile_kernels(g, f->cpu) != 0;
+        e->ms[2] = now_ms() - t2;
+        e->ms[3] = ir_backend_llvm_ms() - llvm0;
+        if (prof && g->nkernels) {
+            char args[64];
+            snprintf(args, sizeof args, "\"kernels\": %d", (int)g->nkernels);
+            ke_prof_complete(KE_PROF_COMPILE, "codegen", q1, ke_prof_now(), 0, args);
+        }
+        if (bad) {
+            ir_graph_free(g);
+            g = NULL;
+        }
     }
     f->st.compile_ms += now_ms() - t0;
     f->st.traces++;
@@ -353,15 +438,20 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
     }
     if (broke) {
         e->eager = 1;
+        e->broke = strdup(reason);
         snprintf(f->st.last_reason, sizeof f->st.last_reason, "trace break: %s", reason);
-        ke_log("recompile", "%s: this signature runs eagerly: %s", f->o.name, reason);
+        if (prof) prof_reason(KE_PROF_FALLBACK, "fallback", f, f->st.last_reason);
+        ke_log(KE_LOG_FALLBACK, "%s: entry %d runs eagerly: trace break: %s", f->o.name, f->nentries, reason);
     } else {
         e->g = g;
         f->st.graph_ops += g->nnodes;
         f->st.kernels += tr_count_launches(g);
-        if (ke_log_on("trace")) {
+        if (ke_log_on(KE_LOG_FUSION))
+            for (int32_t k = 0; k < g->nkernels; k++)
+                ke_log(KE_LOG_FUSION, "%s: kernel %d = %s", f->o.name, (int)k, g->kernels[k]->ops ? g->kernels[k]->ops : "?");
+        if (ke_log_on(KE_LOG_GRAPH)) {
             char *text = ir_to_string(g);
-            if (text) ke_log("trace", "%s (%s):\n%s", f->o.name, why, text);
+            if (text) ke_log(KE_LOG_GRAPH, "%s: entry %d after the passes (%s):\n%s", f->o.name, f->nentries, why, text);
             free(text);
         }
     }
@@ -384,14 +474,19 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
         if (f->nentries >= f->o.recompile_limit) {
             if (!f->warned_limit) {
                 f->warned_limit = 1;
-                fprintf(stderr, "kiln: %s: recompile limit (%d) reached (%s); new signatures run eagerly\n",
+                ke_logl(KE_LOG_RECOMPILE, KL_LOG_WARN, "%s: recompile limit (%d) reached (%s); new signatures run eagerly",
                         f->o.name, f->o.recompile_limit, why);
             }
+            ke_log(KE_LOG_FALLBACK, "%s: runs eagerly: recompile limit (%d) reached", f->o.name, f->o.recompile_limit);
+            if (ke_prof_active()) prof_reason(KE_PROF_FALLBACK, "fallback", f, f->st.last_reason);
             snprintf(f->st.last_reason, sizeof f->st.last_reason, "recompile limit reached: %s", why);
             pthread_mutex_unlock(&f->lock);
             return run_eager(f, inputs, n_in, outputs, n_out);
         }
-        if (f->nentries > 0) ke_log("recompile", "%s: retracing: %s", f->o.name, why);
+        if (f->nentries > 0) {
+            ke_log(KE_LOG_RECOMPILE, "%s: retracing: %s", f->o.name, why);
+            if (ke_prof_active()) prof_reason(KE_PROF_RECOMPILE, "recompile", f, why);
+        }
         if (add_entry(f, inputs, alias, n_in, n_out, grad_mode, why)) {
             pthread_mutex_unlock(&f->lock);
             return -1;
@@ -399,6 +494,15 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
         hit = &f->entries[f->nentries - 1];
     } else {
         f->st.cache_hits++;
+        ke_logl(KE_LOG_CACHE, KL_LOG_DEBUG, "%s: guard cache hit, entry %d", f->o.name, f->last);
+        if (ke_prof_active()) {
+            char args[KE_PROF_ARGS];
+            size_t u = 0;
+            u += (size_t)snprintf(args, sizeof args, "\"fn\": ");
+            ke_prof_json_str(args, sizeof args, &u, f->o.name);
+            snprintf(args + u, sizeof args - u, ", \"entry\": %d", f->last);
+            ke_prof_instant(KE_PROF_CACHE, "cache hit", args);
+        }
     }
     pthread_mutex_unlock(&f->lock);
     if (hit->eager) return run_eager(f, inputs, n_in, outputs, n_out);
@@ -442,7 +546,13 @@ static int fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **out
 int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out) {
     ke_error_stash stale;
     ke_error_set_aside(&stale);
+    int64_t p0 = ke_prof_active() ? ke_prof_now() : 0;
     int rc = fn_call(f, inputs, n_in, outputs, n_out);
+    if (p0 && ke_prof_active() && f) {
+        char args[KE_PROF_ARGS];
+        snprintf(args, sizeof args, "\"entry\": %d, \"ok\": %s", f->last, rc ? "false" : "true");
+        ke_prof_complete(KE_PROF_CALL, f->o.name, p0, ke_prof_now(), 0, args);
+    }
     ke_error_put_back(&stale);
     return rc;
 }

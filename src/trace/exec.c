@@ -17,6 +17,7 @@
 
 #include "alloc.h"
 #include "kernel.h"
+#include "profiler.h"
 
 #include <stdlib.h>
 
@@ -90,7 +91,29 @@ static int run_kernel(const ir_graph *g, const ir_node *n, kl_tensor **vals, exe
         }
         vals[n->out[j]] = out[j];
     }
-    return ir_kernel_run(k, in, out);
+    if (!ke_prof_active()) return ir_kernel_run(k, in, out);
+    int64_t t0 = ke_prof_now();
+    int rc = ir_kernel_run(k, in, out);
+    int64_t t1 = ke_prof_now(), bytes = 0;
+    char name[KE_PROF_NAME], args[KE_PROF_ARGS];
+    size_t u = 0;
+    int id = (int)ir_attr_kernel_id(&n->a);
+    snprintf(name, sizeof name, "kernel %d", id);
+    u += (size_t)snprintf(args, sizeof args, "\"kernel\": %d, \"ops\": ", id);
+    ke_prof_json_str(args, sizeof args, &u, k->ops ? k->ops : "");
+    u += (size_t)snprintf(args + u, sizeof args - u, ", \"backend\": \"%s\", \"shapes\": [", k->backend ? k->backend->name : "?");
+    for (int i = 0; i < n->nin && u < sizeof args; i++) {
+        u += (size_t)snprintf(args + u, sizeof args - u, "%s[", i ? ", " : "");
+        for (int d = 0; d < in[i]->ndim && u < sizeof args; d++)
+            u += (size_t)snprintf(args + u, sizeof args - u, "%s%lld", d ? ", " : "", (long long)in[i]->shape[d]);
+        u += (size_t)snprintf(args + u, sizeof args - u, "]");
+    }
+    if (u < sizeof args) snprintf(args + u, sizeof args - u, "]");
+    for (int j = 0; j < n->nout; j++)
+        if (out[j] && !(j < ir_attr_kernel_write_into_len(&n->a) && ir_attr_kernel_write_into(&n->a)[j] >= 0))
+            bytes += ke_numel(out[j]->ndim, out[j]->shape) * ke_dtypes[out[j]->dtype].size;
+    ke_prof_complete(KE_PROF_KERNEL, name, t0, t1, bytes, args);
+    return rc;
 }
 
 /* One call's random reservations, by slot (ir.h, IR_RANDOM_SLOT). */
@@ -148,7 +171,11 @@ static int run_node(const ir_graph *g, const ir_node *n, kl_tensor **vals, rand_
     ke_call c = {.op = n->op, .inplace = n->inplace, .nin = n->nin, .in = in, .device = n->device};
     c.a = n->a;
     int rc = (ke_ops[n->op].flags & KE_F_RANDOM) ? reserve(rs, &c) : 0;
+    /* a library call (matmul, conv, an op that did not fuse): its eager op
+     * event nests inside this one */
+    int64_t t0 = ke_prof_active() && ke_ops[n->op].kind != KE_KIND_VIEW ? ke_prof_now() : 0;
     if (!rc) rc = ke_dispatch(&c);
+    if (t0) ke_prof_complete(KE_PROF_LIBRARY, ke_ops[n->op].name, t0, ke_prof_now(), 0, NULL);
     if (!rc && c.nout != n->nout)
         rc = ke_err(KL_ERR_INTERNAL, "fn_call", "kl_%s gave %d outputs, the graph expects %d", ke_ops[n->op].name,
                     c.nout, n->nout);

@@ -43,7 +43,7 @@ ir_graph *tr_subtrace(const ir_graph *g, const ir_node *n) {
     kl_scope_end();
     /* a decomposition that cannot be traced leaves the node composite */
     if (!sub) {
-        ke_log("trace", "kl_%s stays composite: its decomposition does not trace (%s)", ke_ops[n->op].name,
+        ke_log(KE_LOG_TRACE, "kl_%s stays composite: its decomposition does not trace (%s)", ke_ops[n->op].name,
                kl_last_status() != KL_OK ? kl_last_error() : "it needs data");
         kl_clear_error();
     }

@@ -109,7 +109,7 @@ static int32_t captured_id(tr_session *s, kl_tensor *t, kl_tensor **meta) {
     }
     int32_t id = ir_add_captured(s->g, t);
     if (id < 0) return -1;
-    ke_log("trace", "captured %s tensor (not an input): read at every call", ke_dtypes[t->dtype].name);
+    ke_log(KE_LOG_TRACE, "captured %s tensor (not an input): read at every call", ke_dtypes[t->dtype].name);
     s->cap_t[s->ncap] = t;
     s->cap_id[s->ncap++] = id;
     *meta = stand_in(t, id);
