@@ -995,6 +995,12 @@ KL_API int kl_fn_get_stats(const kl_fn *f, kl_fn_stats *out);
 /* Writes the graph cached for the most recent signature as text (the IR's
  * stable form) into buf (snprintf semantics). Returns the full length or -1. */
 KL_API int kl_fn_graph_text(const kl_fn *f, char *buf, size_t cap);
+/* Explains f to stream: per cache entry, why it was traced, its guards,
+ * compile time per phase (trace, passes, codegen and LLVM's share of it), the
+ * graph after the passes, which ops fused into which kernel, why fusion
+ * stopped where it did, the memory plan's peak; then every recompile with
+ * its reason. Returns 0, or -1 (NULL argument; KL_ERR_IO on a write error). */
+KL_API int kl_fn_explain(const kl_fn *f, FILE *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Logging (KL_LOG)                                                          */

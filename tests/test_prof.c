@@ -318,6 +318,121 @@ static void events_from_several_threads(void **state) {
     kl_release(a);
 }
 
+/* ---- kl_fn_explain ------------------------------------------------------------------------ */
+
+/* h = gelu(x @ w + b); returns h * sum(h over the batch) and h's row max:
+ * a library call, a kernel, a reduction over the first axis (no row
+ * kernel) and a row kernel. */
+static int small_fn(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    kl_tensor *h = kl_gelu(kl_add(kl_matmul(in[0], in[1]), in[2]));
+    out[0] = kl_mul(h, kl_sum(h, KL_DIMS(0), true));
+    out[1] = kl_amax(kl_exp(h), KL_DIMS(-1), true);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+/* "1.234 ms" -> "# ms": timings change from run to run. */
+static void mask_ms(char *t) {
+    char *w = t;
+    for (char *r = t; *r;) {
+        char *e = r;
+        while ((*e >= '0' && *e <= '9') || *e == '.') e++;
+        if (e > r && !strncmp(e, " ms", 3) && (r == t || r[-1] == ' ')) {
+            *w++ = '#';
+            r = e;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+}
+
+static const char explain_golden[] =
+    "small: mode fuse, 2 cache entries (limit 8); 3 calls, 1 cache hits, 0 eager calls\n"
+    "\n"
+    "entry 0 (first call)\n"
+    "  guards:\n"
+    "    grad mode on\n"
+    "    input 1: f32[4,8], contiguous, cpu\n"
+    "    input 2: f32[8,16], contiguous, cpu\n"
+    "    input 3: f32[16], contiguous, cpu\n"
+    "  compile time: trace # ms, passes # ms, codegen # ms (LLVM # ms)\n"
+    "  graph after the passes:\n"
+    "    graph(%0: f32[4,8], %1: f32[8,16], %2: f32[16]) {\n"
+    "      %3: f32[4,16] = matmul(%0, %1)\n"
+    "      %4: f32[4,16] = kernel(%3, %2, id=0)\n"
+    "      %5: f32[1,16] = sum(%4, dims=[0], keepdim=true)\n"
+    "      %6: f32[4,16] = mul(%4, %5)\n"
+    "      %7: f32[4,1] = kernel(%4, id=1)\n"
+    "      return (%6, %7)\n"
+    "    }\n"
+    "  kernels:\n"
+    "    kernel 0 = add, gelu (domain [4,16], 2 inputs, 1 outputs, llvm)\n"
+    "    kernel 1 = exp, amax (row kernel over [4,16], 1 inputs, 1 outputs, llvm)\n"
+    "  not fused:\n"
+    "    matmul[4,16]: a library call\n"
+    "    sum[1,16]: reduction over another axis than the last, or not keepdim: not a row kernel\n"
+    "    mul[4,16]: starts a kernel of its own, not joining the group it reads: sum reads the group's gelu before it\n"
+    "    exp[4,16]: starts a kernel of its own, not joining the group it reads: sum reads the group's gelu before it\n"
+    "  memory plan: peak 576 bytes of intermediates alive at once; 1 slots, 256 bytes for 256 bytes of kernel outputs\n"
+    "  launches per call: 5\n"
+    "\n"
+    "entry 1 (input 1 changed from [4,8] float32 to [6,8] float32 cpu)\n"
+    "  guards:\n"
+    "    grad mode on\n"
+    "    input 1: f32[6,8], contiguous, cpu\n"
+    "    input 2: f32[8,16], contiguous, cpu\n"
+    "    input 3: f32[16], contiguous, cpu\n"
+    "  compile time: trace # ms, passes # ms, codegen # ms (LLVM # ms)\n"
+    "  graph after the passes:\n"
+    "    graph(%0: f32[6,8], %1: f32[8,16], %2: f32[16]) {\n"
+    "      %3: f32[6,16] = matmul(%0, %1)\n"
+    "      %4: f32[6,16] = kernel(%3, %2, id=0)\n"
+    "      %5: f32[1,16] = sum(%4, dims=[0], keepdim=true)\n"
+    "      %6: f32[6,16] = mul(%4, %5)\n"
+    "      %7: f32[6,1] = kernel(%4, id=1)\n"
+    "      return (%6, %7)\n"
+    "    }\n"
+    "  kernels:\n"
+    "    kernel 0 = add, gelu (domain [6,16], 2 inputs, 1 outputs, llvm)\n"
+    "    kernel 1 = exp, amax (row kernel over [6,16], 1 inputs, 1 outputs, llvm)\n"
+    "  not fused:\n"
+    "    matmul[6,16]: a library call\n"
+    "    sum[1,16]: reduction over another axis than the last, or not keepdim: not a row kernel\n"
+    "    mul[6,16]: starts a kernel of its own, not joining the group it reads: sum reads the group's gelu before it\n"
+    "    exp[6,16]: starts a kernel of its own, not joining the group it reads: sum reads the group's gelu before it\n"
+    "  memory plan: peak 832 bytes of intermediates alive at once; 1 slots, 384 bytes for 384 bytes of kernel outputs\n"
+    "  launches per call: 5\n"
+    "\n"
+    "recompiles: 1\n"
+    "  entry 1: input 1 changed from [4,8] float32 to [6,8] float32 cpu\n";
+
+static void explain_a_small_function(void **state) {
+    (void)state;
+    kl_compile_options o = kl_compile_options_default();
+    o.name = "small";
+    kl_fn *f = kl_compile(small_fn, NULL, &o);
+    kl_tensor *x = kl_ones(KL_SHAPE(4, 8), KL_F32), *x6 = kl_ones(KL_SHAPE(6, 8), KL_F32);
+    kl_tensor *w = kl_ones(KL_SHAPE(8, 16), KL_F32), *b = kl_ones(KL_SHAPE(16), KL_F32);
+    kl_tensor *y[2];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kl_fn_call(f, (kl_tensor *[]){i < 2 ? x : x6, w, b}, 3, y, 2), 0);
+        kl_release(y[0]), kl_release(y[1]);
+    }
+    char *text = NULL;
+    size_t n = 0;
+    FILE *s = open_memstream(&text, &n);
+    assert_int_equal(kl_fn_explain(f, s), 0);
+    fclose(s);
+    mask_ms(text);
+    assert_string_equal(text, explain_golden);
+    free(text);
+    assert_int_equal(kl_fn_explain(NULL, stdout), -1);
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "compiled function");
+    kl_fn_release(f);
+    kl_release(x), kl_release(x6), kl_release(w), kl_release(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(log_categories_reach_the_callback),
@@ -327,6 +442,7 @@ int main(void) {
         KT_TEST(ring_keeps_the_newest),
         KT_TEST(summary_table),
         KT_TEST(events_from_several_threads),
+        KT_TEST(explain_a_small_function),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     kt_tmp_cleanup();

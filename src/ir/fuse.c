@@ -76,36 +76,55 @@ static int row_shaped(int ndim, const int64_t *shape, int tndim, const int64_t *
 }
 
 /* Can node k join the candidate groups, over domain (tndim, tshape) (a row
- * domain if trow)? */
-static int can_merge(const fuse_state *s, int ncand, int32_t k, int tndim, const int64_t *tshape, int trow) {
+ * domain if trow)? If not and why is not NULL, why says which rule refused
+ * (fusion notes, kl_fn_explain). */
+static int can_merge_why(const fuse_state *s, int ncand, int32_t k, int tndim, const int64_t *tshape, int trow,
+                         char *why, size_t wcap) {
     const ir_graph *g = s->g;
+    char b1[160], b2[160];
+#define REFUSE(...) do { if (why) snprintf(why, wcap, __VA_ARGS__); return 0; } while (0)
     for (int c = 0; c < ncand; c++) {
         int32_t G = s->cand[c], same;
         /* a kernel runs on one device (a CUDA node may read a CPU scalar
          * computed by a CPU group, never join it) */
         const kl_device gd = g->nodes[G].device, kd = g->nodes[k].device;
-        if (gd.type != kd.type || gd.index != kd.index) return 0;
+        if (gd.type != kd.type || gd.index != kd.index)
+            REFUSE("it runs on %s, the group on %s", ke_device_name(kd), ke_device_name(gd));
         /* a write between the group's first member and k could change what
          * the kernel, running at k, reads */
-        if (s->writes[k] != s->writes[G]) return 0;
-        if (!broadcasts(s->gndim[G], s->gshape[G], tndim, tshape, &same)) return 0;
-        if (s->grow[G] && !same) return 0;
+        if (s->writes[k] != s->writes[G]) REFUSE("an in-place write lies between the group and it");
+        if (!broadcasts(s->gndim[G], s->gshape[G], tndim, tshape, &same))
+            REFUSE("the group's domain %s does not broadcast to %s", ke_fmt_shape(b1, sizeof b1, s->gndim[G], s->gshape[G]),
+                   ke_fmt_shape(b2, sizeof b2, tndim, tshape));
+        if (s->grow[G] && !same)
+            REFUSE("a row group's domain %s differs from %s (reduction over another axis)",
+                   ke_fmt_shape(b1, sizeof b1, s->gndim[G], s->gshape[G]), ke_fmt_shape(b2, sizeof b2, tndim, tshape));
         if (trow && !s->grow[G] && row_shaped(s->gndim[G], s->gshape[G], tndim, tshape)) same = 1;
         for (int32_t m = G; m < k; m++) {
             if (s->grp[m] != G) continue;
             const ir_node *mn = &g->nodes[m];
             for (int j = 0; j < mn->nout; j++) {
                 int32_t v = mn->out[j];
-                if (!same && s->is_out[v]) return 0;
+                if (!same && s->is_out[v])
+                    REFUSE("the group returns %s's result, and joining would grow its domain to %s",
+                           ir_op_name(mn->op), ke_fmt_shape(b2, sizeof b2, tndim, tshape));
                 for (int32_t u = s->ustart[v]; u < s->ustart[v + 1]; u++) {
                     int32_t user = s->users[u];
                     if (in_merge(s, user, ncand, k)) continue;
-                    if (!same || user < k) return 0;
+                    if (user < k) REFUSE("%s reads the group's %s before it", ir_op_name(g->nodes[user].op), ir_op_name(mn->op));
+                    if (!same)
+                        REFUSE("%s reads the group's %s, and joining would grow its domain to %s",
+                               ir_op_name(g->nodes[user].op), ir_op_name(mn->op), ke_fmt_shape(b2, sizeof b2, tndim, tshape));
                 }
             }
         }
     }
+#undef REFUSE
     return 1;
+}
+
+static int can_merge(const fuse_state *s, int ncand, int32_t k, int tndim, const int64_t *tshape, int trow) {
+    return can_merge_why(s, ncand, k, tndim, tshape, trow, NULL, 0);
 }
 
 static int build_uses(fuse_state *s) {
@@ -189,12 +208,45 @@ static int mergeable_subset(fuse_state *s, int ncand, int32_t k, int red, int64_
     return keep;
 }
 
+/* Why node n, neither fusible nor a row reduction, stays a graph node (a
+ * fusion note); NULL for nodes nobody would expect in a kernel. */
+static const char *unfused_reason(const ir_graph *g, const ir_node *n, char *buf, size_t cap) {
+    if (n->dead || n->op >= KE_OP_COUNT) return NULL;
+    const ke_op_info *o = &ke_ops[n->op];
+    switch (o->kind) {
+    case KE_KIND_VIEW: return NULL; /* read by kernels as a strided input */
+    case KE_KIND_EXTERN: snprintf(buf, cap, "a library call"); return buf;
+    case KE_KIND_COMPOSITE: snprintf(buf, cap, "stays composite (runs its own kernel)"); return buf;
+    case KE_KIND_CREATE: snprintf(buf, cap, "a creation op (no fused form)"); return buf;
+    case KE_KIND_REDUCE:
+        if (n->inplace) break;
+        snprintf(buf, cap, "reduction over another axis than the last, or not keepdim: not a row kernel");
+        return buf;
+    case KE_KIND_EW:
+        if (n->inplace) break;
+        if (n->device.type != KL_CPU && n->device.type != KL_CUDA) return NULL;
+        snprintf(buf, cap, "%s", n->nin > 4 ? "more than 4 inputs" : "no fused form for its dtypes or inputs");
+        return buf;
+    default: snprintf(buf, cap, "no fused form"); return buf;
+    }
+    (void)g;
+    snprintf(buf, cap, "an in-place write (kept in place by functionalize)");
+    return buf;
+}
+
 static void form_groups(fuse_state *s) {
     ir_graph *g = s->g;
     for (int32_t k = 0; k < g->nnodes; k++) {
         const ir_node *n = &g->nodes[k];
         int red = 0;
-        if (!ir_fusible(g, n) && !(red = ir_row_reducible(g, n))) continue;
+        if (!ir_fusible(g, n) && !(red = ir_row_reducible(g, n))) {
+            char why[200], sh[160];
+            const ir_value *ov = n->nout ? &g->values[n->out[0]] : NULL;
+            if (unfused_reason(g, n, why, sizeof why))
+                ir_note(g, "%s%s%s: %s", ir_op_name(n->op), n->inplace ? "_" : "",
+                        ov ? ke_fmt_shape(sh, sizeof sh, ov->ndim, ov->shape) : "", why);
+            continue;
+        }
         int ncand = 0;
         for (int i = 0; i < n->nin; i++) {
             int32_t G = producer_group(s, n->in[i]);
@@ -206,8 +258,23 @@ static void form_groups(fuse_state *s) {
         uint8_t row = 0;
         int ndim = ncand > 0 ? target_domain(s, ncand, k, red, shape, &row) : -1;
         int32_t G = k;
+        int ncand0 = ncand;
+        char why[400] = "";
+        if (ncand > 0 && ndim < 0) snprintf(why, sizeof why, "its domain differs from its producers' row group (reduction over another axis)");
+        else if (ncand > 0) can_merge_why(s, ncand, k, ndim, shape, row, why, sizeof why);
         if (ncand > 1 && (ndim < 0 || !can_merge(s, ncand, k, ndim, shape, row)))
             ncand = mergeable_subset(s, ncand, k, red, shape, &row, &ndim);
+        if (why[0]) {
+            char sh[160];
+            const ir_value *ov = &g->values[n->out[0]];
+            int joins = ndim >= 0 && ncand > 0 && can_merge(s, ncand, k, ndim, shape, row);
+            if (joins)
+                ir_note(g, "%s%s: joined %d of the %d groups it reads: %s", ir_op_name(n->op),
+                        ke_fmt_shape(sh, sizeof sh, ov->ndim, ov->shape), ncand, ncand0, why);
+            else
+                ir_note(g, "%s%s: starts a kernel of its own, not joining the group%s it reads: %s", ir_op_name(n->op),
+                        ke_fmt_shape(sh, sizeof sh, ov->ndim, ov->shape), ncand0 > 1 ? "s" : "", why);
+        }
         if (ndim >= 0 && ncand > 0 && can_merge(s, ncand, k, ndim, shape, row)) {
             G = s->cand[0];
             for (int c = 1; c < ncand; c++) G = s->cand[c] < G ? s->cand[c] : G;
@@ -346,8 +413,15 @@ static int fuse_group(fuse_state *s, int32_t G) {
     }
     for (int32_t k = 0; k < g->nnodes; k++)
         if (s->grp[k] == G) members[n++] = k;
-    if (part_io(s, G, members, 0, n, in, &nin, out, &nout)) {
+    char *ops = members_text(g, members, n);
+    int whole = part_io(s, G, members, 0, n, in, &nin, out, &nout), nin_all = nin;
+    if (whole) {
         ends[nparts++] = n;
+    } else if (nin > IR_KERNEL_MAX_IN && s->grow[G]) {
+        ir_note(g, "row group over %d inputs (at most %d): stays unfused: %s", nin, IR_KERNEL_MAX_IN, ops ? ops : "");
+    } else if (nin <= IR_KERNEL_MAX_IN) {
+        ir_note(g, "group with more than %d outputs, or an output not shaped like its domain: stays unfused: %s",
+                KE_MAX_OUT, ops ? ops : "");
     } else if (nin > IR_KERNEL_MAX_IN && !s->grow[G]) {
         for (int lo = 0; lo < n;) {
             int hi = lo + 1; /* one member reads at most 4 values */
@@ -362,6 +436,8 @@ static int fuse_group(fuse_state *s, int32_t G) {
         for (int p = 0, lo = 0; p < nparts; lo = ends[p++])
             if (ends[p] - lo > 1 && !part_io(s, G, members, lo, ends[p], in, &nin, out, &nout)) nparts = 0;
     }
+    if (nparts > 1) ir_note(g, "group over %d inputs (at most %d per kernel) split into %d parts: %s", nin_all, IR_KERNEL_MAX_IN, nparts, ops ? ops : "");
+    free(ops);
     for (int p = 0, lo = 0; p < nparts && rc >= 0; lo = ends[p++]) {
         if (ends[p] - lo < 2) continue; /* one node: nothing to fuse */
         if (emit_kernel(s, G, members, lo, ends[p], in)) rc = -1;

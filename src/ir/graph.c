@@ -4,6 +4,7 @@
 #include "ir.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 
 /* The IR-only ops' attribute descriptors (ir_attrs.def), indexed from KE_OP_COUNT. */
@@ -50,11 +51,27 @@ void ir_graph_free(ir_graph *g) {
     free(g->captured);
     ir_free_kernels(g);
     ir_plan_free(g->plan);
+    free(g->notes);
     free(g->nodes);
     free(g->values);
     free(g->inputs);
     free(g->outputs);
     free(g);
+}
+
+void ir_note(ir_graph *g, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    size_t have = g->notes ? strlen(g->notes) : 0, add = strlen(line);
+    char *p = realloc(g->notes, have + add + 2);
+    if (!p) return;
+    memcpy(p + have, line, add);
+    p[have + add] = '\n';
+    p[have + add + 1] = 0;
+    g->notes = p;
 }
 
 static int32_t new_value(ir_graph *g, const kl_tensor *like, ir_value_kind kind, int32_t node, int32_t index) {
@@ -199,6 +216,7 @@ ir_graph *ir_graph_clone(const ir_graph *g) {
     }
     c->cap_nodes = g->nnodes;
     c->fuse = g->fuse;
+    if (g->notes && !(c->notes = strdup(g->notes))) goto oom;
     if (ir_clone_kernels(c, g) || (g->plan && !(c->plan = ir_plan_clone(g->plan)))) {
         ir_graph_free(c);
         return NULL;

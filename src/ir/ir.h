@@ -101,9 +101,13 @@ typedef struct ir_graph {
     uint8_t fuse;                  /* FUSE mode may fuse this graph (set by the compiler) */
     /* ---- memory planning (plan.c) ---- */
     struct ir_plan *plan;          /* made by the last pass; NULL: none (TRACE_ONLY) */
+    char *notes;                   /* why fusion stopped where it did, one line each, written where
+                                      fuse.c decides (owned; NULL: none): KL_LOG=fusion, kl_fn_explain */
 } ir_graph;
 
 /* ---- building (graph.c) ----------------------------------------------------------- */
+/* Appends one line to g->notes (dropped if out of memory: notes explain, they decide nothing). */
+void ir_note(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 ir_graph *ir_graph_new(void);                    /* NULL + KL_ERR_OOM */
 void ir_graph_free(ir_graph *g);
 /* A copy of g; its kernels are shared with g, never recompiled (kernel.h). */

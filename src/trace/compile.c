@@ -449,6 +449,13 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         if (ke_log_on(KE_LOG_FUSION))
             for (int32_t k = 0; k < g->nkernels; k++)
                 ke_log(KE_LOG_FUSION, "%s: kernel %d = %s", f->o.name, (int)k, g->kernels[k]->ops ? g->kernels[k]->ops : "?");
+        if (g->notes && ke_log_on(KE_LOG_FUSION))
+            for (const char *l = g->notes; *l;) {
+                const char *nl = strchr(l, '\n');
+                int len = nl ? (int)(nl - l) : (int)strlen(l);
+                ke_log(KE_LOG_FUSION, "%s: not fused: %.*s", f->o.name, len, l);
+                l += len + (nl ? 1 : 0);
+            }
         if (ke_log_on(KE_LOG_GRAPH)) {
             char *text = ir_to_string(g);
             if (text) ke_log(KE_LOG_GRAPH, "%s: entry %d after the passes (%s):\n%s", f->o.name, f->nentries, why, text);
@@ -610,4 +617,102 @@ int kl_fn_graph_text(const kl_fn *f, char *buf, size_t cap) {
     if (buf && cap) snprintf(buf, cap, "%s", text);
     free(text);
     return n;
+}
+
+/* ---- kl_fn_explain ----------------------------------------------------------------------- */
+
+/* Bytes of intermediates alive at once at the worst point of a call, by the
+ * plan's liveness: each value a node defines (not a view) counts from its node
+ * until it is dropped. */
+static int64_t plan_peak(const ir_graph *g) {
+    const ir_plan *p = g->plan;
+    if (!p || p->nnodes != g->nnodes || p->nvalues != g->nvalues) return -1;
+    int64_t live = 0, peak = 0;
+    for (int32_t k = 0; k < g->nnodes; k++) {
+        const ir_node *n = &g->nodes[k];
+        if (n->dead) continue;
+        for (int j = 0; j < n->nout; j++) {
+            const ir_value *v = &g->values[n->out[j]];
+            if (v->base == v->id && !(n->inplace && j == 0))
+                live += ke_numel(v->ndim, v->shape) * ke_dtypes[v->dtype].size;
+        }
+        if (live > peak) peak = live;
+        for (int32_t i = p->drop_start[k]; i < p->drop_start[k + 1]; i++) {
+            const ir_value *v = &g->values[p->drops[i]];
+            if (v->kind == IR_VAL_NODE && v->base == v->id)
+                live -= ke_numel(v->ndim, v->shape) * ke_dtypes[v->dtype].size;
+        }
+    }
+    return peak;
+}
+
+static void indent(FILE *o, const char *text, const char *pre) {
+    for (const char *l = text; *l;) {
+        const char *e = strchr(l, '\n');
+        int len = e ? (int)(e - l) : (int)strlen(l);
+        if (len) fprintf(o, "%s%.*s\n", pre, len, l);
+        l += len + (e ? 1 : 0);
+    }
+}
+
+static const char *mode_name(kl_compile_mode m) {
+    switch (m) {
+    case KL_COMPILE_OFF: return "off";
+    case KL_COMPILE_TRACE_ONLY: return "trace only";
+    case KL_COMPILE_NO_FUSE: return "no fuse";
+    default: return "fuse";
+    }
+}
+
+int kl_fn_explain(const kl_fn *f, FILE *o) {
+    if (!f || !o) return ke_err(KL_ERR_NULL_ARG, "fn_explain", "%s is NULL", f ? "stream" : "the compiled function");
+    kl_fn *m = (kl_fn *)f;
+    pthread_mutex_lock(&m->lock);
+    fprintf(o, "%s: mode %s, %d cache entr%s (limit %d); %lld calls, %lld cache hits, %lld eager calls\n", f->o.name,
+            mode_name(f->o.mode), f->nentries, f->nentries == 1 ? "y" : "ies", f->o.recompile_limit,
+            (long long)f->st.calls, (long long)f->st.cache_hits, (long long)f->st.eager_calls);
+    for (int i = 0; i < f->nentries; i++) {
+        const tr_entry *e = &f->entries[i];
+        fprintf(o, "\nentry %d (%s)\n", i, e->why ? e->why : "?");
+        char *gt = guards_text(e, f->n_in);
+        fprintf(o, "  guards:\n");
+        if (gt) indent(o, gt, "    ");
+        free(gt);
+        fprintf(o, "  compile time: trace %.3f ms, passes %.3f ms, codegen %.3f ms (LLVM %.3f ms)\n", e->ms[0], e->ms[1],
+                e->ms[2], e->ms[3]);
+        if (e->eager) {
+            fprintf(o, "  runs eagerly: trace break: %s\n", e->broke ? e->broke : "?");
+            continue;
+        }
+        const ir_graph *g = e->g;
+        char *text = ir_to_string(g);
+        fprintf(o, "  graph after the passes:\n");
+        if (text) indent(o, text, "    ");
+        free(text);
+        if (g->nkernels) fprintf(o, "  kernels:\n");
+        for (int32_t k = 0; k < g->nkernels; k++) {
+            const ir_kernel *kn = g->kernels[k];
+            char sh[160];
+            fprintf(o, "    kernel %d = %s (%s%s, %d inputs, %d outputs, %s)\n", (int)k, kn->ops ? kn->ops : "?",
+                    kn->row ? "row kernel over " : "domain ", ke_fmt_shape(sh, sizeof sh, kn->ndim, kn->shape),
+                    (int)kn->ninputs, (int)kn->noutputs, kn->backend ? kn->backend->name : "not compiled");
+        }
+        if (g->notes) {
+            fprintf(o, "  not fused:\n");
+            indent(o, g->notes, "    ");
+        }
+        int64_t peak = plan_peak(g);
+        if (g->plan)
+            fprintf(o, "  memory plan: peak %lld bytes of intermediates alive at once; %d slots, %lld bytes for %lld bytes "
+                       "of kernel outputs\n",
+                    (long long)peak, (int)g->plan->nslots, (long long)g->plan->slot_total, (long long)g->plan->value_bytes);
+        fprintf(o, "  launches per call: %lld\n", (long long)tr_count_launches(g));
+    }
+    int nre = 0;
+    for (int i = 1; i < f->nentries; i++) nre++;
+    fprintf(o, "\nrecompiles: %d\n", nre);
+    for (int i = 1; i < f->nentries; i++) fprintf(o, "  entry %d: %s\n", i, f->entries[i].why ? f->entries[i].why : "?");
+    if (f->warned_limit) fprintf(o, "  then: recompile limit (%d) reached: new signatures run eagerly\n", f->o.recompile_limit);
+    pthread_mutex_unlock(&m->lock);
+    return ferror(o) ? ke_err(KL_ERR_IO, "fn_explain", "cannot write to the stream") : 0;
 }
