@@ -58,7 +58,7 @@ static int call_keys(ke_call *c, ke_keyset *out) {
 
 /* mask: the keys still allowed (a redispatch removes its own and higher ones
  * after the include set is applied, or an included key would recurse). */
-static int run_keys(ke_call *c, ke_keyset ks, ke_keyset mask) {
+static inline __attribute__((always_inline)) int run_keys(ke_call *c, ke_keyset ks, ke_keyset mask) {
     ke_tls *tls = &ke_tls_state;
     ks = (ks | tls->include) & ~tls->exclude & mask;
     if (!(ks & KE_BACKEND_KEYS)) return ke_err(KL_ERR_INTERNAL, ke_opname(c), "no backend key to dispatch to");
@@ -68,17 +68,9 @@ static int run_keys(ke_call *c, ke_keyset ks, ke_keyset mask) {
     return h(c);
 }
 
-static inline int dispatch_body(ke_call *c);
-
-int ke_dispatch(ke_call *c) {
-    /* the profiler's and KL_LOG=dispatch's one branch (log.h) */
-    if (KE_UNLIKELY(atomic_load_explicit(&ke_observe, memory_order_relaxed))) return ke_observed_dispatch(c);
-    return dispatch_body(c);
-}
-
-int ke_dispatch_unobserved(ke_call *c) { return dispatch_body(c); }
-
-static inline int dispatch_body(ke_call *c) {
+/* Inlined whole into ke_dispatch and the wrappers' ke_call1: a call to it
+ * from there cost the 1-element kl_add 19 instructions (bench/RESULTS.md). */
+static inline __attribute__((always_inline)) int dispatch_body(ke_call *c) {
     const ke_op_info *op = &ke_ops[c->op];
     ke_keyset ks = 0;
     if (call_keys(c, &ks)) return -1;
@@ -91,6 +83,14 @@ static inline int dispatch_body(ke_call *c) {
     }
     return run_keys(c, ks, ~(ke_keyset)0);
 }
+
+int ke_dispatch(ke_call *c) {
+    /* the profiler's and KL_LOG=dispatch's one branch (log.h) */
+    if (KE_UNLIKELY(atomic_load_explicit(&ke_observe, memory_order_relaxed))) return ke_observed_dispatch(c);
+    return dispatch_body(c);
+}
+
+int ke_dispatch_unobserved(ke_call *c) { return dispatch_body(c); }
 
 int ke_redispatch(ke_call *c, ke_key below) {
     ke_keyset ks = 0;
@@ -245,10 +245,16 @@ static int backend_handler(ke_call *c) {
 
 /* ---- wrapper helpers -------------------------------------------------------- */
 
-kl_tensor *ke_call1(ke_call *c) {
-    if (ke_dispatch(c)) return NULL;
+static inline __attribute__((always_inline)) kl_tensor *call1_body(ke_call *c) {
+    if (KE_UNLIKELY(atomic_load_explicit(&ke_observe, memory_order_relaxed))) {
+        if (ke_observed_dispatch(c)) return NULL;
+    } else if (dispatch_body(c)) {
+        return NULL;
+    }
     return c->out[0];
 }
+
+kl_tensor *ke_call1(ke_call *c) { return call1_body(c); }
 
 /* A call with no attributes. Only the attribute slots that can be read are
  * cleared (the list is read only up to nlist): zeroing the whole record is a
@@ -268,14 +274,14 @@ kl_tensor *ke_unary(int op, kl_tensor *x, int inplace) {
     kl_tensor *in[1] = {x};
     ke_call c;
     call_init(&c, op, inplace, 1, in);
-    return ke_call1(&c);
+    return call1_body(&c);
 }
 
 kl_tensor *ke_binary(int op, kl_tensor *a, kl_tensor *b, int inplace) {
     kl_tensor *in[2] = {a, b};
     ke_call c;
     call_init(&c, op, inplace, 2, in);
-    return ke_call1(&c);
+    return call1_body(&c);
 }
 
 kl_tensor *ke_binary_scalar(int op, kl_tensor *a, double s, int inplace) {
