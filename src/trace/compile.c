@@ -434,6 +434,8 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
     snprintf(f->st.last_reason, sizeof f->st.last_reason, "%s", why);
     if (!g && !broke) {
         free(e->in);
+        free(e->why);
+        e->why = NULL;
         return -1;
     }
     if (broke) {
