@@ -241,7 +241,8 @@ static kl_tensor *ce_row_loss(ke_call *c, kl_tensor *x) {
     kl_tensor *tl = kl_unsqueeze(t, t->ndim); /* [..., 1]: one target per row */
     kl_tensor *sh = kl_sub(x, kl_amax(x, KL_DIMS(-1), true));
     kl_tensor *lse = kl_log(kl_sum(kl_exp(sh), KL_DIMS(-1), true)); /* of the shifted row */
-    kl_tensor *hit = kl_eq(kl_arange(0, (double)C, 1, KL_I64), tl);
+    /* the class ids on the target's device (a CUDA target: no mixed-device compare) */
+    kl_tensor *hit = kl_eq(kl_to_device(kl_arange(0, (double)C, 1, KL_I64), kl_device_of(t)), tl);
     kl_tensor *zero = kl_full(0, NULL, 0, dt);
     kl_tensor *loss = kl_sub(lse, kl_sum(kl_where(hit, sh, zero), KL_DIMS(-1), true));
     if (ls > 0) {
