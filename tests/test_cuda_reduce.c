@@ -221,9 +221,10 @@ static void close_to(kl_tensor *want, kl_tensor *got, double tol, const char *wh
     }
 }
 
-/* softmax, log_softmax, layer_norm and rms_norm on CUDA tensors (their
- * decompositions: amax / sum / mean row kernels and elementwise kernels),
- * within 1e-5 of the CPU's fused kernels. */
+/* softmax, log_softmax, layer_norm and rms_norm on CUDA tensors (one fused
+ * row kernel each), cross_entropy (its decomposition: amax / sum row
+ * kernels and elementwise ones), within 1e-5 of the CPU's kernels (f32; the
+ * 16-bit types within a few units of their last place). */
 static void norms_and_softmax(void **s) {
     (void)s;
     NEED_CUDA();
@@ -234,6 +235,42 @@ static void norms_and_softmax(void **s) {
     close_to(kl_softmax(x, -1), kl_softmax(gx, -1), 1e-5, "softmax dim -1");
     close_to(kl_softmax(x, 0), kl_softmax(gx, 0), 1e-5, "softmax dim 0");
     close_to(kl_log_softmax(x, -1), kl_log_softmax(gx, -1), 1e-5, "log_softmax");
+    /* the fused kernel (ku_cuda_softmax): every float dtype, the dim in the
+     * middle (input copied, output through a temporary), a transposed view
+     * read in place, a long row, a 0-dim tensor */
+    const kl_dtype fd[] = {KL_F32, KL_F64, KL_F16, KL_BF16};
+    kl_tensor *x3 = kl_mul_scalar(kl_randn(KL_SHAPE(3, 7, 4), KL_F32), 3);
+    for (int i = 0; i < 4; i++) {
+        kl_tensor *xd = kl_to_dtype(x3, fd[i]), *gd = kl_to_device(xd, CUDA0);
+        double tol = fd[i] == KL_F64 ? 1e-12 : fd[i] == KL_F16 ? 1.0 / 512 : fd[i] == KL_BF16 ? 1.0 / 64 : 1e-5;
+        for (int dim = -1; dim < 3; dim++) {
+            close_to(kl_softmax(xd, dim), kl_softmax(gd, dim), tol, "softmax (3-D)");
+            close_to(kl_log_softmax(xd, dim), kl_log_softmax(gd, dim), tol * 4, "log_softmax (3-D)");
+        }
+    }
+    close_to(kl_softmax(kl_transpose(x, 0, 1), 1), kl_softmax(kl_transpose(gx, 0, 1), 1), 1e-5, "softmax of a view");
+    kl_tensor *xl = kl_randn(KL_SHAPE(2, 3000), KL_F32);
+    close_to(kl_log_softmax(xl, 1), kl_log_softmax(kl_to_device(xl, CUDA0), 1), 1e-5, "log_softmax long rows");
+    /* the fused norms (ku_cuda_norm): every float dtype, weight / bias or not,
+     * several normalized dims, a transposed input (copied first) */
+    kl_tensor *w3 = kl_randn(KL_SHAPE(4), KL_F32), *b3 = kl_randn(KL_SHAPE(4), KL_F32);
+    for (int i = 0; i < 4; i++) {
+        kl_tensor *xd = kl_to_dtype(x3, fd[i]), *gd = kl_to_device(xd, CUDA0);
+        kl_tensor *wd = kl_to_dtype(w3, fd[i]), *bd = kl_to_dtype(b3, fd[i]);
+        kl_tensor *gwd = kl_to_device(wd, CUDA0), *gbd = kl_to_device(bd, CUDA0);
+        double tol = fd[i] == KL_F64 ? 1e-12 : fd[i] == KL_F16 ? 1.0 / 256 : fd[i] == KL_BF16 ? 1.0 / 32 : 1e-5;
+        close_to(kl_layer_norm(xd, 1, wd, bd, 1e-5), kl_layer_norm(gd, 1, gwd, gbd, 1e-5), tol, "layer_norm w b");
+        close_to(kl_layer_norm(xd, 1, wd, NULL, 1e-5), kl_layer_norm(gd, 1, gwd, NULL, 1e-5), tol, "layer_norm w");
+        close_to(kl_layer_norm(xd, 2, NULL, NULL, 1e-3), kl_layer_norm(gd, 2, NULL, NULL, 1e-3), tol, "layer_norm 2");
+        close_to(kl_rms_norm(xd, 1, wd, 1e-6), kl_rms_norm(gd, 1, gwd, 1e-6), tol, "rms_norm w");
+        close_to(kl_rms_norm(xd, 3, NULL, 1e-6), kl_rms_norm(gd, 3, NULL, 1e-6), tol, "rms_norm 3 dims");
+    }
+    kl_tensor *xt = kl_transpose(x, 0, 1), *gxt = kl_transpose(gx, 0, 1);
+    kl_tensor *w6 = kl_randn(KL_SHAPE(6), KL_F32), *gw6 = kl_to_device(w6, CUDA0);
+    close_to(kl_layer_norm(xt, 1, w6, NULL, 1e-5), kl_layer_norm(gxt, 1, gw6, NULL, 1e-5), 1e-5, "layer_norm of a view");
+    close_to(kl_rms_norm(xt, 1, NULL, 1e-6), kl_rms_norm(gxt, 1, NULL, 1e-6), 1e-5, "rms_norm of a view");
+    kl_tensor *x0 = kl_scalar_tensor(0.5, KL_F32);
+    close_to(kl_softmax(x0, 0), kl_softmax(kl_to_device(x0, CUDA0), 0), 0, "softmax 0-dim");
     close_to(kl_layer_norm(x, 1, w, b, 1e-5), kl_layer_norm(gx, 1, gw, gb, 1e-5), 1e-5, "layer_norm");
     close_to(kl_layer_norm(x, 2, NULL, NULL, 1e-5), kl_layer_norm(gx, 2, NULL, NULL, 1e-5), 1e-5, "layer_norm 2 dims");
     close_to(kl_rms_norm(x, 1, w, 1e-6), kl_rms_norm(gx, 1, gw, 1e-6), 1e-5, "rms_norm");

@@ -64,8 +64,9 @@ int cn_emit_kernel_dyn(const ir_kernel *k, const char *name, cn_kernel_src *out)
 int cn_emit_kernel_dyn_byval(const ir_kernel *k, const char *name, unsigned byval, cn_kernel_src *out);
 /* A row kernel of rank 2 ([rows, cnt], eager's reductions) in run-time-shape
  * form: rows, cnt and every buffer's two strides come in the cn_dims
- * (shape[0], shape[1], index[b][0..1]). 0 or -1. */
-int cn_emit_row_dyn(const ir_kernel *k, const char *name, cn_kernel_src *out);
+ * (shape[0], shape[1], index[b][0..1]); the inputs in mask byval are scalar
+ * parameters by value (cn_emit_kernel_dyn_byval). 0 or -1. */
+int cn_emit_row_dyn(const ir_kernel *k, const char *name, unsigned byval, cn_kernel_src *out);
 /* The cn_dims a run-time-shape kernel of k is launched with. */
 void cn_dims_of(const ir_kernel *k, cn_dims *d);
 
@@ -115,5 +116,11 @@ int ku_cuda_ew(struct ke_call *c);
 int ku_cuda_reduce(struct ke_call *c);
 /* 1 if ku_cuda_reduce runs op. */
 int ku_cuda_reduce_supported(int op);
+/* The eager CUDA kernel of softmax and log_softmax (cn_reduce.c): one fused
+ * row kernel; registered by src/init.c. */
+int ku_cuda_softmax(struct ke_call *c);
+/* The eager CUDA kernel of layer_norm and rms_norm (cn_reduce.c): one fused
+ * row kernel; registered by src/init.c. */
+int ku_cuda_norm(struct ke_call *c);
 
 #endif /* CN_H */

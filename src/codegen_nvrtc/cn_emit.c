@@ -686,12 +686,12 @@ int cn_emit_kernel(const ir_kernel *k, const char *name, cn_kernel_src *out) {
     return 0;
 }
 
-int cn_emit_row_dyn(const ir_kernel *k, const char *name, cn_kernel_src *out) {
+int cn_emit_row_dyn(const ir_kernel *k, const char *name, unsigned byval, cn_kernel_src *out) {
     memset(out, 0, sizeof *out);
     if (!k->row || k->ndim != 2 || k->ninputs + k->noutputs > CN_DYN_BUFS)
         return ke_err(KL_ERR_INTERNAL, "compile", "nvrtc backend: no run-time-shape form for this row kernel");
     if (strlen(name) >= sizeof out->name) return ke_err(KL_ERR_ARG, "compile", "nvrtc backend: kernel name too long");
-    if (emit_program(&k, &name, 1, CN_DYN_ROW, 0, &out->src)) return -1;
+    if (emit_program(&k, &name, 1, CN_DYN_ROW, byval, &out->src)) return -1;
     strcpy(out->name, name);
     cn_launch_of(k, &out->launch);
     out->index64 = 1;
