@@ -156,6 +156,8 @@ typedef struct part {
     const ir_graph *J;
     int32_t split, n_in, nparams;
     uint8_t *state;           /* per J value */
+    uint8_t *memo;            /* per J value: cone_ok's answer, 0 unknown, 1 yes, 2 no (a "no"
+                                 may turn yes as more is saved: conservative) */
     uint8_t *take;            /* per J node: in the backward graph */
 } part;
 
@@ -174,10 +176,11 @@ static int cone_ok(part *p, int32_t v, int depth) {
     if (val->kind == IR_VAL_INPUT || p->state[v] == V_SAVED || p->state[v] == V_RECOMP) return 1;
     const ir_node *n = &p->J->nodes[val->node];
     if (is_const_node(n)) return 1;
-    if (!tr_aot_recompute || depth > 64 || !recomputable(n)) return 0;
-    for (int i = 0; i < n->nin; i++)
-        if (!cone_ok(p, n->in[i], depth + 1)) return 0;
-    return 1;
+    if (p->memo[v]) return p->memo[v] == 1;
+    int ok = tr_aot_recompute && depth <= 64 && recomputable(n);
+    for (int i = 0; ok && i < n->nin; i++) ok = cone_ok(p, n->in[i], depth + 1);
+    p->memo[v] = ok ? 1 : 2;
+    return ok;
 }
 
 static void take_cone(part *p, int32_t v) {
@@ -265,9 +268,9 @@ static const char *unsupported(const ir_graph *J, int32_t split, int n_out, int 
         const ir_value *v = &J->values[J->outputs[o]];
         const ir_value *b = &J->values[v->base];
         if (b->kind == IR_VAL_INPUT || J->nodes[b->node].op == IR_OP_CAPTURED) {
-            snprintf(why, cap, "output %d is %s %s or a view of it", o + 1,
-                     b->kind == IR_VAL_INPUT && b->index < n_in ? "an input" : "a captured tensor",
-                     b->kind == IR_VAL_INPUT && b->index >= n_in + nparams ? "gradient" : "");
+            (void)nparams;
+            snprintf(why, cap, "output %d is %s or a view of one (its history must stay that tensor's)", o + 1,
+                     b->kind == IR_VAL_INPUT && b->index < n_in ? "an input" : "a captured tensor");
             return why;
         }
     }
@@ -312,13 +315,12 @@ int tr_aot_build(const tr_aot_spec *sp, ir_graph **fw_out, tr_aot **aot_out, cha
     }
     for (int k = 0; k < np; k++) jin[n_in + k] = sp->params[k];
     nwrt += np;
-    /* placeholders shaped like fn's outputs (only their layout is traced) */
+    /* placeholders shaped like fn's outputs, on their devices (only their layout is traced) */
     for (int o = 0; o < n_out; o++) {
         const ir_value *v = &sp->g0->values[sp->g0->outputs[o]];
-        kl_no_grad_begin();
-        jin[n_in + np + o] = kl_empty(v->ndim, v->shape, (kl_dtype)v->dtype);
-        kl_no_grad_end();
-        if (!jin[n_in + np + o]) goto out;
+        if (!(jin[n_in + np + o] = ke_tensor_new((kl_dtype)v->dtype, v->ndim, v->shape, v->device, "compile")))
+            goto out;
+        ke_scope_adopt(jin[n_in + np + o]);
     }
     tr_subst subst = {.n = np, .first = n_in, .real = sp->params};
     int broke = 0;
@@ -338,10 +340,11 @@ int tr_aot_build(const tr_aot_spec *sp, ir_graph **fw_out, tr_aot **aot_out, cha
     /* decide what the backward recomputes and what the forward saves */
     p = (part){.J = J, .split = jc.split, .n_in = n_in, .nparams = np};
     p.state = calloc((size_t)J->nvalues + 1, 1);
+    p.memo = calloc((size_t)J->nvalues + 1, 1);
     p.take = calloc((size_t)J->nnodes + 1, 1);
     fmap = malloc(sizeof *fmap * ((size_t)J->nvalues + 1));
     bmap = malloc(sizeof *bmap * ((size_t)J->nvalues + 1));
-    if (!p.state || !p.take || !fmap || !bmap) {
+    if (!p.state || !p.memo || !p.take || !fmap || !bmap) {
         ke_err(KL_ERR_OOM, "compile", "out of memory");
         goto out;
     }
@@ -490,6 +493,7 @@ out:
     ir_graph_free(B);
     aot_decref(a);
     free(p.state);
+    free(p.memo);
     free(p.take);
     free(fmap);
     free(bmap);

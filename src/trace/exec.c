@@ -246,7 +246,7 @@ int tr_run_graph_rs(const ir_graph *g, kl_tensor *const *inputs, kl_tensor **out
         if (!(rs.rsv = malloc(sizeof *rs.rsv * 2 * (size_t)io->n))) rc = ke_err(KL_ERR_OOM, "fn_call", "out of memory");
         else rs.cap = io->n;
     }
-    if (io && !rc) memcpy(rs.rsv, io->rsv, sizeof *rs.rsv * 2 * (size_t)io->n);
+    if (io && io->n && !rc) memcpy(rs.rsv, io->rsv, sizeof *rs.rsv * 2 * (size_t)io->n);
     kl_scope_begin();
     exec_mem m;
     if (!rc) rc = mem_begin(g, inputs, &m);
