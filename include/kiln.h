@@ -929,6 +929,12 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* into its .grad, kl_autograd_grad with respect to it) stops the trace as  */
 /* kl_item does, and that signature runs eagerly;                           */
 /* random ops draw fresh numbers at every call, as eagerly.                 */
+/* Called in grad mode with inputs (or captured tensors) requiring grad,    */
+/* FUSE mode compiles the forward and a backward traced from it, and each   */
+/* call inserts one autograd node: kl_backward from eager code then runs    */
+/* the compiled backward (docs/COMPILE.md); create_graph through it replays */
+/* the function op by op. Replacing a captured tensor that requires grad    */
+/* (and releasing the old one) retraces.                                    */
 /* In FUSE mode CPU kernels are compiled with LLVM and cached on disk       */
 /* (KL_CACHE_DIR; see README); the first call of a new signature pays the   */
 /* trace and compile (tens of ms per kernel; under 1 ms from the cache).    */
@@ -988,6 +994,15 @@ typedef struct kl_fn_stats {
     int64_t kernels;          /* kernels (or op launches) per call, summed over cached graphs */
     double compile_ms;        /* total time spent tracing and optimizing */
     char last_reason[256];    /* why the last trace happened or fell back */
+    /* Differentiable calls (grad mode, an input or captured tensor requiring grad; FUSE mode): */
+    int64_t aot_calls;        /* ran the compiled forward and recorded one autograd node */
+    int64_t opbyop_grad_calls; /* ran their graph op by op so autograd records each op (the fallback) */
+    int64_t backward_kernels; /* launches of the compiled backward graphs, summed over cached graphs */
+    int64_t backward_calls;   /* compiled backward graphs run by backward passes */
+    int64_t double_backward_replays; /* create_graph through a compiled node: replayed op by op */
+    int64_t saved_bytes;      /* bytes of the values the last aot call saved for backward (inputs and
+                                 captured tensors, held by reference, not counted) */
+    char grad_fallback[256];  /* why the last differentiable signature runs op by op ("" if none) */
 } kl_fn_stats;
 /* Fills *out with f's counters. Returns 0 or -1. */
 KL_API int kl_fn_get_stats(const kl_fn *f, kl_fn_stats *out);
