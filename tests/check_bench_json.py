@@ -114,6 +114,41 @@ bars = [e for e in root.iter("{http://www.w3.org/2000/svg}rect") if e.find("{htt
 timed = [r for r in rows if r["status"] == "ok"]
 expect(len(bars) == len(timed), f"{len(bars)} bars for {len(timed)} timed rows")
 
+# PyTorch's side through a stand-in script (the real one needs torch): its
+# results become rows, its errors error rows, a system it calls unavailable
+# "not installed" rows
+fake = os.path.join(os.path.dirname(svg), "fake_torch.py")
+with open(fake, "w") as f:
+    f.write("import sys\n"
+            "print('SYS torch_eager ok torch 9.9')\n"
+            "print('SYS torchscript ok torch.jit.script')\n"
+            "print('SYS torch_compile not-installed torch.compile needs PyTorch >= 2')\n"
+            "print('RES chain5 torch_eager 65536 0.002 0.001 0.003 12')\n"
+            "print('ERR chain5 torchscript RuntimeError: scripted badly')\n"
+            "print('RES gelu torch_eager 65536 0.004 0.004 0.004 10')\n"
+            "print('RES gelu torchscript 65536 0.001 0.001 0.001 10')\n")
+env2 = dict(os.environ, KILN_BENCH_PYTHON=sys.executable, KILN_BENCH_TORCH_SCRIPT=fake)
+p = subprocess.run([exe, "--size", "small", "--workload", "chain5,gelu", "--mode", "eager", "--min-time", "0",
+                    "--min-runs", "3", "--warmup", "0", "--json", "--quiet", "--compare", "torch"],
+                   env=env2, capture_output=True, text=True, timeout=300)
+expect(p.returncode == 1, f"an error row makes the exit status 1, got {p.returncode}")
+doc2 = json.loads(p.stdout)
+by = {(r["workload"], r["mode"]): r for r in doc2["rows"]}
+for r in doc2["rows"]:
+    keys(r, ROW, "fake torch row")
+expect([s["status"] for s in doc2["torch"]["systems"]] == ["ok", "ok", "not installed"], "fake torch systems")
+r = by[("chain5", "torch_eager")]
+expect(r["status"] == "ok" and r["median_s"] == 0.002 and r["q1_s"] == 0.001 and r["runs"] == 12 and r["noisy"],
+       f"chain5 torch_eager parsed: {r}")
+eager = by[("chain5", "eager")]["median_s"]
+expect(abs(r["speedup_vs_eager"] - eager / 0.002) <= 1e-6 * eager / 0.002, "torch speedup is Kiln eager / torch")
+r = by[("chain5", "torchscript")]
+expect(r["status"] == "error" and "scripted badly" in r["note"] and r["median_s"] is None, f"error row: {r}")
+for w in ("chain5", "gelu"):
+    r = by[(w, "torch_compile")]
+    expect(r["status"] == "not installed" and "PyTorch >= 2" in r["note"], f"{w} torch_compile: {r}")
+expect(by[("gelu", "torchscript")]["median_s"] == 0.001, "gelu torchscript parsed")
+
 # bad arguments: exit 2 and a message naming the problem
 for args, needle in [(["--mode", "FAST"], "unknown mode \"FAST\""), (["--size", "huge"], "unknown size \"huge\""),
                      (["--workload", "chain6"], "unknown workload \"chain6\""), (["--threads", "0"], "--threads 0"),
