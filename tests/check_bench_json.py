@@ -149,6 +149,21 @@ for w in ("chain5", "gelu"):
     expect(r["status"] == "not installed" and "PyTorch >= 2" in r["note"], f"{w} torch_compile: {r}")
 expect(by[("gelu", "torchscript")]["median_s"] == 0.001, "gelu torchscript parsed")
 
+# --device cuda on the emulated device (docs/GPU.md): the rows run there, checked
+# against eager there, and get no roofline (the limits are the CPU's)
+env3 = dict(os.environ, KL_CUDA_EMULATE="1")
+p = subprocess.run([exe, "--device", "cuda", "--size", "small", "--workload", "chain5", "--mode", "eager,FUSE",
+                    "--min-time", "0", "--min-runs", "2", "--warmup", "0", "--json", "--quiet"],
+                   env=env3, capture_output=True, text=True, timeout=500)
+expect(p.returncode == 0, f"--device cuda (emulated): status {p.returncode}, {p.stderr[-500:]}")
+if p.returncode == 0:
+    doc3 = json.loads(p.stdout)
+    expect(doc3["device"] == "cuda", "device echo")
+    for r in doc3["rows"]:
+        keys(r, ROW, "cuda row")
+        expect(r["status"] == "ok" and r["roofline_fraction"] is None, f"cuda {r['mode']}: {r['status']} {r['note']}")
+    expect([r["check"] for r in doc3["rows"]] == [None, "ok"], "cuda FUSE checked against cuda eager")
+
 # bad arguments: exit 2 and a message naming the problem
 for args, needle in [(["--mode", "FAST"], "unknown mode \"FAST\""), (["--size", "huge"], "unknown size \"huge\""),
                      (["--workload", "chain6"], "unknown workload \"chain6\""), (["--threads", "0"], "--threads 0"),

@@ -303,7 +303,21 @@ static int make_optimizer(kw_case *c) {
     return c->opt ? 0 : -1;
 }
 
-kw_case *kw_case_new(const char *id, kw_size s, uint64_t seed) {
+/* Moves the inputs to dev (the same values: drawn on the CPU, then copied). */
+static int to_device(kw_case *c, kl_device dev) {
+    for (int i = 0; i < c->def->n_in; i++) {
+        kl_tensor *t = kl_to_device(c->in[i], dev);
+        if (!t) return -1;
+        t = kl_retain(t);
+        kl_release(c->in[i]);
+        c->in[i] = t;
+    }
+    return 0;
+}
+
+kw_case *kw_case_new(const char *id, kw_size s, uint64_t seed) { return kw_case_new_on(id, s, seed, KL_DEVICE_CPU); }
+
+kw_case *kw_case_new_on(const char *id, kw_size s, uint64_t seed, kl_device dev) {
     const kw_def *d = kw_find(id);
     if (!d) return NULL;
     if (s < 0 || s >= KW_NUM_SIZES) {
@@ -319,6 +333,7 @@ kw_case *kw_case_new(const char *id, kw_size s, uint64_t seed) {
     kl_manual_seed(seed);
     kl_scope_begin(); /* the temporaries of input creation */
     int rc = make_inputs(c);
+    if (rc == 0 && dev.type != KL_CPU) rc = to_device(c, dev);
     kl_scope_end();
     if (rc == 0 && d->n_params) rc = make_optimizer(c);
     if (rc) {
@@ -359,6 +374,8 @@ kl_fn *kw_case_compile(const kw_case *c, kl_compile_mode m) {
 }
 
 static int close_enough(kl_tensor *a, kl_tensor *b) {
+    a = kl_to_device(a, KL_DEVICE_CPU), b = kl_to_device(b, KL_DEVICE_CPU);
+    if (!a || !b) return -1;
     if (kl_dtype_is_floating(kl_dtype_of(a))) return kl_allclose(a, b, 1e-3, 1e-4, true);
     return kl_equal(a, b);
 }

@@ -51,6 +51,9 @@ int kw_size_parse(const char *name);
 /* A case of workload id at size s, inputs drawn after kl_manual_seed(seed).
  * NULL and an error on a bad id or size. Free with kw_case_free. */
 kw_case *kw_case_new(const char *id, kw_size s, uint64_t seed);
+/* The same on device dev: the inputs (and a training step's parameters) are
+ * drawn on the CPU, then copied, so every device gets the same values. */
+kw_case *kw_case_new_on(const char *id, kw_size s, uint64_t seed, kl_device dev);
 void kw_case_free(kw_case *c);
 /* One call: f (compiled from c->def->fn; NULL runs it eagerly), then for a
  * training step the optimizer update. outs (n_out entries, may be NULL)
