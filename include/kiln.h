@@ -1058,6 +1058,14 @@ typedef struct kl_bench_result {
  * (NULL fn/out, min_runs < 1, max_runs < min_runs, min_time_s < 0 or NaN,
  * warmup < 0, threads < 0) or the callable's own error. */
 KL_API int kl_bench(kl_bench_callable fn, void *user, const kl_bench_options *opts, kl_bench_result *out);
+/* kl_bench of kl_fn_call(f, inputs, n_in, outputs, n_out), each call's outputs
+ * dropped with its scope: a compiled function in the mode it was compiled in
+ * (kl_compile_options.mode; KL_COMPILE_OFF times it eagerly through the same
+ * entry). The first call of a new signature traces and compiles: warmup >= 1
+ * keeps that out of the timings. KL_ERR_ARG on NULL f, n_in or n_out outside
+ * [0, 64]; otherwise as kl_bench. */
+KL_API int kl_bench_fn(kl_fn *f, kl_tensor *const *inputs, int n_in, int n_out, const kl_bench_options *opts,
+                       kl_bench_result *out);
 /* Median and quartiles of t[0..n) by linear interpolation (sorts t in place;
  * n >= 1). What kl_bench reports: exposed so other timings summarize alike. */
 KL_API void kl_bench_quartiles(double *t, int n, double *q1, double *median, double *q3);

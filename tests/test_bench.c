@@ -142,6 +142,52 @@ static void thread_count_is_pinned_and_restored(void **state) {
     kl_set_num_threads(before);
 }
 
+static int chain(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_tanh(kl_mul_scalar(in[0], 2));
+    return out[0] ? 0 : -1;
+}
+
+/* a fake clock that moves 1 ms per reading */
+static double ticking(void *u) { return (*(double *)u += 1e-3); }
+
+static void compiled_functions_in_their_mode(void **state) {
+    (void)state;
+    kl_tensor *x = kl_ones(KL_SHAPE(16), KL_F32);
+    for (int m = KL_COMPILE_OFF; m <= KL_COMPILE_FUSE; m++) {
+        kl_compile_options co = kl_compile_options_default();
+        co.mode = (kl_compile_mode)m;
+        kl_fn *f = kl_compile(chain, NULL, &co);
+        double now = 0;
+        kl_bench_options o = kl_bench_options_default();
+        o.clock = ticking, o.clock_user = &now, o.min_time_s = 0, o.warmup = 2;
+        kl_bench_result r;
+        assert_int_equal(kl_bench_fn(f, &x, 1, 1, &o, &r), 0);
+        assert_int_equal(r.runs, 10);
+        assert_float_equal(r.median_s, 1e-3, 1e-12); /* two readings per call */
+        kl_fn_stats st;
+        assert_int_equal(kl_fn_get_stats(f, &st), 0);
+        assert_int_equal(st.calls, 12); /* warm-up included */
+        assert_int_equal(st.traces, m == KL_COMPILE_OFF ? 0 : 1);
+        assert_int_equal(st.eager_calls, m == KL_COMPILE_OFF ? 12 : 0);
+        kl_fn_release(f);
+    }
+    kl_bench_result r;
+    assert_int_equal(kl_bench_fn(NULL, &x, 1, 1, NULL, &r), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "NULL function");
+    kl_fn *f = kl_compile(chain, NULL, NULL);
+    assert_int_equal(kl_bench_fn(f, &x, 1, 65, NULL, &r), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "bad counts");
+    /* a call that fails (wrong input count after the first call) stops the run */
+    kl_bench_options o = kl_bench_options_default();
+    o.min_time_s = 0;
+    assert_int_equal(kl_bench_fn(f, &x, 1, 1, &o, &r), 0);
+    assert_int_equal(kl_bench_fn(f, (kl_tensor *[]){x, x}, 2, 1, &o, &r), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "");
+    kl_fn_release(f);
+    assert_int_equal(kl_live_tensors(), 1); /* x */
+}
+
 static int failing_with_error(void *u) {
     (void)u;
     return kl_add(kl_ones(KL_SHAPE(2), KL_F32), kl_ones(KL_SHAPE(3), KL_F32)) ? 0 : -1;
@@ -295,6 +341,7 @@ int main(void) {
         KT_TEST(runs_until_min_runs_and_min_time),
         KT_TEST(thread_count_is_pinned_and_restored),
         KT_TEST(errors_stop_the_run),
+        KT_TEST(compiled_functions_in_their_mode),
         KT_TEST(bad_options_are_errors),
         KT_TEST(quartiles_of_small_sets),
         KT_TEST(row_text_is_golden),

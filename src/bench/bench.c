@@ -115,6 +115,27 @@ int kl_bench(kl_bench_callable fn, void *user, const kl_bench_options *opts, kl_
     return 0;
 }
 
+typedef struct fn_call {
+    kl_fn *f;
+    kl_tensor *const *in;
+    int n_in, n_out;
+} fn_call;
+
+static int call_fn(void *u) {
+    const fn_call *c = u;
+    kl_tensor *out[64];
+    return kl_fn_call(c->f, c->in, c->n_in, out, c->n_out);
+}
+
+int kl_bench_fn(kl_fn *f, kl_tensor *const *inputs, int n_in, int n_out, const kl_bench_options *opts,
+                kl_bench_result *out) {
+    if (!f || n_in < 0 || n_in > 64 || n_out < 0 || n_out > 64 || (n_in && !inputs))
+        return ke_err(KL_ERR_ARG, "bench_fn", "%s (n_in %d, n_out %d: want 0..64, inputs for n_in > 0)",
+                      !f ? "NULL function" : "bad counts", n_in, n_out);
+    fn_call c = {f, inputs, n_in, n_out};
+    return kl_bench(call_fn, &c, opts, out);
+}
+
 /* ---- printing ------------------------------------------------------------- */
 
 /* One unit for a whole table, chosen by its smallest time (as Compare does). */
