@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kiln.sh — one entry point for a fresh Debian 12 machine (run as root):
-#   scripts/kiln.sh demo    install what is missing, build, train the digits MLP
+#   scripts/kiln.sh demo    install what is missing, build, train the digits MLP,
+#                           then a short kiln-bench summary
 #   scripts/kiln.sh test    install what is missing, build, run every suite
 #   scripts/kiln.sh asan    the suites again under AddressSanitizer + UBSan
 #   scripts/kiln.sh setup   only install and build
@@ -43,6 +44,11 @@ demo)
     configure "$build"
     bash scripts/fetch_digits.sh
     "$build/examples/digits/digits"
+    # then a short look at the standard workloads on this machine (docs/BENCH.md;
+    # small sizes and a quick method: for real numbers run kiln-bench itself)
+    echo
+    echo "kiln: kiln-bench --size small --mode eager,FUSE (the full tool: $build/bench/kiln-bench --help)"
+    "$build/bench/kiln-bench" --size small --mode eager,FUSE --min-time 0.1 --svg "$build/kiln-bench.svg"
     ;;
 test)
     configure "$build"

@@ -465,7 +465,7 @@ int tr_aot_build(const tr_aot_spec *sp, ir_graph **fw_out, tr_aot **aot_out, cha
         if (sp->alias[i] >= 0) ir_alias_input(F, i, sp->alias[i]);
     if (ir_optimize(F) || tr_compile_kernels(F, sp->cpu) || ir_optimize(B) || tr_compile_kernels(B, sp->cpu))
         goto out;
-    a->bw_launches = tr_count_launches(B);
+    a->bw_launches = tr_count_launches(B, NULL);
     a->bw = B;
     a->joint = J;
     B = J = NULL;

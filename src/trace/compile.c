@@ -423,7 +423,9 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
     } else {
         e->g = g;
         f->st.graph_ops += g->nnodes;
-        f->st.kernels += tr_count_launches(g);
+        int64_t dispatched;
+        f->st.kernels += tr_count_launches(g, &dispatched);
+        f->st.library_calls += dispatched;
         if (e->aot) f->st.backward_kernels += tr_aot_backward_launches(e->aot);
         if (ke_log_on("trace")) {
             char *text = ir_to_string(g);

@@ -57,15 +57,17 @@ static int slot_tensor(exec_mem *m, int32_t v, const ir_kbuf *b, kl_tensor **t) 
     return 0;
 }
 
-int64_t tr_count_launches(const ir_graph *g) {
-    int64_t n = 0;
+int64_t tr_count_launches(const ir_graph *g, int64_t *dispatched) {
+    int64_t n = 0, d = 0;
     for (int32_t k = 0; k < g->nnodes; k++) {
         const ir_node *nd = &g->nodes[k];
         if (nd->dead || (nd->op >= KE_OP_COUNT && nd->op != IR_OP_KERNEL) ||
             (nd->op < KE_OP_COUNT && ke_ops[nd->op].kind == KE_KIND_VIEW))
             continue;
         n++;
+        d += nd->op < KE_OP_COUNT;
     }
+    if (dispatched) *dispatched = d;
     return n;
 }
 

@@ -47,8 +47,9 @@ extern int tr_track_peak;
 extern int64_t tr_peak_storages, tr_peak_bytes;
 
 /* Op launches a graph makes per call (nodes other than views, constants and
- * captured reads). */
-int64_t tr_count_launches(const ir_graph *g);
+ * captured reads); *dispatched (if not NULL) gets those that are ops run
+ * through the dispatcher rather than compiled kernels. */
+int64_t tr_count_launches(const ir_graph *g, int64_t *dispatched);
 
 /* Compiles every kernel of g (after the last pass): CPU kernels with cpu
  * (NULL: the default CPU backend), others with their device's default
