@@ -555,6 +555,69 @@ static void stale_error_changes_nothing(void **s) {
     kl_fn_release(f);
 }
 
+/* ---- fuzz_ops: conv and pool output sizes ------------------------------------ */
+
+/* Output sizes of conv2d and the pools were computed with unchecked int64
+ * arithmetic: a huge padding, dilation, kernel or group count overflowed
+ * (undefined behaviour), and an output whose per-dim sizes fit but whose
+ * element count did not reached the allocator as a wrapped byte count. Each
+ * is now KL_ERR_OVERFLOW (ke_mul_ov/ke_add_ov in the rules, and every
+ * result's shape checked where it is allocated). */
+static void conv_pool_size_overflow(void **s) {
+    (void)s;
+    kl_tensor *x = kl_ones(KL_SHAPE(1, 1, 4, 4), KL_F32), *w = kl_ones(KL_SHAPE(1, 1, 2, 2), KL_F32);
+    kl_conv2d_options o = kl_conv2d_options_default();
+    o.padding[0] = INT64_MAX / 2;
+    assert_null(kl_conv2d(x, w, NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "kl_conv2d: padding 4611686018427387903 or dilation 1 of spatial dim 0 overflows");
+    o = kl_conv2d_options_default();
+    o.dilation[1] = INT64_MAX;
+    assert_null(kl_conv2d(x, w, NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "of spatial dim 1 overflows");
+    o = kl_conv2d_options_default();
+    o.groups = INT64_MAX;
+    assert_null(kl_conv2d(x, kl_ones(KL_SHAPE(0, 2, 1, 1), KL_F32), NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "the input channel count overflows");
+    /* each output dim fits (2^61 + 3), their product does not */
+    o = kl_conv2d_options_default();
+    o.padding[0] = o.padding[1] = 1ll << 60;
+    assert_null(kl_conv2d(x, w, NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "too many elements");
+    /* the library still works */
+    KT_VALUES(kl_conv2d(x, w, NULL, NULL), 0, 4, 4, 4, 4, 4, 4, 4, 4, 4);
+
+    kl_pool2d_options p = kl_pool2d_options_default(2);
+    p.kernel[0] = INT64_MAX;
+    p.dilation[0] = 2;
+    assert_null(kl_max_pool2d(x, &p));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "kl_max_pool2d: kernel (9223372036854775807, 2)");
+    p = kl_pool2d_options_default(2);
+    p.kernel[1] = INT64_MAX;
+    p.padding[1] = INT64_MAX / 2;
+    assert_null(kl_avg_pool2d(x, &p));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "overflow");
+    p = kl_pool2d_options_default(2);
+    p.kernel[0] = p.kernel[1] = 1ll << 62;
+    p.padding[0] = p.padding[1] = 1ll << 61;
+    p.stride[0] = p.stride[1] = 1;
+    p.ceil_mode = true;
+    /* a valid 5x5 output whose windows hold all 16 inputs: the kernels loop
+     * over the taps inside the input, not over 2^62 (this hung) */
+    kl_tensor *m = kl_max_pool2d(x, &p);
+    kt_assert_shape(m, 4, (int64_t[]){1, 1, 5, 5});
+    assert_int_equal(kl_item(kl_sum(m, KL_ALL_DIMS, false)), 25);
+    p.count_include_pad = false;
+    kl_tensor *a = kl_avg_pool2d(x, &p);
+    kt_assert_shape(a, 4, (int64_t[]){1, 1, 5, 5});
+    assert_int_equal(kl_item(kl_sum(a, KL_ALL_DIMS, false)), 25);
+    /* counting the padding, the divisor passes 2^63: the mean is ~0, not garbage */
+    p.count_include_pad = true;
+    a = kl_avg_pool2d(x, &p);
+    assert_true(fabs(kl_item(kl_sum(a, KL_ALL_DIMS, false))) < 1e-9);
+    p = kl_pool2d_options_default(2);
+    KT_VALUES(kl_max_pool2d(x, &p), 0, 1, 1, 1, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(huge_slice_step),
@@ -569,6 +632,7 @@ int main(void) {
         KT_TEST(compile_under_memory_pressure_survives),
         KT_TEST(save_writes_through_links_refuses_special),
         KT_TEST(stale_error_changes_nothing),
+        KT_TEST(conv_pool_size_overflow),
     };
     int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);
     kt_tmp_cleanup();
