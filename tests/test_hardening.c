@@ -6,6 +6,8 @@
  */
 #include "harness.h"
 
+#include "alloc.h"
+#include <dlpack/dlpack.h>
 #include "kiln/nn.h"
 
 #ifdef KL_HAVE_LLVM
@@ -618,6 +620,151 @@ static void conv_pool_size_overflow(void **s) {
     KT_VALUES(kl_max_pool2d(x, &p), 0, 1, 1, 1, 1);
 }
 
+/* ---- limits: scope nesting ---------------------------------------------------- */
+
+/* Past 1023 nested scopes kl_scope_begin aborted the process; now it is
+ * KL_ERR_STATE, the extra levels share the innermost scope, begin/end stay
+ * balanced and nothing leaks. */
+static void scope_nesting_limit_is_an_error(void **s) {
+    (void)s;
+    int64_t live = kl_live_tensors();
+    int base = kl_scope_depth();
+    for (int i = 0; i < 1100; i++) {
+        kl_scope_begin();
+        if (i == 1022 - base) assert_int_equal(kl_last_status(), KL_OK);
+        kl_ones(KL_SHAPE(2), KL_F32);
+    }
+    KT_EXPECT_ERROR(KL_ERR_STATE, "kl_scope_begin: more than 1023 nested scopes on this thread");
+    assert_int_equal(kl_scope_depth(), base + 1100);
+    assert_int_equal(kl_live_tensors(), live + 1100);
+    for (int i = 0; i < 1100; i++) kl_scope_end();
+    assert_int_equal(kl_scope_depth(), base);
+    assert_int_equal(kl_live_tensors(), live);
+    assert_int_equal(kl_last_status(), KL_OK);
+    /* and scopes work as before */
+    kl_scope_begin();
+    kl_ones(KL_SHAPE(2), KL_F32);
+    kl_scope_end();
+    assert_int_equal(kl_live_tensors(), live);
+}
+
+/* ---- fault injection: every tensor allocation failing in turn -------------- */
+
+/* Representative work: eager ops (matmul, softmax, reductions, joins, index,
+ * conv, pool), a backward pass, and a compile of a new function (trace,
+ * passes, LLVM) then its calls. Each returns one result tensor or NULL. */
+static int oom_step(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    out[0] = kl_softmax(kl_mul(kl_exp(in[0]), kl_add_scalar(in[0], 1)), -1);
+    return out[0] ? 0 : -1;
+}
+
+static kl_tensor *oom_case(int which) {
+    kl_tensor *x = kl_reshape(kl_arange(0, 48, 1, KL_F32), 2, (int64_t[]){6, 8});
+    x = kl_mul_scalar(x, 0.05);
+    switch (which) {
+    case 0: { /* eager chain */
+        kl_tensor *w = kl_ones(KL_SHAPE(8, 3), KL_F32);
+        kl_tensor *y = kl_softmax(kl_matmul(x, w), -1);
+        kl_tensor *c = kl_cat(2, (kl_tensor *[]){y, kl_cumsum(y, 0)}, 1);
+        kl_tensor *idx = kl_arange(0, 3, 1, KL_I64);
+        return kl_sum(kl_index_select(c, 0, idx), 1, (int64_t[]){0}, false);
+    }
+    case 1: { /* conv + pool */
+        kl_tensor *im = kl_reshape(x, 4, (int64_t[]){1, 1, 6, 8});
+        kl_tensor *w = kl_full(KL_SHAPE(2, 1, 3, 3), 0.5, KL_F32);
+        kl_pool2d_options po = kl_pool2d_options_default(2);
+        return kl_flatten(kl_max_pool2d(kl_relu(kl_conv2d(im, w, NULL, NULL)), &po), 0, -1);
+    }
+    case 2: { /* backward */
+        kl_tensor *w = kl_full(KL_SHAPE(8, 3), 0.25, KL_F32);
+        if (kl_set_requires_grad(w, true)) return NULL;
+        kl_tensor *loss = kl_sum(kl_tanh(kl_matmul(x, w)), KL_ALL_DIMS, false);
+        if (kl_backward(loss, NULL, NULL)) return NULL;
+        return kl_grad(w) ? kl_clone(kl_grad(w)) : NULL;
+    }
+    default: { /* compile a new function and call it twice */
+        kl_fn *f = kl_compile(oom_step, NULL, NULL);
+        kl_tensor *y = NULL;
+        int rc = f ? kl_fn_call(f, &x, 1, &y, 1) : -1;
+        if (rc == 0) rc = kl_fn_call(f, &x, 1, &y, 1);
+        kl_fn_release(f);
+        return rc ? NULL : y;
+    }
+    }
+}
+
+static void oom_at_every_allocation(void **s) {
+    (void)s;
+    int64_t live = kl_live_tensors(), storages = kl_live_storages();
+    for (int which = 0; which < 4; which++) {
+        kl_scope_begin();
+        kl_tensor *ref = kl_retain(oom_case(which));
+        kl_scope_end();
+        assert_non_null(ref);
+        int n = 0, ooms = 0;
+        for (;; n++) {
+            kl_scope_begin();
+            ke_alloc_fail_after(n);
+            kl_tensor *r = oom_case(which);
+            ke_alloc_fail_after(-1);
+            if (r) {
+                assert_int_equal(kl_allclose(r, ref, 1e-5, 1e-6, false), 1);
+                kl_scope_end();
+                break;
+            }
+            if (kl_last_status() != KL_ERR_OOM)
+                fail_msg("case %d, allocation %d: expected KL_ERR_OOM, got %s: %s", which, n,
+                         kl_status_name(kl_last_status()), kl_last_error());
+            ooms++;
+            kl_clear_error();
+            kl_scope_end();
+            if (kl_live_tensors() != live + 1 || kl_live_storages() != storages + 1)
+                fail_msg("case %d, allocation %d failed: %lld tensors and %lld storages left alive", which, n,
+                         (long long)(kl_live_tensors() - live - 1), (long long)(kl_live_storages() - storages - 1));
+            assert_true(n < 500);
+        }
+        assert_true(ooms > 0); /* the sweep did reach the allocator */
+        print_message("oom sweep: case %d: %d allocations failed in turn, each a clean KL_ERR_OOM\n", which, ooms);
+        /* the library is still usable: the same work gives the same answer */
+        kl_scope_begin();
+        assert_int_equal(kl_allclose(oom_case(which), ref, 1e-5, 1e-6, false), 1);
+        kl_scope_end();
+        kl_release(ref);
+        assert_int_equal(kl_live_tensors(), live);
+    }
+}
+
+/* ---- fuzz_dlpack: a byte offset past the address space ---------------------- */
+
+static int dl_deletes;
+static void dl_count_delete(DLManagedTensor *m) {
+    (void)m;
+    dl_deletes++;
+}
+
+/* data + byte_offset wrapped around the address space (UBSan: pointer
+ * overflow; the tensor then pointed below its buffer). */
+static void dlpack_byte_offset_overflow(void **s) {
+    (void)s;
+    static float buf[4];
+    int64_t shape[1] = {1};
+    DLManagedTensor m = {.dl_tensor = {.data = buf, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1},
+                                       .shape = shape, .strides = NULL, .byte_offset = UINT64_MAX},
+                         .deleter = dl_count_delete};
+    dl_deletes = 0;
+    assert_null(kl_from_dlpack(&m));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "overflows the address space");
+    assert_int_equal(dl_deletes, 0); /* the caller keeps it */
+    m.dl_tensor.byte_offset = 2 * sizeof(float);
+    kl_tensor *t = kl_from_dlpack(&m);
+    assert_non_null(t);
+    buf[2] = 7;
+    KT_VALUES(t, 0, 7);
+    kl_release(t);
+    assert_int_equal(dl_deletes, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(huge_slice_step),
@@ -633,6 +780,9 @@ int main(void) {
         KT_TEST(save_writes_through_links_refuses_special),
         KT_TEST(stale_error_changes_nothing),
         KT_TEST(conv_pool_size_overflow),
+        KT_TEST(scope_nesting_limit_is_an_error),
+        KT_TEST(oom_at_every_allocation),
+        KT_TEST(dlpack_byte_offset_overflow),
     };
     int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);
     kt_tmp_cleanup();

@@ -399,7 +399,8 @@ static int pool_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     pool_ctx p = {ke_data(x), ke_data(y), x->shape[b + 1], x->shape[b + 2], y->shape[b + 1], y->shape[b + 2],
                   k[0], k[1], s[0], s[1], pad[0], pad[1], dil[0], dil[1],
                   ke_attr_max_pool2d_count_include_pad(&c->a)};
-    int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per = p.OH * p.OW * p.kh * p.kw;
+    int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per;
+    if (ke_mul_ov(p.OH * p.OW, p.kh, &per) || ke_mul_ov(per, p.kw, &per)) per = INT64_MAX; /* huge kernels */
     const ke_range_fn *fns = c->op == KE_OP_max_pool2d ? max_pools : avg_pools;
     ke_parallel_for(planes, per >= 16384 ? 1 : 16384 / (per ? per : 1), fns[x->dtype], &p);
     return 0;
