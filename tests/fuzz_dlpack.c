@@ -125,7 +125,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (ext >= 0 && ext <= (dl->data == buffer ? BUF : BUF - 1)) {
             kl_tensor *c = kl_contiguous(t);
             kl_tensor *s = kl_sum(kl_to_dtype(t, KL_F64), KL_ALL_DIMS, false);
-            if (!c || !s) finding("an in-bounds import cannot be read", kl_last_error());
+            /* stride-0 dims make a huge tensor of a small buffer: its copy may fail, but only as OOM */
+            if ((!c || !s) && kl_last_status() != KL_ERR_OOM) finding("an in-bounds import cannot be read", kl_last_error());
+            kl_clear_error();
         }
         if (deletes) finding("the deleter ran while Kiln still held the tensor", NULL);
     }
