@@ -193,7 +193,7 @@ KL_API int64_t kl_live_storages(void);
 /* Ownership                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* Opens a scope on this thread: results of later ops belong to it. */
+/* Opens a scope on this thread (later results belong to it); past 1023 levels KL_ERR_STATE (docs/HARDENING.md). */
 KL_API void kl_scope_begin(void);
 /* Closes the innermost scope, releasing what it owns. Aborts (a bug) if no
  * scope is open or a scope opened on another thread is closed here. */

@@ -78,23 +78,30 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
     if (O % groups)
         return ke_err(KL_ERR_ARG, op, "out channels (%lld) must be divisible by groups (%lld)", (long long)O,
                       (long long)groups);
-    if (C != w->shape[1] * groups)
+    int64_t wc;
+    if (ke_mul_ov(w->shape[1], groups, &wc))
+        return ke_err(KL_ERR_OVERFLOW, op, "weight %s with groups = %lld: the input channel count overflows",
+                      ke_fmt_shape(b2, sizeof b2, w->ndim, w->shape), (long long)groups);
+    if (C != wc)
         return ke_err(KL_ERR_SHAPE, op, "weight %s with groups = %lld expects input with %lld channels, got %s",
-                      ke_fmt_shape(b2, sizeof b2, w->ndim, w->shape), (long long)groups,
-                      (long long)(w->shape[1] * groups), ke_fmt_tensor(b1, sizeof b1, x));
+                      ke_fmt_shape(b2, sizeof b2, w->ndim, w->shape), (long long)groups, (long long)wc,
+                      ke_fmt_tensor(b1, sizeof b1, x));
     if (bias && (bias->ndim != 1 || bias->shape[0] != O))
         return ke_err(KL_ERR_SHAPE, op, "bias %s must have shape [%lld]", ke_fmt_tensor(b1, sizeof b1, bias),
                       (long long)O);
-    int64_t o[2];
+    int64_t o[2], in[2], k[2];
+    for (int d = 0; d < 2; d++)
+        if (ke_mul_ov(2, pad[d], &in[d]) || ke_add_ov(in[d], x->shape[b + 1 + d], &in[d]) ||
+            ke_mul_ov(dil[d], w->shape[2 + d] - 1, &k[d]) || ke_add_ov(k[d], 1, &k[d]))
+            return ke_err(KL_ERR_OVERFLOW, op, "padding %lld or dilation %lld of spatial dim %d overflows",
+                          (long long)pad[d], (long long)dil[d], d);
     for (int d = 0; d < 2; d++) {
-        int64_t in = x->shape[b + 1 + d] + 2 * pad[d], k = dil[d] * (w->shape[2 + d] - 1) + 1;
-        if (k > in)
+        if (k[d] > in[d])
             return ke_err(KL_ERR_SHAPE, op,
                           "padded input %lldx%lld is smaller than the dilated kernel %lldx%lld (input %s)",
-                          (long long)(x->shape[b + 1] + 2 * pad[0]), (long long)(x->shape[b + 2] + 2 * pad[1]),
-                          (long long)(dil[0] * (w->shape[2] - 1) + 1), (long long)(dil[1] * (w->shape[3] - 1) + 1),
+                          (long long)in[0], (long long)in[1], (long long)k[0], (long long)k[1],
                           ke_fmt_tensor(b1, sizeof b1, x));
-        o[d] = (in - k) / st[d] + 1;
+        o[d] = (in[d] - k[d]) / st[d] + 1;
     }
     out->ndim = 0;
     if (b) out->shape[out->ndim++] = x->shape[0];
@@ -267,10 +274,16 @@ kl_tensor *kl_conv2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv2
 
 /* PyTorch's pooling_output_shape: floor or ceil division, and with ceil_mode
  * the last window must start inside the input or its left padding. */
-static int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t s, int64_t d, int ceil_mode) {
-    int64_t num = in + 2 * pad - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+static int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t s, int64_t d, int ceil_mode, int *ov) {
+    /* in, pad >= 0, pad <= k / 2, k, s, d >= 1 (checked by the caller) */
+    int64_t padded, span, num;
+    if (ke_mul_ov(2, pad, &padded) || ke_add_ov(padded, in, &padded) || ke_mul_ov(d, k - 1, &span) ||
+        ke_add_ov(padded - 1 - span, ceil_mode ? s - 1 : 0, &num)) {
+        *ov = 1;
+        return 0;
+    }
     int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
-    if (ceil_mode && (o - 1) * s >= in + pad) o--;
+    if (ceil_mode && (o - 1) * s >= in + pad) o--; /* (o - 1) * s <= num < padded: no overflow */
     return o;
 }
 
@@ -300,14 +313,28 @@ int ke_infer_pool2d(ke_call *c, ke_outspec *out) {
                       ke_fmt_tensor(b1, sizeof b1, x));
     int b = x->ndim == 4;
     int64_t o[2];
+    int ov = 0;
     for (int d = 0; d < 2; d++)
-        o[d] = pool_out(x->shape[b + 1 + d], k[d], pad[d], s[d], dil[d], ke_attr_max_pool2d_ceil_mode(&c->a));
+        o[d] = pool_out(x->shape[b + 1 + d], k[d], pad[d], s[d], dil[d], ke_attr_max_pool2d_ceil_mode(&c->a), &ov);
+    if (ov)
+        return ke_err(KL_ERR_OVERFLOW, op, "kernel (%lld, %lld), padding (%lld, %lld) and dilation (%lld, %lld) overflow",
+                      (long long)k[0], (long long)k[1], (long long)pad[0], (long long)pad[1], (long long)dil[0],
+                      (long long)dil[1]);
     if (x->shape[b] == 0 || o[0] < 1 || o[1] < 1)
         return ke_err(KL_ERR_SHAPE, op, "output size %lldx%lld is too small for input %s", (long long)o[0],
                       (long long)o[1], ke_fmt_tensor(b1, sizeof b1, x));
     out->shape[b + 1] = o[0];
     out->shape[b + 2] = o[1];
     return 1;
+}
+
+/* Taps i in [first, end) of a window starting at base with dilation d are the
+ * ones inside [0, n) (and below k); the kernels loop over those only. */
+static inline int64_t pl_first_tap(int64_t base, int64_t d) { return base >= 0 ? 0 : (-base - 1) / d + 1; }
+static inline int64_t pl_end_tap(int64_t base, int64_t d, int64_t n, int64_t k) {
+    if (base > n - 1) return 0;
+    int64_t e = (n - 1 - base) / d + 1;
+    return e < k ? e : k;
 }
 
 typedef struct pool_ctx {
@@ -372,7 +399,8 @@ static int pool_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     pool_ctx p = {ke_data(x), ke_data(y), x->shape[b + 1], x->shape[b + 2], y->shape[b + 1], y->shape[b + 2],
                   k[0], k[1], s[0], s[1], pad[0], pad[1], dil[0], dil[1],
                   ke_attr_max_pool2d_count_include_pad(&c->a)};
-    int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per = p.OH * p.OW * p.kh * p.kw;
+    int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per;
+    if (ke_mul_ov(p.OH * p.OW, p.kh, &per) || ke_mul_ov(per, p.kw, &per)) per = INT64_MAX; /* huge kernels */
     const ke_range_fn *fns = c->op == KE_OP_max_pool2d ? max_pools : avg_pools;
     ke_parallel_for(planes, per >= 16384 ? 1 : 16384 / (per ? per : 1), fns[x->dtype], &p);
     return 0;
