@@ -318,6 +318,13 @@ KL_API kl_tensor *kl_randn(int ndim, const int64_t *shape, kl_dtype dt);
 KL_API kl_tensor *kl_randint(int64_t low, int64_t high, int ndim, const int64_t *shape, kl_dtype dt);
 /* 1 with probability p[i], else 0; same dtype as p (floating). */
 KL_API kl_tensor *kl_bernoulli(kl_tensor *p);
+/* int64 category indices drawn from each row of probs ([n] or [rows, n],
+ * floating, non-negative, unnormalized): [num_samples] or [rows, num_samples].
+ * Without replacement the indices of a row are distinct and num_samples may
+ * not exceed its non-zero categories. Zero-probability categories are never
+ * drawn. Reproducible from kl_manual_seed. KL_ERR_ARG for negative, NaN or
+ * infinite probabilities, an all-zero row, num_samples <= 0. */
+KL_API kl_tensor *kl_multinomial(kl_tensor *probs, int64_t num_samples, bool replacement);
 
 /* ------------------------------------------------------------------------ */
 /* Views (share storage with their input, never copy)                        */
@@ -758,6 +765,32 @@ KL_API kl_tensor *kl_take_along_dim(kl_tensor *x, kl_tensor *index, int dim);
 KL_API kl_tensor *kl_embedding(kl_tensor *weight, kl_tensor *indices);
 
 /* ------------------------------------------------------------------------ */
+/* Sorting and reordering                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Values and int64 indices of x sorted along dim. Every sort is stable (ties
+ * keep their order; `stable` is accepted for PyTorch's signature and changes
+ * nothing); NaN sorts as the largest value. Returns 0 and sets *values,
+ * *indices (scope-owned), or -1. */
+KL_API int kl_sort(kl_tensor *x, int dim, bool descending, bool stable, kl_tensor **values, kl_tensor **indices);
+/* The indices of kl_sort (int64). */
+KL_API kl_tensor *kl_argsort(kl_tensor *x, int dim, bool descending, bool stable);
+/* The k largest (or smallest) values along dim and their int64 indices, in
+ * sorted order (also when sorted is false); equal values come in index order.
+ * KL_ERR_ARG when k < 0 or k > the dim's size. Returns 0 or -1 as kl_sort. */
+KL_API int kl_topk(kl_tensor *x, int64_t k, int dim, bool largest, bool sorted, kl_tensor **values,
+                   kl_tensor **indices);
+/* x reversed along each of dims (a copy). */
+KL_API kl_tensor *kl_flip(kl_tensor *x, int ndims, const int64_t *dims);
+/* x rolled by shifts[i] along dims[i] (elements pushed past the end come back
+ * at the front); dims NULL rolls the flattened tensor by shifts[0] (n == 1). */
+KL_API kl_tensor *kl_roll(kl_tensor *x, int n, const int64_t *shifts, const int64_t *dims);
+/* int64 [..., num_classes] one-hot rows for int64 class indices x;
+ * num_classes -1 takes max(x) + 1 (reads the data: a trace break while
+ * tracing). KL_ERR_INDEX for an index outside [0, num_classes). */
+KL_API kl_tensor *kl_one_hot(kl_tensor *x, int64_t num_classes);
+
+/* ------------------------------------------------------------------------ */
 /* Linear algebra (OpenBLAS on CPU)                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -769,6 +802,19 @@ KL_API kl_tensor *kl_bmm(kl_tensor *a, kl_tensor *b);
 KL_API kl_tensor *kl_addmm(kl_tensor *bias, kl_tensor *a, kl_tensor *b, double beta, double alpha);
 /* x @ w^T + bias (bias may be NULL). */
 KL_API kl_tensor *kl_linear(kl_tensor *x, kl_tensor *w, kl_tensor *bias);
+/* a[i] * b[j] for 1-D a and b (promoted dtype). */
+KL_API kl_tensor *kl_outer(kl_tensor *a, kl_tensor *b);
+/* beta * self + alpha * bmm(batch1, batch2) in the batches' dtype (self is
+ * converted; integer products truncate beta and alpha to integers, as
+ * PyTorch); self broadcasts to the product's [b, n, p]; beta 0 ignores
+ * self's values. */
+KL_API kl_tensor *kl_baddbmm(kl_tensor *self, kl_tensor *batch1, kl_tensor *batch2, double beta, double alpha);
+/* torch.einsum for one operand (permutations, sums over dropped subscripts,
+ * the 2-D trace "ii->" and diagonal "ii->i") and two operands whose
+ * contraction is one bmm ("bij,bjk->bik", "i,j->ij", "bhqd,bhkd->bhqk", ...;
+ * no repeated subscripts within an operand, no ellipsis, equal sizes per
+ * subscript). Anything else: NULL and KL_ERR_ARG naming the equation. */
+KL_API kl_tensor *kl_einsum(const char *equation, int n, kl_tensor *const *operands);
 
 /* ------------------------------------------------------------------------ */
 /* Neural network ops                                                        */

@@ -296,6 +296,50 @@ static int run_mdim(fx_ctx *cx) {
     if (r == 0 && (!v || !i)) snprintf(cx->bad, sizeof cx->bad, "returned 0 without both outputs");
     return r == 0 ? 0 : -1;
 }
+static int fx_out2(fx_ctx *cx, int r, kl_tensor *v, kl_tensor *i) {
+    cx->out[0] = v;
+    cx->out[1] = i;
+    cx->nout = 2;
+    if (r == 0 && (!v || !i)) snprintf(cx->bad, sizeof cx->bad, "returned 0 without both outputs");
+    return r == 0 ? 0 : -1;
+}
+static int run_sort(fx_ctx *cx) {
+    kl_tensor *v = NULL, *i = NULL;
+    int r = kl_sort(IN(0), (int)fx_i(cx, "dim"), fx_b(cx, "descending"), true, &v, &i);
+    return fx_out2(cx, r, v, i);
+}
+static int run_argsort(fx_ctx *cx) {
+    return fx_out1(cx, kl_argsort(IN(0), (int)fx_i(cx, "dim"), fx_b(cx, "descending"), true));
+}
+static int run_topk(fx_ctx *cx) {
+    kl_tensor *v = NULL, *i = NULL;
+    int r = kl_topk(IN(0), fx_i(cx, "k"), (int)fx_i(cx, "dim"), fx_b(cx, "largest"), true, &v, &i);
+    return fx_out2(cx, r, v, i);
+}
+static int run_flip(fx_ctx *cx) {
+    int64_t d[KE_MAX_LIST];
+    int n = fx_list(cx, "dims", d, KE_MAX_LIST);
+    return fx_out1(cx, kl_flip(IN(0), n, d));
+}
+static int run_roll(fx_ctx *cx) { /* no dims: the flattened tensor */
+    int64_t s[KE_MAX_LIST], d[KE_MAX_LIST];
+    int n = fx_list(cx, "shifts", s, KE_MAX_LIST), nd = fx_list(cx, "dims", d, KE_MAX_LIST);
+    if (nd && nd != n) snprintf(cx->bad, sizeof cx->bad, "shifts and dims differ in length");
+    return fx_out1(cx, kl_roll(IN(0), n, s, nd ? d : NULL));
+}
+static int run_one_hot(fx_ctx *cx) { return fx_out1(cx, kl_one_hot(IN(0), fx_i(cx, "num_classes"))); }
+static int run_multinomial(fx_ctx *cx) {
+    return fx_out1(cx, kl_multinomial(IN(0), fx_i(cx, "num_samples"), fx_b(cx, "replacement")));
+}
+static int run_baddbmm(fx_ctx *cx) {
+    return fx_out1(cx, kl_baddbmm(IN(0), IN(1), IN(2), fx_f(cx, "beta"), fx_f(cx, "alpha")));
+}
+static int run_einsum(fx_ctx *cx) { /* the manifest writes the equation's spaces as '_' */
+    const char *v = fx_attr(cx, "eq");
+    char eq[256] = "";
+    for (int k = 0; v && v[k] && k < 255; k++) eq[k] = v[k] == '_' ? ' ' : v[k], eq[k + 1] = 0;
+    return fx_out1(cx, kl_einsum(eq, cx->nin, cx->in));
+}
 static int run_scan(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.scan(IN(0), (int)fx_i(cx, "dim"))); }
 
 /* joining and indexing */
@@ -512,12 +556,23 @@ static const fx_op fx_ops[] = {
     {"scatter_add_inplace", "scatter_add", run_scatter_add_ip, {0}},
     {"take_along_dim", "take_along_dim", run_take_along_dim, {0}},
     {"embedding", "embedding", run_b, {.b = kl_embedding}},
+    /* sorting and reordering */
+    {"sort", "sort", run_sort, {0}},
+    {"argsort", "argsort", run_argsort, {0}},
+    {"topk", "topk", run_topk, {0}},
+    {"flip", "flip", run_flip, {0}},
+    {"roll", "roll", run_roll, {0}},
+    {"one_hot", "one_hot", run_one_hot, {0}},
+    {"multinomial", "multinomial", run_multinomial, {0}},     /* one non-zero category per row */
     /* linear algebra */
     {"matmul", "matmul", run_b, {.b = kl_matmul}},
     {"mm", "mm", run_b, {.b = kl_mm}},
     {"bmm", "bmm", run_b, {.b = kl_bmm}},
     {"addmm", "addmm", run_addmm, {0}},
     {"linear", "linear", run_linear, {0}},
+    {"outer", "outer", run_b, {.b = kl_outer}},
+    {"baddbmm", "baddbmm", run_baddbmm, {0}},
+    {"einsum", "einsum", run_einsum, {0}},
     /* neural-network ops */
     {"softmax", "softmax", run_softmax, {.sm = kl_softmax}},
     {"log_softmax", "log_softmax", run_softmax, {.sm = kl_log_softmax}},
@@ -1042,9 +1097,17 @@ static bool fx_grad_case(const fx_case *c) {
  * device (and Meta as the default device for creation ops): the op must give
  * outputs of the same shapes and dtypes without touching data, since the
  * tracer will run every op this way. */
+/* one_hot with num_classes -1 takes its shape from the data: it has no meta form. */
+static bool fx_shape_from_data(const fx_case *c) {
+    if (strcmp(c->op, "one_hot")) return false;
+    for (int i = 0; i < c->nattr; i++)
+        if (!strcmp(c->key[i], "num_classes")) return !strcmp(c->val[i], "-1");
+    return false;
+}
+
 static bool fx_meta_case(const fx_case *c) {
     bool ok = true;
-    if (c->error || !strcmp(c->op, "to_device")) return ok;
+    if (c->error || !strcmp(c->op, "to_device") || fx_shape_from_data(c)) return ok;
     fx_ctx cx, mx;
     memset(&cx, 0, sizeof cx);
     cx.c = c;

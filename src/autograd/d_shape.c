@@ -313,6 +313,23 @@ int ag_d_minmax_dim(ag_ctx *c) {
     return set_gin(c, 0, kl_scatter_add(zeros_for(m, g), d, idx, g));
 }
 
+/* sort and topk: the gradient of each kept value goes back to its index
+ * (indices within a row are distinct, so the adds never meet). */
+static int sorted_backward(ag_ctx *c, int64_t dim) {
+    const ag_tmeta *m = &c->in_meta[0];
+    kl_tensor *g = c->gout[0];
+    if (numel_of(m) == 0) return 0;
+    if (m->ndim == 0) return set_gin(c, 0, kl_reshape(g, 0, NULL));
+    return set_gin(c, 0, kl_scatter_add(zeros_for(m, g), wrap(dim, m->ndim), c->out[1], g));
+}
+int ag_d_sort(ag_ctx *c) { return sorted_backward(c, ke_attr_sort_dim(c->a)); }
+int ag_d_topk(ag_ctx *c) { return sorted_backward(c, ke_attr_topk_dim(c->a)); }
+
+/* flip is its own inverse. */
+int ag_d_flip(ag_ctx *c) {
+    return set_gin(c, 0, kl_flip(c->gout[0], ke_attr_flip_dims_len(c->a), ke_attr_flip_dims(c->a)));
+}
+
 /* var: 2 / (N - correction) * g * (x - mean), with N the reduced count. */
 static kl_tensor *var_backward(kl_tensor *g, kl_tensor *x, const ag_tmeta *m, uint32_t mask, double correction) {
     int64_t dims[KL_MAX_DIMS];
