@@ -355,6 +355,7 @@ int ke_random_reserve(ke_call *c) {
     } else {
         n = ke_numel(c->in[0]->ndim, c->in[0]->shape);
         dt = (kl_dtype)c->in[0]->dtype;
+        if (c->op == KE_OP_dropout2d) n = c->in[0]->ndim >= 2 ? c->in[0]->shape[0] * c->in[0]->shape[1] : n; /* a draw per plane */
     }
     int f64 = dt == KL_F64, kind;
     switch (c->op) {
@@ -362,7 +363,8 @@ int ke_random_reserve(ke_call *c) {
     case KE_OP_randint: kind = KE_PHILOX_RANDINT_I64; break;
     case KE_OP_rand:
     case KE_OP_bernoulli:
-    case KE_OP_dropout: kind = f64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32; break;
+    case KE_OP_dropout:
+    case KE_OP_dropout2d: kind = f64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32; break;
     default: return ke_err(KL_ERR_INTERNAL, ke_opname(c), "is not a random op");
     }
     uint64_t seed, off = ke_generator_reserve_seeded(ke_default_generator(), ke_philox_counters_used(n, kind), &seed);
