@@ -851,6 +851,44 @@ typedef struct kl_pool2d_options {
 KL_API kl_pool2d_options kl_pool2d_options_default(int64_t k);
 KL_API kl_tensor *kl_max_pool2d(kl_tensor *x, const kl_pool2d_options *opts);
 KL_API kl_tensor *kl_avg_pool2d(kl_tensor *x, const kl_pool2d_options *opts);
+/* y = (x - mean) / sqrt(var + eps) * weight + bias per channel of x [N, C, ...]
+ * (2-D to 8-D); weight/bias [C] or NULL. training: the batch's statistics
+ * (biased variance), and running_mean/running_var [C] (both or both NULL;
+ * never requiring grad) are updated in place to (1 - momentum) r + momentum
+ * stat with the unbiased variance, outside autograd (and written back by
+ * compiled calls); momentum None (cumulative average) is not offered. Eval:
+ * the running buffers are the statistics (required). */
+KL_API kl_tensor *kl_batch_norm(kl_tensor *x, kl_tensor *running_mean, kl_tensor *running_var, kl_tensor *weight,
+                                kl_tensor *bias, bool training, double momentum, double eps);
+/* Normalizes x [N, C, ...] over each of num_groups channel groups (C divisible
+ * by it) and its spatial dims; weight/bias [C] or NULL. */
+KL_API kl_tensor *kl_group_norm(kl_tensor *x, int64_t num_groups, kl_tensor *weight, kl_tensor *bias, double eps);
+/* Averages x [N,C,H,W] (or [C,H,W]) over out_h x out_w windows: output o of n
+ * covers [floor(o in / n), ceil((o + 1) in / n)), as PyTorch. Floating x. */
+KL_API kl_tensor *kl_adaptive_avg_pool2d(kl_tensor *x, int64_t out_h, int64_t out_w);
+/* Zeroes whole planes x[n, c] with probability p and scales the others by
+ * 1/(1-p) when training (x [N,C,H,W], or [N,C,L] as PyTorch 1.13); else a view of x. */
+KL_API kl_tensor *kl_dropout2d(kl_tensor *x, double p, bool training);
+
+typedef struct kl_conv1d_options {
+    int64_t stride, padding, dilation, groups;
+} kl_conv1d_options;
+/* stride 1, padding 0, dilation 1, groups 1. */
+KL_API kl_conv1d_options kl_conv1d_options_default(void);
+/* x [N,C,L] or [C,L], w [O,C/groups,k], bias [O] or NULL; opts NULL = defaults.
+ * Runs as conv2d over a height of 1. */
+KL_API kl_tensor *kl_conv1d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv1d_options *opts);
+
+typedef struct kl_conv_transpose2d_options {
+    int64_t stride[2], padding[2], output_padding[2], dilation[2], groups;
+} kl_conv_transpose2d_options;
+/* stride 1, padding 0, output_padding 0, dilation 1, groups 1. */
+KL_API kl_conv_transpose2d_options kl_conv_transpose2d_options_default(void);
+/* x [N,C_in,H,W] or [C_in,H,W], w [C_in,C_out/groups,kh,kw], bias [C_out] or
+ * NULL: the gradient of conv2d with respect to its input; output size
+ * (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1. */
+KL_API kl_tensor *kl_conv_transpose2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias,
+                                      const kl_conv_transpose2d_options *opts);
 /* softmax(q k^T * scale + mask) v; q [...,L,E], k [...,S,E], v [...,S,Ev];
  * mask bool (true = keep) or float (added) or NULL; scale <= 0 means 1/sqrt(E). */
 KL_API kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor *v,

@@ -402,6 +402,40 @@ static int run_conv2d(fx_ctx *cx) {
     o.groups = fx_i(cx, "groups");
     return fx_out1(cx, kl_conv2d(IN(0), IN(1), IN(2), &o));
 }
+/* batch_norm: inputs x, running_mean, running_var, weight, bias ('-' for
+ * none). The buffers are buffers: detached copies (torch's are clones too),
+ * returned after a training call as outputs 1 and 2. */
+static int run_batch_norm(fx_ctx *cx) {
+    bool training = fx_b(cx, "training");
+    kl_tensor *rm = IN(1) ? kl_detach(kl_clone(IN(1))) : NULL, *rv = IN(2) ? kl_detach(kl_clone(IN(2))) : NULL;
+    kl_tensor *y = kl_batch_norm(IN(0), rm, rv, IN(3), IN(4), training, fx_f(cx, "momentum"), fx_f(cx, "eps"));
+    if (!training || !rm) return fx_out1(cx, y);
+    cx->out[0] = y, cx->out[1] = rm, cx->out[2] = rv;
+    cx->nout = 3;
+    return y ? 0 : -1;
+}
+static int run_group_norm(fx_ctx *cx) {
+    return fx_out1(cx, kl_group_norm(IN(0), fx_i(cx, "num_groups"), IN(1), IN(2), fx_f(cx, "eps")));
+}
+static int run_conv1d(fx_ctx *cx) {
+    kl_conv1d_options o = {fx_i(cx, "stride"), fx_i(cx, "padding"), fx_i(cx, "dilation"), fx_i(cx, "groups")};
+    return fx_out1(cx, kl_conv1d(IN(0), IN(1), IN(2), &o));
+}
+static int run_conv_transpose2d(fx_ctx *cx) {
+    kl_conv_transpose2d_options o = kl_conv_transpose2d_options_default();
+    fx_pair(cx, "stride", o.stride);
+    fx_pair(cx, "padding", o.padding);
+    fx_pair(cx, "output_padding", o.output_padding);
+    fx_pair(cx, "dilation", o.dilation);
+    o.groups = fx_i(cx, "groups");
+    return fx_out1(cx, kl_conv_transpose2d(IN(0), IN(1), IN(2), &o));
+}
+static int run_adaptive_avg_pool2d(fx_ctx *cx) {
+    int64_t o[2];
+    fx_pair(cx, "output_size", o);
+    return fx_out1(cx, kl_adaptive_avg_pool2d(IN(0), o[0], o[1]));
+}
+static int run_dropout2d(fx_ctx *cx) { return fx_out1(cx, kl_dropout2d(IN(0), fx_f(cx, "p"), fx_b(cx, "training"))); }
 static int run_pool(fx_ctx *cx) {
     kl_pool2d_options o = kl_pool2d_options_default(1);
     fx_pair(cx, "kernel", o.kernel);
@@ -588,6 +622,13 @@ static const fx_op fx_ops[] = {
     {"conv2d", "conv2d", run_conv2d, {0}},
     {"max_pool2d", "max_pool2d", run_pool, {.pool = kl_max_pool2d}},
     {"avg_pool2d", "avg_pool2d", run_pool, {.pool = kl_avg_pool2d}},
+    {"batch_norm", "batch_norm", run_batch_norm, {0}},
+    {"group_norm", "group_norm", run_group_norm, {0}},
+    {"conv1d", "conv1d", run_conv1d, {0}},
+    {"conv_transpose2d", "conv_transpose2d", run_conv_transpose2d, {0}},
+    {"adaptive_avg_pool2d", "adaptive_avg_pool2d", run_adaptive_avg_pool2d, {0}},
+    {"dropout2d", "dropout2d", run_dropout2d, {0}},       /* training with p > 0 */
+    {"dropout2d_eval", "alias", run_dropout2d, {0}},      /* eval or p == 0: a view of x */
     {"scaled_dot_product_attention", "scaled_dot_product_attention", run_sdpa, {0}},
 };
 

@@ -288,6 +288,77 @@ static void params_collection(void **s) {
     kl_params_free(NULL);
 }
 
+/* nn.Conv*d's and nn.BatchNorm*d's default init: U(+-1/sqrt(fan_in)) for
+ * weight and bias, fan_in = weight dim 1 x kernel elements (ConvTranspose2d:
+ * out/groups); batch norm weight 1, bias 0, buffers 0 and 1 outside p. */
+static void params_conv_and_batch_norm_layers(void **s) {
+    (void)s;
+    kl_manual_seed(4);
+    kl_params *p = kl_params_new();
+    kl_tensor *w, *b;
+    double m, sd, lo, hi;
+    assert_int_equal(kl_params_add_conv2d(p, "conv1", 8, 32, 3, 3, 2, true, &w, &b), 0);
+    kt_assert_shape(w, 4, (const int64_t[]){32, 4, 3, 3});
+    kt_assert_shape(b, 1, (const int64_t[]){32});
+    double bound = 1 / sqrt(4 * 9.0);
+    stats(w, &m, &sd, &lo, &hi);
+    assert_true(lo >= -bound && hi <= bound && hi > 0.95 * bound);
+    ASSERT_NEAR(sd, bound / sqrt(3.0), 0.05 * bound);
+    stats(b, &m, &sd, &lo, &hi);
+    assert_true(lo >= -bound && hi <= bound && hi > 0.5 * bound);
+    assert_string_equal(kl_params_name(p, 1), "conv1.bias");
+    assert_int_equal(kl_params_add_conv1d(p, "c1d", 6, 4, 5, 1, false, &w, &b), 0);
+    kt_assert_shape(w, 3, (const int64_t[]){4, 6, 5});
+    assert_null(b);
+    bound = 1 / sqrt(30.0);
+    stats(w, &m, &sd, &lo, &hi);
+    assert_true(lo >= -bound && hi <= bound);
+    assert_int_equal(kl_params_add_conv_transpose2d(p, "up", 16, 6, 4, 4, 2, true, &w, &b), 0);
+    kt_assert_shape(w, 4, (const int64_t[]){16, 3, 4, 4});
+    kt_assert_shape(b, 1, (const int64_t[]){6});
+    bound = 1 / sqrt(3 * 16.0);
+    stats(w, &m, &sd, &lo, &hi);
+    assert_true(lo >= -bound && hi <= bound && hi > 0.9 * bound);
+    stats(b, &m, &sd, &lo, &hi);
+    assert_true(lo >= -bound && hi <= bound);
+    assert_int_equal(kl_params_add_conv2d(p, "bad", 6, 4, 3, 3, 4, true, NULL, NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_params_add_conv2d: in_channels (6) and out_channels (4) must be positive and "
+                                "divisible by groups (4)");
+    assert_int_equal(kl_params_add_conv1d(p, "bad", 6, 4, 0, 1, true, NULL, NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kernel size 0 must be positive");
+    assert_int_equal(kl_params_add_conv2d(p, "conv1", 8, 32, 3, 3, 1, true, NULL, NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "a parameter named 'conv1.weight' is already in the collection");
+    int n = kl_params_count(p);
+    assert_int_equal(n, 5);
+
+    kl_tensor *rm, *rv;
+    assert_int_equal(kl_params_add_batch_norm(p, "bn1", 32, true, &w, &b, &rm, &rv), 0);
+    assert_int_equal(kl_item(kl_amin(w, KL_ALL_DIMS, false)), 1);
+    assert_int_equal(kl_item(kl_amax(kl_abs(b), KL_ALL_DIMS, false)), 0);
+    assert_int_equal(kl_item(kl_amax(kl_abs(rm), KL_ALL_DIMS, false)), 0);
+    assert_int_equal(kl_item(kl_amin(rv, KL_ALL_DIMS, false)), 1);
+    assert_int_equal(kl_item(kl_amax(rv, KL_ALL_DIMS, false)), 1);
+    assert_true(kl_requires_grad(w) && kl_requires_grad(b));
+    assert_false(kl_requires_grad(rm) || kl_requires_grad(rv));
+    assert_int_equal(kl_params_count(p), n + 2); /* the buffers are not parameters */
+    assert_string_equal(kl_params_name(p, n), "bn1.weight");
+    /* they feed kl_batch_norm directly */
+    kl_tensor *y = kl_batch_norm(kl_randn(KL_SHAPE(4, 32, 2, 2), KL_F32), rm, rv, w, b, true, 0.1, 1e-5);
+    assert_non_null(y);
+    assert_true(kl_item(kl_amax(kl_abs(rm), KL_ALL_DIMS, false)) > 0);
+    assert_int_equal(kl_params_add_batch_norm(p, "bn2", 8, false, &w, &b, &rm, NULL), 0);
+    assert_null(w);
+    assert_null(b);
+    kt_assert_shape(rm, 1, (const int64_t[]){8});
+    assert_int_equal(kl_params_count(p), n + 2);
+    assert_int_equal(kl_params_add_batch_norm(p, "bn1", 8, true, &w, &b, &rm, &rv), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "a parameter named 'bn1.weight' is already in the collection");
+    assert_null(rm);
+    assert_int_equal(kl_params_add_batch_norm(p, "bn3", 0, true, NULL, NULL, NULL, NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_params_add_batch_norm: num_features (0) must be positive");
+    kl_params_free(p);
+}
+
 static void params_linear_layer(void **s) {
     (void)s;
     kl_manual_seed(3);
@@ -1043,6 +1114,7 @@ int main(void) {
         KT_TEST(init_on_parameters_records_nothing),
         KT_TEST(params_collection),
         KT_TEST(params_linear_layer),
+        KT_TEST(params_conv_and_batch_norm_layers),
         KT_TEST(optim_matches_torch),
         KT_TEST(optim_options_and_errors),
         KT_TEST(training_loops_converge),

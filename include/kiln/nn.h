@@ -134,6 +134,33 @@ KL_API int64_t kl_params_numel(const kl_params *p);
 KL_API int kl_params_add_linear(kl_params *p, const char *prefix, int64_t in_features,
                                 int64_t out_features, bool bias, kl_tensor **weight, kl_tensor **b);
 
+/* Convolution layers' parameters with nn.Conv1d / nn.Conv2d /
+ * nn.ConvTranspose2d's default init, in the default dtype, as
+ * kl_params_add_linear: "<prefix>.weight" from kaiming_uniform(a = sqrt(5))
+ * (U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = weight dim 1 x kernel
+ * elements) and "<prefix>.bias" [out_channels] from the same bound. Weights:
+ * conv1d [out, in/groups, k], conv2d [out, in/groups, kh, kw],
+ * conv_transpose2d [in, out/groups, kh, kw]. Channels must be positive and
+ * divisible by groups (KL_ERR_ARG). Returns 0 or -1 (nothing added on failure). */
+KL_API int kl_params_add_conv1d(kl_params *p, const char *prefix, int64_t in_channels, int64_t out_channels,
+                                int64_t kernel_size, int64_t groups, bool bias, kl_tensor **weight, kl_tensor **b);
+KL_API int kl_params_add_conv2d(kl_params *p, const char *prefix, int64_t in_channels, int64_t out_channels,
+                                int64_t kh, int64_t kw, int64_t groups, bool bias, kl_tensor **weight,
+                                kl_tensor **b);
+KL_API int kl_params_add_conv_transpose2d(kl_params *p, const char *prefix, int64_t in_channels,
+                                          int64_t out_channels, int64_t kh, int64_t kw, int64_t groups, bool bias,
+                                          kl_tensor **weight, kl_tensor **b);
+/* A batch-norm layer as nn.BatchNorm*d initialises it, in the default dtype:
+ * if affine, parameters "<prefix>.weight" (ones) and "<prefix>.bias" (zeros)
+ * [num_features] in p (borrowed, as above); and the running buffers, mean
+ * zeros and variance ones [num_features], which are not parameters (no grad,
+ * never stepped): new tensors owned by the caller's scope, like an op's
+ * output (either pointer may be NULL; kl_keep or kl_retain them to keep them
+ * beyond it). For kl_batch_norm. Returns 0 or -1. */
+KL_API int kl_params_add_batch_norm(kl_params *p, const char *prefix, int64_t num_features, bool affine,
+                                    kl_tensor **weight, kl_tensor **b, kl_tensor **running_mean,
+                                    kl_tensor **running_var);
+
 /* ------------------------------------------------------------------------ */
 /* Optimizers (torch.optim 1.13 semantics, one parameter group). A step is   */
 /* written only with kl_ in-place ops under no-grad, so it can be traced and */

@@ -185,12 +185,16 @@ int ag_d_rms_norm(ag_ctx *c) { return norm_backward(c, 1); }
 /* The same mask on g: the forward op with its recorded seed and offset
  * gives g * mask / (1 - p) exactly (the mask depends on the dtype's Philox
  * stream, so g is brought to the input's dtype first). */
-int ag_d_dropout(ag_ctx *c) {
+static int dropout_backward(ag_ctx *c, int op) {
     kl_tensor *g = c->gout[0];
     if (kl_dtype_of(g) != (kl_dtype)c->in_meta[0].dtype) g = kl_to_dtype(g, (kl_dtype)c->in_meta[0].dtype);
-    c->gin[0] = g ? ag_call(KE_OP_dropout, 1, &g, c->a) : NULL;
+    c->gin[0] = g ? ag_call(op, 1, &g, c->a) : NULL;
     return c->gin[0] ? 0 : -1;
 }
+
+int ag_d_dropout(ag_ctx *c) { return dropout_backward(c, KE_OP_dropout); }
+/* dropout2d: the same planes of g (the op with the recorded seed and offset). */
+int ag_d_dropout2d(ag_ctx *c) { return dropout_backward(c, KE_OP_dropout2d); }
 
 /* ---- losses ------------------------------------------------------------------------- */
 
@@ -278,58 +282,24 @@ typedef struct conv_params {
     int64_t st[2], pad[2], dil[2], groups;
 } conv_params;
 
-/* Indices k-1, ..., 0 (to flip a kernel dim). */
-static kl_tensor *reversed(int64_t k, kl_device dev) {
-    return kl_to_device(kl_arange((double)(k - 1), -1, -1, KL_I64), dev);
-}
-
 /* dL/dx of conv2d for g [N, O, OH, OW] and w [O, C/G, kh, kw] (x [N, C, H, W]):
- * the transposed convolution, written as a convolution. g gets s - 1 zeros
- * after each element (zero insertion: pad an extra unit dim and fold it in),
- * then pads (negative ones crop) so that
- *   dx[ih] = sum_ki g[(ih + p - ki d) / s] w[ki]
- * becomes a stride-1 correlation with the flipped, in/out-swapped kernel at
- * dilation d: lo = d (k - 1) - p in front and whatever makes the length
- * H + d (k - 1) behind (which covers rows no window reached: their gradient
- * is 0). flip = 0 skips the flip for symmetric kernels. */
-static kl_tensor *conv_input_grad(kl_tensor *g, kl_tensor *w, const conv_params *cp, const int64_t *in_hw,
-                                  int flip) {
+ * the transposed convolution, with the output padding that gives back H x W
+ * (rows no window reached get 0). avg_pool2d's ceil_mode windows may end
+ * past the input: that transposed output is cropped instead. */
+static kl_tensor *conv_input_grad(kl_tensor *g, kl_tensor *w, const conv_params *cp, const int64_t *in_hw) {
     const int64_t *gs = kl_shape(g), *ws = kl_shape(w);
     if (!gs || !ws) return NULL;
-    int64_t N = gs[0], O = gs[1], OH = gs[2], OW = gs[3];
-    int64_t G = cp->groups, Og = O / G, Cg = ws[1], kh = ws[2], kw = ws[3];
-    kl_device dev = kl_device_of(g);
-    /* weight [G*Og, Cg, kh, kw] -> [G*Cg, Og, kh, kw], flipped */
-    kl_tensor *wt = G == 1 ? kl_transpose(w, 0, 1)
-                           : kl_reshape(kl_transpose(kl_reshape(w, 5, (int64_t[]){G, Og, Cg, kh, kw}), 1, 2), 4,
-                                        (int64_t[]){G * Cg, Og, kh, kw});
-    if (flip && kh > 1) wt = kl_index_select(wt, 2, reversed(kh, dev));
-    if (flip && kw > 1) wt = kl_index_select(wt, 3, reversed(kw, dev));
-    /* zero insertion */
-    int64_t len[2] = {OH, OW};
-    if (cp->st[1] > 1) {
-        g = kl_reshape(kl_pad(kl_unsqueeze(g, 4), 2, (int64_t[]){0, cp->st[1] - 1}, 0), 4,
-                       (int64_t[]){N, O, OH, OW * cp->st[1]});
-        len[1] = OW * cp->st[1];
-    }
-    if (cp->st[0] > 1) {
-        g = kl_reshape(kl_pad(kl_unsqueeze(g, 3), 4, (int64_t[]){0, 0, 0, cp->st[0] - 1}, 0), 4,
-                       (int64_t[]){N, O, OH * cp->st[0], len[1]});
-        len[0] = OH * cp->st[0];
-    }
-    int64_t lo[2], hi[2], k[2] = {kh, kw};
+    kl_conv_transpose2d_options o = kl_conv_transpose2d_options_default();
+    int crop = 0;
     for (int d = 0; d < 2; d++) {
-        lo[d] = cp->dil[d] * (k[d] - 1) - cp->pad[d];
-        hi[d] = in_hw[d] + cp->dil[d] * (k[d] - 1) - lo[d] - len[d];
+        o.stride[d] = cp->st[d], o.padding[d] = cp->pad[d], o.dilation[d] = cp->dil[d];
+        o.output_padding[d] = in_hw[d] - ((gs[2 + d] - 1) * cp->st[d] - 2 * cp->pad[d] + cp->dil[d] * (ws[2 + d] - 1) + 1);
+        if (o.output_padding[d] < 0) o.output_padding[d] = 0, crop = 1;
     }
-    kl_conv2d_options o = kl_conv2d_options_default();
-    o.dilation[0] = cp->dil[0], o.dilation[1] = cp->dil[1], o.groups = G;
-    if (lo[0] == hi[0] && lo[1] == hi[1] && lo[0] >= 0 && lo[1] >= 0) {
-        o.padding[0] = lo[0], o.padding[1] = lo[1];
-    } else {
-        g = kl_pad(g, 4, (int64_t[]){lo[1], hi[1], lo[0], hi[0]}, 0);
-    }
-    return kl_conv2d(g, wt, NULL, &o);
+    o.groups = cp->groups;
+    kl_tensor *r = kl_conv_transpose2d(g, w, NULL, &o);
+    if (crop) r = kl_narrow(kl_narrow(r, 2, 0, in_hw[0]), 3, 0, in_hw[1]);
+    return r;
 }
 
 /* dL/dw of conv2d, also a convolution: batch and channels of x swap roles
@@ -375,7 +345,7 @@ int ag_d_conv2d(ag_ctx *c) {
     if (numel_of(xm) == 0 || numel_of(&c->out_meta[0]) == 0) return 0;
     if (!batched) g = kl_unsqueeze(g, 0);
     if (c->need[0]) {
-        kl_tensor *gx = conv_input_grad(g, c->in[1], &cp, xm->shape + batched + 1, 1);
+        kl_tensor *gx = conv_input_grad(g, c->in[1], &cp, xm->shape + batched + 1);
         c->gin[0] = batched ? gx : kl_squeeze(gx, 0);
         if (!c->gin[0]) return -1;
     }
@@ -443,7 +413,43 @@ int ag_d_avg_pool2d(ag_ctx *c) {
     kl_tensor *ones = kl_fill_inplace(kl_empty_on(4, (int64_t[]){1, 1, k[0], k[1]}, dt, xm->device), 1);
     conv_params cp = {{s[0], s[1]}, {pad[0], pad[1]}, {1, 1}, 1};
     kl_tensor *gx = conv_input_grad(kl_reshape(g, 4, (int64_t[]){planes, 1, OH, OW}), ones, &cp,
-                                    (int64_t[]){H, W}, 0);
+                                    (int64_t[]){H, W});
     c->gin[0] = kl_reshape(gx, xm->ndim, xm->shape);
+    return c->gin[0] ? 0 : -1;
+}
+
+/* adaptive_avg_pool2d is linear and separable: y = A_h x A_w^T per plane,
+ * with A [out, in] holding 1 / window length inside each window. So
+ * dx = A_h^T g A_w, two matrix products (batched over the planes). */
+static kl_tensor *adaptive_matrix(int64_t out, int64_t in, kl_dtype dt, kl_device dev) {
+    int64_t n;
+    if (ke_mul_ov(out, in, &n) || n > ((int64_t)1 << 40) / (int64_t)sizeof(double)) {
+        ke_err(KL_ERR_OOM, "adaptive_avg_pool2d", "window matrix %lldx%lld is too large", (long long)out, (long long)in);
+        return NULL;
+    }
+    double *v = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!v) {
+        ke_err(KL_ERR_OOM, "adaptive_avg_pool2d", "out of memory for a %lldx%lld window matrix", (long long)out,
+               (long long)in);
+        return NULL;
+    }
+    for (int64_t o = 0; o < out; o++) {
+        int64_t s = (o * in) / out, e = ((o + 1) * in + out - 1) / out;
+        for (int64_t i = s; i < e; i++) v[o * in + i] = 1.0 / (double)(e - s);
+    }
+    kl_tensor *t = kl_from_data(v, 2, (int64_t[]){out, in}, KL_F64);
+    free(v);
+    return kl_to_device(kl_to_dtype(t, dt), dev);
+}
+
+int ag_d_adaptive_avg_pool2d(ag_ctx *c) {
+    const ag_tmeta *xm = &c->in_meta[0], *om = &c->out_meta[0];
+    int b = xm->ndim == 4;
+    if (numel_of(xm) == 0 || numel_of(om) == 0) return 0;
+    kl_tensor *g = c->gout[0];
+    kl_dtype dt = kl_dtype_of(g);
+    kl_tensor *ah = adaptive_matrix(om->shape[b + 1], xm->shape[b + 1], dt, xm->device);
+    kl_tensor *aw = adaptive_matrix(om->shape[b + 2], xm->shape[b + 2], dt, xm->device);
+    c->gin[0] = kl_matmul(kl_matmul(kl_t(ah), g), aw);
     return c->gin[0] ? 0 : -1;
 }
