@@ -399,6 +399,21 @@ static kl_tensor *loss_layer_norm(kl_tensor *const *p, kl_tensor *const *in) {
 static kl_tensor *loss_cross_entropy(kl_tensor *const *p, kl_tensor *const *in) {
     return kl_cross_entropy(kl_linear(in[2], p[0], p[1]), in[3], KL_REDUCE_MEAN, 0.1);
 }
+/* in: weight, bias | x, target (ignore_index 3), class weight */
+static kl_tensor *loss_cross_entropy_weighted(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_cross_entropy_options o = kl_cross_entropy_options_default();
+    o.weight = in[4];
+    o.ignore_index = 3;
+    o.label_smoothing = 0.2;
+    return kl_cross_entropy_ex(kl_linear(in[2], p[0], p[1]), in[3], &o);
+}
+/* in: weight, bias | x, class probabilities, class weight */
+static kl_tensor *loss_cross_entropy_prob(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_cross_entropy_options o = kl_cross_entropy_options_default();
+    o.weight = in[4];
+    o.label_smoothing = 0.1;
+    return kl_cross_entropy_ex(kl_linear(in[2], p[0], p[1]), in[3], &o);
+}
 /* in: weight, bias | x, w; stride 2, padding 1 */
 static kl_tensor *loss_conv2d(kl_tensor *const *p, kl_tensor *const *in) {
     kl_conv2d_options o = kl_conv2d_options_default();
@@ -471,6 +486,14 @@ static void make_case_inputs(int c, kl_tensor **in) {
         in[2] = kl_randn(KL_SHAPE(2, 3, 7, 7), KL_F32);
         in[3] = kl_randn(KL_SHAPE(2, 4, 4, 4), KL_F32);
         break;
+    case 8: case 9:
+        in[0] = kl_mul_scalar(kl_randn(KL_SHAPE(5, 12), KL_F32), 0.3);
+        in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(5), KL_F32), 0.1);
+        in[2] = kl_randn(KL_SHAPE(16, 12), KL_F32);
+        in[3] = c == 8 ? kl_from_data((int64_t[]){0, 4, 2, 3, 1, 3, 3, 0, 2, 4, 1, 3, 0, 2, 4, 1}, KL_SHAPE(16), KL_I64)
+                       : kl_softmax(kl_randn(KL_SHAPE(16, 5), KL_F32), 1);
+        in[4] = kl_add_scalar(kl_rand(KL_SHAPE(5), KL_F32), 0.5);
+        break;
     default:
         in[0] = kl_randn(KL_SHAPE(2, 2, 6, 8), KL_F32);
         in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(8, 8), KL_F32), 0.3);
@@ -490,6 +513,8 @@ static const train_case train_cases[] = {
     {"cross_entropy", 2, 4, loss_cross_entropy},
     {"conv2d", 2, 4, loss_conv2d},
     {"attention block", 2, 5, loss_block},
+    {"cross_entropy weighted", 2, 5, loss_cross_entropy_weighted},
+    {"cross_entropy probabilities", 2, 5, loss_cross_entropy_prob},
 };
 #define N_TRAIN_CASES ((int)(sizeof train_cases / sizeof train_cases[0]))
 

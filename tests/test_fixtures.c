@@ -346,6 +346,23 @@ static int run_dropout(fx_ctx *cx) { return fx_out1(cx, kl_dropout(IN(0), fx_f(c
 static int run_cross_entropy(fx_ctx *cx) {
     return fx_out1(cx, kl_cross_entropy(IN(0), IN(1), fx_red(cx), fx_f(cx, "ls")));
 }
+/* cross_entropy_ex / nll_loss_ex: inputs x, target, weight ('-': none) */
+static kl_cross_entropy_options fx_class_loss_options(fx_ctx *cx) {
+    kl_cross_entropy_options o = kl_cross_entropy_options_default();
+    o.reduction = fx_red(cx);
+    o.ignore_index = fx_i(cx, "ignore");
+    o.weight = cx->nin > 2 ? IN(2) : NULL;
+    return o;
+}
+static int run_cross_entropy_ex(fx_ctx *cx) {
+    kl_cross_entropy_options o = fx_class_loss_options(cx);
+    o.label_smoothing = fx_f(cx, "ls");
+    return fx_out1(cx, kl_cross_entropy_ex(IN(0), IN(1), &o));
+}
+static int run_nll_loss_ex(fx_ctx *cx) {
+    kl_cross_entropy_options o = fx_class_loss_options(cx);
+    return fx_out1(cx, kl_nll_loss_ex(IN(0), IN(1), &o));
+}
 static int run_loss(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.loss(IN(0), IN(1), fx_red(cx))); }
 static void fx_pair(fx_ctx *cx, const char *key, int64_t v[2]) {
     if (fx_list(cx, key, v, 2) != 2 && !cx->bad[0]) snprintf(cx->bad, sizeof cx->bad, "'%s' needs 2 values", key);
@@ -526,7 +543,9 @@ static const fx_op fx_ops[] = {
     {"dropout", "dropout", run_dropout, {0}},       /* training with p > 0 */
     {"dropout_eval", "alias", run_dropout, {0}},    /* eval or p == 0: a view of x */
     {"cross_entropy", "cross_entropy", run_cross_entropy, {0}},
+    {"cross_entropy_ex", "cross_entropy", run_cross_entropy_ex, {0}},
     {"nll_loss", "nll_loss", run_loss, {.loss = kl_nll_loss}},
+    {"nll_loss_ex", "nll_loss", run_nll_loss_ex, {0}},
     {"mse_loss", "mse_loss", run_loss, {.loss = kl_mse_loss}},
     {"binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits", run_loss,
      {.loss = kl_binary_cross_entropy_with_logits}},
