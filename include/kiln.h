@@ -738,6 +738,14 @@ KL_API int kl_chunk(kl_tensor *x, int chunks, int dim, kl_tensor **out, int max_
 KL_API kl_tensor *kl_repeat(kl_tensor *x, int nrep, const int64_t *repeats);
 /* Constant padding, F.pad order: (left, right) of the last dim first. */
 KL_API kl_tensor *kl_pad(kl_tensor *x, int npad, const int64_t *pad, double value);
+/* F.pad's modes. Enums only grow at the end. */
+typedef enum kl_pad_mode { KL_PAD_CONSTANT, KL_PAD_REFLECT, KL_PAD_REPLICATE, KL_PAD_CIRCULAR } kl_pad_mode;
+/* F.pad(x, pad, mode, value) as torch 1.13 (value: constant mode only).
+ * reflect / replicate pad 1, 2 or 3 trailing dims of an input with one more
+ * (unbatched) or two more dims; circular needs both batch and channel dims.
+ * Padded dims must be non-empty; reflect pads below the dim's size, circular
+ * at most its size; negative pads crop. Any dtype. */
+KL_API kl_tensor *kl_pad_ex(kl_tensor *x, int npad, const int64_t *pad, kl_pad_mode mode, double value);
 /* index: 1-D int64/int32. */
 KL_API kl_tensor *kl_index_select(kl_tensor *x, int dim, kl_tensor *index);
 KL_API kl_tensor *kl_gather(kl_tensor *x, int dim, kl_tensor *index);

@@ -414,6 +414,14 @@ static kl_tensor *loss_cross_entropy_prob(kl_tensor *const *p, kl_tensor *const 
     o.label_smoothing = 0.1;
     return kl_cross_entropy_ex(kl_linear(in[2], p[0], p[1]), in[3], &o);
 }
+/* in: a, b | wa, wb: reflect, replicate and circular padding (the gradient
+ * scatters back through each mode's index map) */
+static kl_tensor *loss_pad_modes(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_tensor *a = kl_pad_ex(kl_tanh(p[0]), 4, (const int64_t[]){1, 2, 2, -1}, KL_PAD_REFLECT, 0);
+    kl_tensor *b = kl_pad_ex(kl_mul(p[0], p[1]), 4, (const int64_t[]){2, 1, 0, 3}, KL_PAD_CIRCULAR, 0);
+    kl_tensor *r = kl_pad_ex(p[1], 4, (const int64_t[]){3, 0, 1, 1}, KL_PAD_REPLICATE, 0);
+    return kl_add(kl_add(weighted(a, in[2]), weighted(b, in[3])), kl_sum(kl_mul(r, r), KL_ALL_DIMS, false));
+}
 /* in: weight, bias | x, w; stride 2, padding 1 */
 static kl_tensor *loss_conv2d(kl_tensor *const *p, kl_tensor *const *in) {
     kl_conv2d_options o = kl_conv2d_options_default();
@@ -494,6 +502,12 @@ static void make_case_inputs(int c, kl_tensor **in) {
                        : kl_softmax(kl_randn(KL_SHAPE(16, 5), KL_F32), 1);
         in[4] = kl_add_scalar(kl_rand(KL_SHAPE(5), KL_F32), 0.5);
         break;
+    case 10:
+        in[0] = kl_randn(KL_SHAPE(2, 3, 4, 5), KL_F32);
+        in[1] = kl_randn(KL_SHAPE(2, 3, 4, 5), KL_F32);
+        in[2] = kl_randn(KL_SHAPE(2, 3, 5, 8), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(2, 3, 7, 8), KL_F32);
+        break;
     default:
         in[0] = kl_randn(KL_SHAPE(2, 2, 6, 8), KL_F32);
         in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(8, 8), KL_F32), 0.3);
@@ -515,6 +529,7 @@ static const train_case train_cases[] = {
     {"attention block", 2, 5, loss_block},
     {"cross_entropy weighted", 2, 5, loss_cross_entropy_weighted},
     {"cross_entropy probabilities", 2, 5, loss_cross_entropy_prob},
+    {"pad modes", 2, 4, loss_pad_modes},
 };
 #define N_TRAIN_CASES ((int)(sizeof train_cases / sizeof train_cases[0]))
 

@@ -320,6 +320,11 @@ static int run_pad(fx_ctx *cx) {
     int n = fx_list(cx, "pad", p, KE_MAX_LIST);
     return fx_out1(cx, kl_pad(IN(0), n, p, fx_f(cx, "value")));
 }
+static int run_pad_ex(fx_ctx *cx) {
+    int64_t p[KE_MAX_LIST];
+    int n = fx_list(cx, "pad", p, KE_MAX_LIST);
+    return fx_out1(cx, kl_pad_ex(IN(0), n, p, (kl_pad_mode)fx_i(cx, "mode"), fx_f(cx, "value")));
+}
 static int run_index_select(fx_ctx *cx) { return fx_out1(cx, kl_index_select(IN(0), (int)fx_i(cx, "dim"), IN(1))); }
 static int run_gather(fx_ctx *cx) { return fx_out1(cx, kl_gather(IN(0), (int)fx_i(cx, "dim"), IN(1))); }
 static int run_scatter_add(fx_ctx *cx) { return fx_out1(cx, kl_scatter_add(IN(0), (int)fx_i(cx, "dim"), IN(1), IN(2))); }
@@ -523,6 +528,7 @@ static const fx_op fx_ops[] = {
     {"chunk", "chunk", run_pieces, {0}},
     {"repeat", "repeat", run_repeat, {0}},
     {"pad", "pad", run_pad, {0}},
+    {"pad_ex", "pad", run_pad_ex, {0}},
     {"index_select", "index_select", run_index_select, {0}},
     {"gather", "gather", run_gather, {0}},
     {"scatter_add", "scatter_add", run_scatter_add, {0}},
