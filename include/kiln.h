@@ -752,6 +752,14 @@ KL_API int kl_chunk(kl_tensor *x, int chunks, int dim, kl_tensor **out, int max_
 KL_API kl_tensor *kl_repeat(kl_tensor *x, int nrep, const int64_t *repeats);
 /* Constant padding, F.pad order: (left, right) of the last dim first. */
 KL_API kl_tensor *kl_pad(kl_tensor *x, int npad, const int64_t *pad, double value);
+/* F.pad's modes. Enums only grow at the end. */
+typedef enum kl_pad_mode { KL_PAD_CONSTANT, KL_PAD_REFLECT, KL_PAD_REPLICATE, KL_PAD_CIRCULAR } kl_pad_mode;
+/* F.pad(x, pad, mode, value) as torch 1.13 (value: constant mode only).
+ * reflect / replicate pad 1, 2 or 3 trailing dims of an input with one more
+ * (unbatched) or two more dims; circular needs both batch and channel dims.
+ * Padded dims must be non-empty; reflect pads below the dim's size, circular
+ * at most its size; negative pads crop. Any dtype. */
+KL_API kl_tensor *kl_pad_ex(kl_tensor *x, int npad, const int64_t *pad, kl_pad_mode mode, double value);
 /* index: 1-D int64/int32. */
 KL_API kl_tensor *kl_index_select(kl_tensor *x, int dim, kl_tensor *index);
 KL_API kl_tensor *kl_gather(kl_tensor *x, int dim, kl_tensor *index);
@@ -829,10 +837,33 @@ KL_API kl_tensor *kl_layer_norm(kl_tensor *x, int normalized_ndim, kl_tensor *we
 KL_API kl_tensor *kl_rms_norm(kl_tensor *x, int normalized_ndim, kl_tensor *weight, double eps);
 /* Zeroes with probability p and scales by 1/(1-p) when training; else a view of x. */
 KL_API kl_tensor *kl_dropout(kl_tensor *x, double p, bool training);
-/* logits [N, C] (or [C]), target int64 class indices [N]; ignore_index -100 as PyTorch. */
+/* logits [N, C] (or [C], or [N, C, d...]), target int64 class indices [N]
+ * (or [], [N, d...]); ignore_index -100 as PyTorch. */
 KL_API kl_tensor *kl_cross_entropy(kl_tensor *logits, kl_tensor *target, kl_reduction red,
                                    double label_smoothing);
 KL_API kl_tensor *kl_nll_loss(kl_tensor *logp, kl_tensor *target, kl_reduction red);
+
+/* F.cross_entropy / F.nll_loss's keyword arguments. */
+typedef struct kl_cross_entropy_options {
+    kl_reduction reduction;   /* KL_REDUCE_MEAN */
+    int64_t ignore_index;     /* -100: targets equal to it add 0 and leave the mean's denominator */
+    double label_smoothing;   /* 0, in [0, 1]; cross_entropy only */
+    kl_tensor *weight;        /* NULL, or [C] of the input's dtype: class weights (borrowed) */
+} kl_cross_entropy_options;
+KL_API kl_cross_entropy_options kl_cross_entropy_options_default(void);
+/* cross_entropy with options (NULL = defaults), as PyTorch 1.13: with weight,
+ * a row counts weight[target] and the mean divides by the sum of the weights
+ * of the rows not ignored. A floating target of the input's shape and dtype
+ * holds class probabilities (ignore_index must then be negative): row loss
+ * -sum_c weight[c] q[c] log_softmax(x)[c], q = target (1 - ls) + ls / C, and
+ * the mean divides by the number of rows. Gradients flow to logits, to
+ * probability targets, and to weight with probability targets only (class
+ * indices with a weight that requires grad fail in backward, as in PyTorch). */
+KL_API kl_tensor *kl_cross_entropy_ex(kl_tensor *logits, kl_tensor *target,
+                                      const kl_cross_entropy_options *opts);
+/* nll_loss with options (NULL = defaults): class indices only, no label
+ * smoothing (KL_ERR_ARG); weights as kl_cross_entropy_ex. */
+KL_API kl_tensor *kl_nll_loss_ex(kl_tensor *logp, kl_tensor *target, const kl_cross_entropy_options *opts);
 KL_API kl_tensor *kl_mse_loss(kl_tensor *a, kl_tensor *b, kl_reduction red);
 KL_API kl_tensor *kl_binary_cross_entropy_with_logits(kl_tensor *x, kl_tensor *y, kl_reduction red);
 

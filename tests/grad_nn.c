@@ -390,6 +390,91 @@ static void grad_nll_loss(void **state) {
     expect_values(grad_of(ls, kl_ones_like(ls), x), want, 6, 0);
 }
 
+/* kl_cross_entropy_ex / kl_nll_loss_ex: in[0] = x, then (probabilities) the
+ * target and the weight when they are gradchecked too. */
+typedef struct ce_ex_args {
+    kl_tensor *target, *weight; /* used when not among the inputs */
+    kl_cross_entropy_options o;
+    int nll;
+} ce_ex_args;
+static kl_tensor *f_class_loss_ex(void *u, int n, kl_tensor *const *in) {
+    const ce_ex_args *a = u;
+    kl_cross_entropy_options o = a->o;
+    o.weight = n > 2 ? in[2] : a->weight;
+    kl_tensor *t = n > 1 ? in[1] : a->target;
+    return a->nll ? kl_nll_loss_ex(in[0], t, &o) : kl_cross_entropy_ex(in[0], t, &o);
+}
+
+/* Every combination of reduction, weight, ignore_index (the default and a
+ * class) and label smoothing over [N, C] (one row ignored), [C] and
+ * [N, C, d1, d2]; probabilities with and without weight and smoothing, with
+ * the target and weight gradchecked too. */
+static void grad_class_loss_options(void **state) {
+    (void)state;
+    kl_manual_seed(14);
+    kl_tensor *w = kl_add_scalar(kl_rand(KL_SHAPE(3), KL_F64), 0.5);
+    kl_tensor *t2 = i64_(KL_SHAPE(4), (const int64_t[]){2, 1, 0, 1});
+    kl_tensor *t0 = i64_(0, NULL, (const int64_t[]){2});
+    kl_tensor *t4 = i64_(KL_SHAPE(2, 2, 3), (const int64_t[]){0, 2, 1, 1, 1, 1, 2, 0, 0, 1, 1, 2});
+    static const double smooth[] = {0, 0.25};
+    static const int64_t ignore[] = {-100, 1};
+    for (int nll = 0; nll < 2; nll++)
+        for (int r = 0; r < 3; r++)
+            for (int hw = 0; hw < 2; hw++)
+                for (int ig = 0; ig < 2; ig++)
+                    for (int s = 0; s < 2 - nll; s++) {
+                        kl_scope_begin();
+                        ce_ex_args a = {t2, hw ? w : NULL, kl_cross_entropy_options_default(), nll};
+                        a.o.reduction = reductions[r];
+                        a.o.ignore_index = ignore[ig];
+                        a.o.label_smoothing = smooth[s];
+                        kl_tensor *x = IN(r == 1 ? KT_TRANSPOSED : KT_CONTIG, 4, 3);
+                        if (r == 1 && hw)
+                            KT_GRADGRADCHECK(f_class_loss_ex, &a, 1, &x);
+                        else
+                            KT_GRADCHECK(f_class_loss_ex, &a, 1, &x);
+                        a.target = t0;
+                        kl_tensor *v = IN(KT_STRIDED, 3);
+                        KT_GRADCHECK(f_class_loss_ex, &a, 1, &v);
+                        a.target = t4;
+                        kl_tensor *im = IN(KT_TRANSPOSED, 2, 3, 2, 3);
+                        KT_GRADCHECK(f_class_loss_ex, &a, 1, &im);
+                        kl_scope_end();
+                    }
+    for (int r = 0; r < 3; r++)
+        for (int hw = 0; hw < 2; hw++)
+            for (int s = 0; s < 2; s++) {
+                kl_scope_begin();
+                ce_ex_args a = {NULL, NULL, kl_cross_entropy_options_default(), 0};
+                a.o.reduction = reductions[r];
+                a.o.label_smoothing = smooth[s];
+                kl_tensor *in2[3] = {IN(KT_CONTIG, 4, 3), kt_input(KL_SHAPE(4, 3), KT_TRANSPOSED, 0, 1),
+                                     kt_input(KL_SHAPE(3), KT_CONTIG, 0.5, 1.5)};
+                if (r == 1)
+                    KT_GRADGRADCHECK(f_class_loss_ex, &a, 2 + hw, in2);
+                else
+                    KT_GRADCHECK(f_class_loss_ex, &a, 2 + hw, in2);
+                kl_tensor *in4[3] = {IN(KT_TRANSPOSED, 2, 3, 2, 2), kt_input(KL_SHAPE(2, 3, 2, 2), KT_CONTIG, 0, 1),
+                                     kt_input(KL_SHAPE(3), KT_STRIDED, 0.5, 1.5)};
+                KT_GRADCHECK(f_class_loss_ex, &a, 2 + hw, in4);
+                kl_tensor *in1[3] = {IN(KT_CONTIG, 3), kt_input(KL_SHAPE(3), KT_CONTIG, 0, 1),
+                                     kt_input(KL_SHAPE(3), KT_CONTIG, 0.5, 1.5)};
+                KT_GRADCHECK(f_class_loss_ex, &a, 2 + hw, in1);
+                kl_scope_end();
+            }
+    /* a weight that requires grad with class indices: backward refuses (PyTorch has no formula) */
+    for (int nll = 0; nll < 2; nll++) {
+        kl_tensor *x = IN(KT_CONTIG, 4, 3), *wg = kt_input(KL_SHAPE(3), KT_CONTIG, 0.5, 1.5);
+        kl_cross_entropy_options o = kl_cross_entropy_options_default();
+        o.weight = wg;
+        kl_tensor *l = nll ? kl_nll_loss_ex(x, t2, &o) : kl_cross_entropy_ex(x, t2, &o);
+        assert_non_null(l);
+        assert_int_equal(kl_backward(l, NULL, NULL), -1);
+        KT_EXPECT_ERROR(KL_ERR_UNSUPPORTED, nll ? "kl_nll_loss: is not differentiable with respect to weight"
+                                                : "kl_cross_entropy: is not differentiable with respect to weight");
+    }
+}
+
 static void grad_mse_loss(void **state) {
     (void)state;
     kl_manual_seed(13);
@@ -850,6 +935,7 @@ const struct CMUnitTest kt_grad_nn_tests[] = {
     KT_TEST(grad_dropout),
     KT_TEST(grad_cross_entropy),
     KT_TEST(grad_nll_loss),
+    KT_TEST(grad_class_loss_options),
     KT_TEST(grad_mse_loss),
     KT_TEST(grad_bce_logits),
     KT_TEST(grad_conv2d),

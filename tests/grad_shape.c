@@ -666,6 +666,40 @@ static void grad_pad(void **state) {
         for (int l = 0; l < NLAYOUTS; l++) CHECK1(f_pad, &cases[k], 2, s, kt_layouts[l], (k == 1 || k == 3) && l == 0);
 }
 
+typedef struct pad_mode_arg {
+    int n;
+    int64_t p[6];
+    kl_pad_mode mode;
+} pad_mode_arg;
+static kl_tensor *f_pad_mode(void *u, int n, kl_tensor *const *in) {
+    (void)n;
+    pad_mode_arg *a = u;
+    return kl_pad_ex(in[0], a->n, a->p, a->mode, 0);
+}
+
+/* reflect, replicate and circular over 1, 2 and 3 padded dims (batched and
+ * not), with negative pads and pads that read an element several times. */
+static void grad_pad_modes(void **state) {
+    (void)state;
+    kl_manual_seed(21);
+    static const kl_pad_mode modes[] = {KL_PAD_REFLECT, KL_PAD_REPLICATE, KL_PAD_CIRCULAR};
+    for (int m = 0; m < 3; m++) {
+        pad_mode_arg a1 = {2, {2, 3}, modes[m]}, a1n = {2, {-1, 3}, modes[m]};
+        pad_mode_arg a2 = {4, {1, 2, 2, -1}, modes[m]}, a3 = {6, {1, 0, 0, 2, 1, 1}, modes[m]};
+        int64_t s3[] = {2, 3, 4}, s4[] = {1, 2, 3, 4}, s5[] = {1, 1, 2, 3, 3};
+        for (int l = 0; l < NLAYOUTS; l++) {
+            CHECK1(f_pad_mode, &a1, 3, s3, kt_layouts[l], l == 0);
+            CHECK1(f_pad_mode, &a1n, 3, s3, kt_layouts[l], 0);
+            CHECK1(f_pad_mode, &a2, 4, s4, kt_layouts[l], l == 1);
+            CHECK1(f_pad_mode, &a3, 5, s5, kt_layouts[l], 0);
+        }
+        if (modes[m] != KL_PAD_CIRCULAR) { /* unbatched */
+            int64_t s2[] = {3, 4};
+            CHECK1(f_pad_mode, &a1, 2, s2, KT_CONTIG, 0);
+        }
+    }
+}
+
 typedef struct index_arg {
     int dim;
     kl_tensor *index;
@@ -953,6 +987,7 @@ const struct CMUnitTest kt_grad_shape_tests[] = {
     KT_TEST(grad_cat),
     KT_TEST(grad_repeat),
     KT_TEST(grad_pad),
+    KT_TEST(grad_pad_modes),
     KT_TEST(grad_index_select),
     KT_TEST(grad_gather),
     KT_TEST(grad_scatter_add),

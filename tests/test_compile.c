@@ -399,6 +399,29 @@ static kl_tensor *loss_layer_norm(kl_tensor *const *p, kl_tensor *const *in) {
 static kl_tensor *loss_cross_entropy(kl_tensor *const *p, kl_tensor *const *in) {
     return kl_cross_entropy(kl_linear(in[2], p[0], p[1]), in[3], KL_REDUCE_MEAN, 0.1);
 }
+/* in: weight, bias | x, target (ignore_index 3), class weight */
+static kl_tensor *loss_cross_entropy_weighted(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_cross_entropy_options o = kl_cross_entropy_options_default();
+    o.weight = in[4];
+    o.ignore_index = 3;
+    o.label_smoothing = 0.2;
+    return kl_cross_entropy_ex(kl_linear(in[2], p[0], p[1]), in[3], &o);
+}
+/* in: weight, bias | x, class probabilities, class weight */
+static kl_tensor *loss_cross_entropy_prob(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_cross_entropy_options o = kl_cross_entropy_options_default();
+    o.weight = in[4];
+    o.label_smoothing = 0.1;
+    return kl_cross_entropy_ex(kl_linear(in[2], p[0], p[1]), in[3], &o);
+}
+/* in: a, b | wa, wb: reflect, replicate and circular padding (the gradient
+ * scatters back through each mode's index map) */
+static kl_tensor *loss_pad_modes(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_tensor *a = kl_pad_ex(kl_tanh(p[0]), 4, (const int64_t[]){1, 2, 2, -1}, KL_PAD_REFLECT, 0);
+    kl_tensor *b = kl_pad_ex(kl_mul(p[0], p[1]), 4, (const int64_t[]){2, 1, 0, 3}, KL_PAD_CIRCULAR, 0);
+    kl_tensor *r = kl_pad_ex(p[1], 4, (const int64_t[]){3, 0, 1, 1}, KL_PAD_REPLICATE, 0);
+    return kl_add(kl_add(weighted(a, in[2]), weighted(b, in[3])), kl_sum(kl_mul(r, r), KL_ALL_DIMS, false));
+}
 /* in: weight, bias | x, w; stride 2, padding 1 */
 static kl_tensor *loss_conv2d(kl_tensor *const *p, kl_tensor *const *in) {
     kl_conv2d_options o = kl_conv2d_options_default();
@@ -519,6 +542,19 @@ static void make_case_inputs(int c, kl_tensor **in) {
         in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(4), KL_F32), 0.1);
         in[2] = kl_randn(KL_SHAPE(2, 3, 10), KL_F32);
         in[3] = kl_randn(KL_SHAPE(2, 4, 1, 3), KL_F32);
+    case 12: case 13:
+        in[0] = kl_mul_scalar(kl_randn(KL_SHAPE(5, 12), KL_F32), 0.3);
+        in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(5), KL_F32), 0.1);
+        in[2] = kl_randn(KL_SHAPE(16, 12), KL_F32);
+        in[3] = c == 12 ? kl_from_data((int64_t[]){0, 4, 2, 3, 1, 3, 3, 0, 2, 4, 1, 3, 0, 2, 4, 1}, KL_SHAPE(16), KL_I64)
+                       : kl_softmax(kl_randn(KL_SHAPE(16, 5), KL_F32), 1);
+        in[4] = kl_add_scalar(kl_rand(KL_SHAPE(5), KL_F32), 0.5);
+        break;
+    case 14:
+        in[0] = kl_randn(KL_SHAPE(2, 3, 4, 5), KL_F32);
+        in[1] = kl_randn(KL_SHAPE(2, 3, 4, 5), KL_F32);
+        in[2] = kl_randn(KL_SHAPE(2, 3, 5, 8), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(2, 3, 7, 8), KL_F32);
         break;
     default:
         in[0] = kl_randn(KL_SHAPE(2, 2, 6, 8), KL_F32);
@@ -543,6 +579,9 @@ static const train_case train_cases[] = {
     {"batch_norm eval", 2, 5, loss_batch_norm_eval},
     {"conv_transpose2d group_norm", 2, 4, loss_convt_group_norm},
     {"conv1d adaptive_avg_pool2d", 2, 4, loss_conv1d_pool},
+    {"cross_entropy weighted", 2, 5, loss_cross_entropy_weighted},
+    {"cross_entropy probabilities", 2, 5, loss_cross_entropy_prob},
+    {"pad modes", 2, 4, loss_pad_modes},
 };
 #define N_TRAIN_CASES ((int)(sizeof train_cases / sizeof train_cases[0]))
 

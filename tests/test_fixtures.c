@@ -364,6 +364,11 @@ static int run_pad(fx_ctx *cx) {
     int n = fx_list(cx, "pad", p, KE_MAX_LIST);
     return fx_out1(cx, kl_pad(IN(0), n, p, fx_f(cx, "value")));
 }
+static int run_pad_ex(fx_ctx *cx) {
+    int64_t p[KE_MAX_LIST];
+    int n = fx_list(cx, "pad", p, KE_MAX_LIST);
+    return fx_out1(cx, kl_pad_ex(IN(0), n, p, (kl_pad_mode)fx_i(cx, "mode"), fx_f(cx, "value")));
+}
 static int run_index_select(fx_ctx *cx) { return fx_out1(cx, kl_index_select(IN(0), (int)fx_i(cx, "dim"), IN(1))); }
 static int run_gather(fx_ctx *cx) { return fx_out1(cx, kl_gather(IN(0), (int)fx_i(cx, "dim"), IN(1))); }
 static int run_scatter_add(fx_ctx *cx) { return fx_out1(cx, kl_scatter_add(IN(0), (int)fx_i(cx, "dim"), IN(1), IN(2))); }
@@ -389,6 +394,23 @@ static int run_rms_norm(fx_ctx *cx) {
 static int run_dropout(fx_ctx *cx) { return fx_out1(cx, kl_dropout(IN(0), fx_f(cx, "p"), fx_b(cx, "training"))); }
 static int run_cross_entropy(fx_ctx *cx) {
     return fx_out1(cx, kl_cross_entropy(IN(0), IN(1), fx_red(cx), fx_f(cx, "ls")));
+}
+/* cross_entropy_ex / nll_loss_ex: inputs x, target, weight ('-': none) */
+static kl_cross_entropy_options fx_class_loss_options(fx_ctx *cx) {
+    kl_cross_entropy_options o = kl_cross_entropy_options_default();
+    o.reduction = fx_red(cx);
+    o.ignore_index = fx_i(cx, "ignore");
+    o.weight = cx->nin > 2 ? IN(2) : NULL;
+    return o;
+}
+static int run_cross_entropy_ex(fx_ctx *cx) {
+    kl_cross_entropy_options o = fx_class_loss_options(cx);
+    o.label_smoothing = fx_f(cx, "ls");
+    return fx_out1(cx, kl_cross_entropy_ex(IN(0), IN(1), &o));
+}
+static int run_nll_loss_ex(fx_ctx *cx) {
+    kl_cross_entropy_options o = fx_class_loss_options(cx);
+    return fx_out1(cx, kl_nll_loss_ex(IN(0), IN(1), &o));
 }
 static int run_loss(fx_ctx *cx) { return fx_out1(cx, cx->op->fp.loss(IN(0), IN(1), fx_red(cx))); }
 static void fx_pair(fx_ctx *cx, const char *key, int64_t v[2]) {
@@ -584,6 +606,7 @@ static const fx_op fx_ops[] = {
     {"chunk", "chunk", run_pieces, {0}},
     {"repeat", "repeat", run_repeat, {0}},
     {"pad", "pad", run_pad, {0}},
+    {"pad_ex", "pad", run_pad_ex, {0}},
     {"index_select", "index_select", run_index_select, {0}},
     {"gather", "gather", run_gather, {0}},
     {"scatter_add", "scatter_add", run_scatter_add, {0}},
@@ -615,7 +638,9 @@ static const fx_op fx_ops[] = {
     {"dropout", "dropout", run_dropout, {0}},       /* training with p > 0 */
     {"dropout_eval", "alias", run_dropout, {0}},    /* eval or p == 0: a view of x */
     {"cross_entropy", "cross_entropy", run_cross_entropy, {0}},
+    {"cross_entropy_ex", "cross_entropy", run_cross_entropy_ex, {0}},
     {"nll_loss", "nll_loss", run_loss, {.loss = kl_nll_loss}},
+    {"nll_loss_ex", "nll_loss", run_nll_loss_ex, {0}},
     {"mse_loss", "mse_loss", run_loss, {.loss = kl_mse_loss}},
     {"binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits", run_loss,
      {.loss = kl_binary_cross_entropy_with_logits}},

@@ -569,6 +569,75 @@ static void loss_errors_and_decomp(void **s) {
     }
 }
 
+/* kl_cross_entropy_ex / kl_nll_loss_ex: errors, and every decomposition
+ * (compile mode's) against the fused kernels with weights, a settable
+ * ignore_index and probabilities (values against PyTorch: test_fixtures). */
+static void class_loss_options(void **s) {
+    (void)s;
+    kl_tensor *x = TF(KL_SHAPE(2, 3), 1, 2, 3, 4, 5, 6), *t = TI64(KL_SHAPE(2), 0, 2);
+    kl_cross_entropy_options o = kl_cross_entropy_options_default();
+    assert_int_equal(o.reduction, KL_REDUCE_MEAN);
+    assert_int_equal(o.ignore_index, -100);
+    assert_null(o.weight);
+    /* NULL options are the defaults */
+    assert_int_equal(kl_equal(kl_cross_entropy_ex(x, t, NULL), kl_cross_entropy(x, t, KL_REDUCE_MEAN, 0)), 1);
+    assert_int_equal(kl_equal(kl_nll_loss_ex(x, t, NULL), kl_nll_loss(x, t, KL_REDUCE_MEAN)), 1);
+    /* weights: 2 * (lse - 1) + 3 * (lse' - 6) over 2 + 3 */
+    o.weight = TF(KL_SHAPE(3), 2, 1, 3);
+    KT_VALUES(kl_cross_entropy_ex(x, t, &o), 1e-6, (2 * 2.40760596 + 3 * 0.40760596) / 5);
+    KT_VALUES(kl_nll_loss_ex(x, t, &o), 1e-6, -(2 * 1 + 3 * 6) / 5.0);
+    o.ignore_index = 2; /* the second row leaves the sum and the denominator */
+    KT_VALUES(kl_nll_loss_ex(x, t, &o), 1e-6, -1);
+    assert_null(kl_cross_entropy_ex(x, t, &(kl_cross_entropy_options){.weight = TF(KL_SHAPE(2), 1, 1)}));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_cross_entropy: weight [2] float32 cpu must hold one value per class "
+                                  "(3 classes in input [2,3] float32 cpu)");
+    assert_null(kl_nll_loss_ex(x, t, &(kl_cross_entropy_options){.weight = kl_ones(KL_SHAPE(3), KL_F64)}));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_nll_loss: weight [3] float64 cpu must have the input's dtype");
+    assert_null(kl_nll_loss_ex(x, t, &(kl_cross_entropy_options){.label_smoothing = 0.1}));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_nll_loss: has no label smoothing");
+    /* probabilities: the input's shape and dtype (torch would promote f64), a negative ignore_index */
+    kl_tensor *p = TF(KL_SHAPE(2, 3), 0.2, 0.3, 0.5, 1, 0, 0);
+    assert_null(kl_cross_entropy_ex(x, kl_to_dtype(p, KL_F64), NULL));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_cross_entropy: probability target [2,3] float64 cpu must have the input's "
+                                  "shape and dtype (input [2,3] float32 cpu)");
+    assert_null(kl_cross_entropy_ex(x, kl_reshape(p, KL_SHAPE(3, 2)), NULL));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "probability target [3,2] float32 cpu must have the input's shape");
+    assert_null(kl_cross_entropy_ex(x, p, &(kl_cross_entropy_options){.ignore_index = 0}));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_cross_entropy: ignore_index 0 is not supported for probability targets");
+    assert_null(kl_nll_loss_ex(x, p, NULL));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_nll_loss: target must hold int64 class indices, got [2,3] float32 cpu");
+    /* one-hot probabilities equal class indices */
+    kl_tensor *oh = TF(KL_SHAPE(2, 3), 1, 0, 0, 0, 0, 1);
+    o = kl_cross_entropy_options_default();
+    o.weight = TF(KL_SHAPE(3), 2, 1, 3);
+    o.reduction = KL_REDUCE_NONE;
+    assert_int_equal(kl_allclose(kl_cross_entropy_ex(x, oh, &o), kl_cross_entropy_ex(x, t, &o), 1e-6, 1e-6, false), 1);
+    /* decompositions against the fused kernels */
+    kl_tensor *xk = kl_div_scalar(kl_remainder_scalar(ar(KL_SHAPE(2, 3, 4)), 5), 2);
+    kl_tensor *tk = TI64(KL_SHAPE(2, 4), 0, 1, 2, 1, 2, 2, 1, 0);
+    kl_tensor *pk = kl_softmax(kl_cos(ar(KL_SHAPE(2, 3, 4))), 1);
+    kl_tensor *wk = TF(KL_SHAPE(3), 0.5, 2, 1.5);
+    for (int red = 0; red < 3; red++)
+        for (int hw = 0; hw < 2; hw++)
+            for (int sm = 0; sm < 2; sm++)
+                for (int prob = 0; prob < 2; prob++) {
+                    kl_tensor *in[3] = {xk, prob ? pk : tk, wk};
+                    o = kl_cross_entropy_options_default();
+                    o.reduction = (kl_reduction)red;
+                    o.weight = hw ? wk : NULL;
+                    o.ignore_index = prob ? -100 : 1;
+                    o.label_smoothing = sm * 0.25;
+                    ke_attrs a = {0};
+                    ke_attr_set_reduction(&a, red);
+                    ke_attr_set_cross_entropy_ignore_index(&a, o.ignore_index);
+                    ke_attr_set_cross_entropy_label_smoothing(&a, o.label_smoothing);
+                    ke_attr_set_cross_entropy_has_weight(&a, hw);
+                    check_decomp(KE_OP_cross_entropy, 2 + hw, in, &a, kl_cross_entropy_ex(xk, in[1], &o), 1e-5);
+                    if (prob || sm) continue;
+                    check_decomp(KE_OP_nll_loss, 2 + hw, in, &a, kl_nll_loss_ex(xk, tk, &o), 1e-6);
+                }
+}
+
 static void mse_and_bce_values(void **s) {
     (void)s;
     kl_tensor *a = TF(KL_SHAPE(2, 3), 1, 2, 3, 4, 5, 6), *b = TF(KL_SHAPE(3), 0.5, 2, 4);
@@ -997,6 +1066,7 @@ int main(void) {
         KT_TEST(sdpa_values),
         KT_TEST(cross_entropy_values),
         KT_TEST(loss_errors_and_decomp),
+        KT_TEST(class_loss_options),
         KT_TEST(mse_and_bce_values),
         KT_TEST(conv2d_values),
         KT_TEST(conv2d_errors),

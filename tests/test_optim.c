@@ -619,6 +619,166 @@ static void training_loops_converge(void **s) {
     }
 }
 
+/* ---- training helpers: clipping, schedules, resuming ----------------------------------- */
+
+/* torch.nn.utils.clip_grad_norm_ on grads a [2,3], b [2] and a parameter with none. */
+static void clip_grad_norm_matches_torch(void **s) {
+    (void)s;
+    static const double ga[6] = {1, -2, 3, 0.5, 4, -1}, gb[2] = {-3, 2};
+    static const struct {
+        double type, max, total, scale;
+    } cases[] = {
+        {2, 1, 6.652067184448242, 0.15032918751239777},
+        {INFINITY, 2, 4, 0.49999988079071045},
+        {1, 100, 16.5, 1},
+        {3, 0.5, 5.144138813018799, 0.09719797968864441},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        kl_scope_begin();
+        kl_params *p = kl_params_new();
+        kl_tensor *a = kl_zeros(KL_SHAPE(2, 3), KL_F32), *b = kl_zeros(KL_SHAPE(2), KL_F32);
+        kl_params_add(p, "a", a);
+        kl_params_add(p, "b", b);
+        kl_params_add(p, "c", kl_zeros(KL_SHAPE(1), KL_F32));
+        kl_tensor *loss = kl_add(kl_sum(kl_mul(a, from_f64(ga, KL_SHAPE(2, 3), KL_F32)), KL_ALL_DIMS, false),
+                                 kl_sum(kl_mul(b, from_f64(gb, KL_SHAPE(2), KL_F32)), KL_ALL_DIMS, false));
+        assert_int_equal(kl_backward(loss, NULL, NULL), 0);
+        ASSERT_NEAR(kl_clip_grad_norm(p, cases[k].max, cases[k].type), cases[k].total, 1e-5 * cases[k].total);
+        double want[6];
+        for (int i = 0; i < 6; i++) want[i] = ga[i] * cases[k].scale;
+        kt_assert_values(kl_grad(a), want, 6, 1e-6);
+        for (int i = 0; i < 2; i++) want[i] = gb[i] * cases[k].scale;
+        kt_assert_values(kl_grad(b), want, 2, 1e-6);
+        kl_params_free(p);
+        kl_scope_end();
+    }
+    kl_params *p = kl_params_new();
+    kl_params_add(p, "a", kl_zeros(KL_SHAPE(2), KL_F32));
+    assert_true(kl_clip_grad_norm(p, 1, 2) == 0); /* no gradients: 0 */
+    assert_true(isnan(kl_clip_grad_norm(p, -1, 2)));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_clip_grad_norm: max_norm must be >= 0, got -1");
+    assert_true(isnan(kl_clip_grad_norm(p, 1, 0)));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "norm_type must be > 0");
+    assert_true(isnan(kl_clip_grad_norm(NULL, 1, 2)));
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_clip_grad_norm: the parameter collection is NULL");
+    kl_params_free(p);
+}
+
+/* CosineAnnealingLR(T_max 7, eta_min 0.01) and StepLR(3, 0.5) from torch 1.13,
+ * behind a warm-up of 0 and of 3 steps. */
+static void lr_schedules(void **s) {
+    (void)s;
+    static const double cosine[8] = {0.1, 0.09554359905560886, 0.08305704108364301, 0.06501344202803415,
+                                     0.04498655797196586, 0.026942958916356993, 0.014456400944391143, 0.01};
+    for (int i = 0; i < 8; i++) ASSERT_NEAR(kl_lr_cosine_warmup(i, 0.1, 0, 7, 0.01), cosine[i], 1e-15);
+    ASSERT_NEAR(kl_lr_cosine_warmup(20, 0.1, 0, 7, 0.01), 0.01, 0); /* annealed: stays at min_lr */
+    for (int i = 0; i < 3; i++) ASSERT_NEAR(kl_lr_cosine_warmup(i, 0.1, 3, 10, 0.01), 0.1 * (i + 1) / 3, 1e-15);
+    for (int i = 0; i < 8; i++) ASSERT_NEAR(kl_lr_cosine_warmup(i + 3, 0.1, 3, 10, 0.01), cosine[i], 1e-15);
+    static const double step[8] = {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025};
+    for (int i = 0; i < 8; i++) ASSERT_NEAR(kl_lr_step(i, 0.1, 3, 0.5), step[i], 0);
+    assert_true(isnan(kl_lr_cosine_warmup(0, 0.1, 5, 4, 0)));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_lr_cosine_warmup: needs 0 <= step, 0 <= warmup <= total");
+    assert_true(isnan(kl_lr_step(0, 0.1, 0, 0.5)));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_lr_step: needs step >= 0 and step_size >= 1");
+}
+
+/* A two-layer model, its data, and training steps with clipping and a
+ * cosine schedule read from the optimizer's step count. */
+typedef struct resume_model {
+    kl_params *p;
+    kl_optim *o;
+} resume_model;
+
+static resume_model resume_new(int kind) {
+    resume_model m = {kl_params_new(), NULL};
+    kl_manual_seed(77);
+    kl_params_add_linear(m.p, "fc1", 5, 8, true, NULL, NULL);
+    kl_params_add_linear(m.p, "fc2", 8, 3, true, NULL, NULL);
+    if (kind == 0) {
+        kl_sgd_options o = kl_sgd_options_default();
+        o.momentum = 0.9, o.nesterov = true, o.weight_decay = 1e-3;
+        m.o = kl_optim_sgd(m.p, &o);
+    } else {
+        kl_adam_options o = kind == 1 ? kl_adam_options_default() : kl_adamw_options_default();
+        o.amsgrad = kind == 1;
+        m.o = kind == 1 ? kl_optim_adam(m.p, &o) : kl_optim_adamw(m.p, &o);
+    }
+    return m;
+}
+
+static void resume_steps(resume_model *m, int n) {
+    kl_manual_seed(5);
+    kl_tensor *x = kl_randn(KL_SHAPE(16, 5), KL_F32);
+    kl_tensor *y = kl_randint(0, 3, KL_SHAPE(16), KL_I64);
+    for (int i = 0; i < n; i++) {
+        kl_scope_begin();
+        kl_optim_set_lr(m->o, kl_lr_cosine_warmup(kl_optim_steps(m->o), 0.05, 3, 12, 1e-3));
+        kl_tensor *h = kl_relu(kl_linear(x, kl_params_get(m->p, 0), kl_params_get(m->p, 1)));
+        kl_tensor *loss = kl_cross_entropy(kl_linear(h, kl_params_get(m->p, 2), kl_params_get(m->p, 3)), y,
+                                           KL_REDUCE_MEAN, 0.1);
+        kl_optim_zero_grad(m->o);
+        assert_int_equal(kl_backward(loss, NULL, NULL), 0);
+        assert_false(isnan(kl_clip_grad_norm(m->p, 0.5, 2)));
+        assert_int_equal(kl_optim_step(m->o), 0);
+        kl_scope_end();
+    }
+}
+
+static void resume_free(resume_model *m) {
+    kl_optim_free(m->o);
+    kl_params_free(m->p);
+}
+
+/* N steps, save, load into a fresh model and optimizer, M more steps: bit for
+ * bit the N + M uninterrupted steps, for SGD (momentum), Adam (amsgrad), AdamW. */
+static void optim_state_resumes_training(void **s) {
+    (void)s;
+    const char *pp = kt_tmp_path("resume.params.safetensors"), *po = kt_tmp_path("resume.optim.safetensors");
+    for (int kind = 0; kind < 3; kind++) {
+        kl_scope_begin();
+        resume_model full = resume_new(kind), first = resume_new(kind), second = resume_new(kind);
+        resume_steps(&full, 9);
+        resume_steps(&first, 4);
+        assert_int_equal(kl_params_save_safetensors(first.p, pp), 0);
+        assert_int_equal(kl_optim_save_safetensors(first.o, first.p, po), 0);
+        assert_int_equal(kl_params_load_safetensors(second.p, pp, true), 4);
+        assert_int_equal(kl_optim_load_safetensors(second.o, second.p, po), 0);
+        assert_int_equal(kl_optim_steps(second.o), 4);
+        assert_true(kl_optim_get_lr(second.o) == kl_optim_get_lr(first.o));
+        resume_steps(&second, 5);
+        for (int i = 0; i < 4; i++) assert_int_equal(kl_equal(kl_params_get(full.p, i), kl_params_get(second.p, i)), 1);
+        /* and the state files agree: saving both gives the same tensors */
+        resume_free(&first);
+        resume_free(&second);
+        resume_free(&full);
+        kl_scope_end();
+    }
+    /* errors: another kind, no metadata, shapes that differ; nothing is changed */
+    kl_scope_begin();
+    resume_model a = resume_new(2), b = resume_new(0);
+    resume_steps(&a, 2);
+    assert_int_equal(kl_optim_save_safetensors(a.o, a.p, po), 0);
+    assert_int_equal(kl_optim_load_safetensors(b.o, b.p, po), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "holds adamw state, but the optimizer is sgd");
+    assert_int_equal(kl_optim_steps(b.o), 0);
+    assert_int_equal(kl_optim_load_safetensors(b.o, b.p, pp), -1);
+    KT_EXPECT_ERROR(KL_ERR_FORMAT, "no optimizer metadata");
+    kl_params *q = kl_params_new();
+    kl_params_add_linear(q, "fc1", 5, 7, true, NULL, NULL);
+    kl_params_add_linear(q, "fc2", 7, 3, true, NULL, NULL);
+    kl_optim *oq = kl_optim_adamw(q, NULL);
+    assert_int_equal(kl_optim_load_safetensors(oq, q, po), -1);
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "'fc1.weight.exp_avg' is [8,5] float32 cpu but the parameter is [7,5] float32 cpu");
+    assert_int_equal(kl_optim_steps(oq), 0);
+    assert_int_equal(kl_optim_load_safetensors(oq, a.p, po), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "parameter 0 of the optimizer is not parameter 0 of the collection");
+    kl_optim_free(oq);
+    kl_params_free(q);
+    resume_free(&a);
+    resume_free(&b);
+    kl_scope_end();
+}
+
 /* ---- safetensors: round trips and files from torch ------------------------------------- */
 
 static void safetensors_round_trip(void **s) {
@@ -1118,6 +1278,9 @@ int main(void) {
         KT_TEST(optim_matches_torch),
         KT_TEST(optim_options_and_errors),
         KT_TEST(training_loops_converge),
+        KT_TEST(clip_grad_norm_matches_torch),
+        KT_TEST(lr_schedules),
+        KT_TEST(optim_state_resumes_training),
         KT_TEST(safetensors_round_trip),
         KT_TEST(safetensors_save_errors),
         KT_TEST(safetensors_from_torch),

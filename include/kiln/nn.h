@@ -214,6 +214,40 @@ KL_API int64_t kl_optim_steps(const kl_optim *o);
 /* Frees the optimizer and its state. NULL is a no-op. */
 KL_API void kl_optim_free(kl_optim *o);
 
+/* Optimizer state in a safetensors file beside the parameters, so training
+ * resumes where it stopped: per parameter of p (the collection o was made
+ * from) "<name>.step" (int64 []) and its moments ("<name>.exp_avg",
+ * "<name>.exp_avg_sq", "<name>.max_exp_avg_sq", "<name>.momentum_buffer",
+ * those that exist), and metadata "kiln.optim" (sgd, adam, adamw), "steps"
+ * and "lr". Loading requires the same kind and matching names, shapes and
+ * dtypes (KL_ERR_ARG / KL_ERR_SHAPE / KL_ERR_DTYPE), copies into fresh or
+ * existing state and sets the step counts and lr; nothing changes unless
+ * every check passes. 0 or -1. */
+KL_API int kl_optim_save_safetensors(const kl_optim *o, const kl_params *p, const char *path);
+KL_API int kl_optim_load_safetensors(kl_optim *o, const kl_params *p, const char *path);
+
+/* ------------------------------------------------------------------------ */
+/* Training helpers                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* torch.nn.utils.clip_grad_norm_ (1.13): the norm of the gradients of p's
+ * parameters taken together (norm_type 2, any p > 0, or INFINITY: the
+ * largest |g|), then every gradient is multiplied in place by
+ * min(1, max_norm / (total + 1e-6)). Parameters without a gradient are
+ * skipped (0 when none has one). Returns the total norm before clipping
+ * (a non-finite norm is returned, gradients scaled as PyTorch does), or NaN
+ * with an error (NULL p, max_norm < 0 or NaN, norm_type <= 0). */
+KL_API double kl_clip_grad_norm(kl_params *p, double max_norm, double norm_type);
+/* Learning rate at step (0-based) of a linear warm-up to base_lr over warmup
+ * steps (base_lr * (step + 1) / warmup), then cosine annealing to min_lr over
+ * the remaining total - warmup steps, as CosineAnnealingLR's closed form
+ * (min_lr + (base_lr - min_lr) (1 + cos(pi (step - warmup) / (total - warmup))) / 2);
+ * min_lr from step total on. NaN and KL_ERR_ARG for negative counts or
+ * total < warmup. */
+KL_API double kl_lr_cosine_warmup(int64_t step, double base_lr, int64_t warmup, int64_t total, double min_lr);
+/* StepLR: base_lr * gamma^floor(step / step_size) (step_size >= 1, else NaN and KL_ERR_ARG). */
+KL_API double kl_lr_step(int64_t step, double base_lr, int64_t step_size, double gamma);
+
 /* ------------------------------------------------------------------------ */
 /* safetensors files (https://github.com/huggingface/safetensors): an        */
 /* 8-byte little-endian header length N, N bytes of JSON                    */

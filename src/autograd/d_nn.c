@@ -201,47 +201,125 @@ int ag_d_dropout2d(ag_ctx *c) { return dropout_backward(c, KE_OP_dropout2d); }
 /* Class dim of a class loss's input: 0 for [C], else 1. */
 static int class_dim(const ag_ctx *c) { return c->in_meta[0].ndim == 1 ? 0 : 1; }
 
-/* Per-row weight (the target's shape) of a class loss's gradient: g spread
- * by the reduction (the mean divides by the rows not ignored), and exactly 0
- * on ignored rows, which PyTorch never writes even when that count is 0. */
-static kl_tensor *class_row_weights(const ag_ctx *c, kl_tensor *t, kl_tensor *g) {
-    kl_dtype dt = (kl_dtype)c->in_meta[0].dtype;
-    kl_tensor *valid = kl_ne_scalar(t, (double)ke_attr_cross_entropy_ignore_index(c->a)); /* nll_loss's too */
-    kl_tensor *w = g;
-    if (ke_attr_reduction(c->a) == KL_REDUCE_MEAN) w = kl_div(g, kl_to_dtype(kl_sum(valid, KL_ALL_DIMS, false), dt));
-    return kl_where(valid, w, zero_scalar(dt, c->in_meta[0].device));
+/* Inputs x, target[, weight] of a class loss. */
+static kl_tensor *class_weight(const ag_ctx *c) {
+    return ke_attr_cross_entropy_has_weight(c->a) ? c->in[2] : NULL; /* nll_loss's too */
 }
 
-/* one_hot(t) along the class dim, in the input's dtype and shape. */
-static kl_tensor *class_one_hot(const ag_ctx *c, kl_tensor *t) {
+/* A [C] tensor shaped to broadcast along the input's class dim. */
+static kl_tensor *along_classes(const ag_ctx *c, kl_tensor *v) {
     const ag_tmeta *m = &c->in_meta[0];
     int cd = class_dim(c), n = 0;
     int64_t shape[KL_MAX_DIMS];
     shape[n++] = m->shape[cd];
     for (int d = cd + 1; d < m->ndim; d++) shape[n++] = 1;
-    kl_tensor *classes = kl_reshape(kl_to_device(kl_arange(0, (double)m->shape[cd], 1, KL_I64), m->device), n, shape);
-    return kl_to_dtype(kl_eq(kl_unsqueeze(t, cd), classes), (kl_dtype)m->dtype);
+    return kl_reshape(v, n, shape);
 }
 
-/* Row loss lse(x) - (1 - ls) x[t] - ls / C * sum(x), so
- * dx = (softmax(x) - (1 - ls) one_hot(t) - ls / C) * row weight. */
+/* Per-row weight (the target's shape) of a class loss's gradient: g spread
+ * by the reduction (the mean divides by the sum of the weights of the rows
+ * not ignored: their count without class weights), and exactly 0 on ignored
+ * rows, which PyTorch never writes even when that sum is 0. *wt gets
+ * weight[t] per row (NULL without weights). */
+static kl_tensor *class_row_weights(const ag_ctx *c, kl_tensor *t, kl_tensor *g, kl_tensor **wt) {
+    kl_dtype dt = (kl_dtype)c->in_meta[0].dtype;
+    kl_tensor *valid = kl_ne_scalar(t, (double)ke_attr_cross_entropy_ignore_index(c->a)); /* nll_loss's too */
+    kl_tensor *zero = zero_scalar(dt, c->in_meta[0].device), *w = class_weight(c), *r = g;
+    *wt = NULL;
+    if (w) {
+        kl_tensor *tz = kl_masked_fill(t, kl_logical_not(valid), 0);
+        *wt = kl_reshape(kl_index_select(w, 0, kl_reshape(tz, KL_SHAPE(-1))), kl_ndim(t), kl_shape(t));
+    }
+    if (ke_attr_reduction(c->a) == KL_REDUCE_MEAN)
+        r = kl_div(g, *wt ? kl_sum(kl_where(valid, *wt, zero), KL_ALL_DIMS, false)
+                          : kl_to_dtype(kl_sum(valid, KL_ALL_DIMS, false), dt));
+    return kl_where(valid, r, zero);
+}
+
+/* one_hot(t) along the class dim, in the input's dtype and shape. */
+static kl_tensor *class_one_hot(const ag_ctx *c, kl_tensor *t) {
+    const ag_tmeta *m = &c->in_meta[0];
+    kl_tensor *classes = along_classes(c, kl_to_device(kl_arange(0, (double)m->shape[class_dim(c)], 1, KL_I64), m->device));
+    return kl_to_dtype(kl_eq(kl_unsqueeze(t, class_dim(c)), classes), (kl_dtype)m->dtype);
+}
+
+/* PyTorch 1.13 has no derivative of nll_loss for its weight. */
+static int no_weight_grad(const ag_ctx *c) {
+    if (c->nin > 2 && c->need[2])
+        return ke_err(KL_ERR_UNSUPPORTED, ke_ops[c->op].name,
+                      "is not differentiable with respect to weight with class-index targets (as in PyTorch 1.13)");
+    return 0;
+}
+
+/* Probability targets: row loss sum_c w[c] q[c] (lse - x[c]), q = p (1 - ls) + ls / C, so
+ * dx = (softmax(x) sum_c w q - w q) gr, dp = -(1 - ls) w log_softmax(x) gr,
+ * dw = -sum over rows of q log_softmax(x) gr; gr = g (spread over the rows for a mean). */
+static int ce_prob_backward(ag_ctx *c) {
+    kl_tensor *x = c->in[0], *p = c->in[1], *w = class_weight(c), *g = c->gout[0];
+    const ag_tmeta *m = &c->in_meta[0];
+    int cd = class_dim(c);
+    int64_t C = m->shape[cd], rows = numel_of(m) / (C > 0 ? C : 1);
+    double ls = ke_attr_cross_entropy_label_smoothing(c->a);
+    int red = ke_attr_reduction(c->a);
+    kl_tensor *gr = red == KL_REDUCE_NONE ? kl_unsqueeze(g, cd)
+                  : red == KL_REDUCE_MEAN ? kl_div_scalar(g, C == 0 ? 0.0 : (double)rows) : g;
+    kl_tensor *wb = w ? along_classes(c, w) : NULL;
+    kl_tensor *q = ls > 0 ? kl_add_scalar(kl_mul_scalar(p, 1 - ls), ls / (double)C) : p;
+    kl_tensor *wq = wb ? kl_mul(q, wb) : q;
+    kl_tensor *logp = (c->need[1] || (w && c->need[2])) ? kl_log_softmax(x, cd) : NULL;
+    if (c->need[0]) {
+        kl_tensor *d = kl_sub(kl_mul(kl_softmax(x, cd), kl_sum(wq, KL_DIMS(cd), true)), wq);
+        if (!(c->gin[0] = kl_mul(d, gr))) return -1;
+    }
+    if (c->need[1]) {
+        kl_tensor *d = kl_mul(wb ? kl_mul(logp, wb) : logp, kl_mul_scalar(gr, -(1 - ls)));
+        if (!(c->gin[1] = d)) return -1;
+    }
+    if (w && c->need[2]) {
+        int64_t dims[KL_MAX_DIMS];
+        int n = 0;
+        for (int d = 0; d < m->ndim; d++)
+            if (d != cd) dims[n++] = d;
+        kl_tensor *e = kl_neg(kl_mul(kl_mul(q, logp), gr));
+        if (!(c->gin[2] = n ? kl_sum(e, n, dims, false) : e)) return -1;
+    }
+    return 0;
+}
+
+/* Row loss (1 - ls) w[t] (lse - x[t]) + ls / C sum_c w[c] (lse - x[c]) (w = 1
+ * without weights), so dx = (softmax(x) ((1 - ls) w[t] + ls / C sum w)
+ * - (1 - ls) w[t] one_hot(t) - ls / C w) * row weight. */
 int ag_d_cross_entropy(ag_ctx *c) {
+    if (ke_is_float((kl_dtype)c->in_meta[1].dtype)) return ce_prob_backward(c);
+    if (no_weight_grad(c)) return -1;
     if (!c->need[0]) return 0;
-    kl_tensor *x = c->in[0], *t = c->in[1], *g = c->gout[0];
+    kl_tensor *x = c->in[0], *t = c->in[1], *g = c->gout[0], *w = class_weight(c), *wt;
     int cd = class_dim(c);
     double ls = ke_attr_cross_entropy_label_smoothing(c->a), C = (double)c->in_meta[0].shape[cd];
     kl_tensor *oh = class_one_hot(c, t);
-    kl_tensor *d = kl_sub(kl_softmax(x, cd), ls > 0 ? kl_mul_scalar(oh, 1 - ls) : oh);
-    if (ls > 0) d = kl_sub_scalar(d, ls / C);
-    c->gin[0] = kl_mul(d, kl_unsqueeze(class_row_weights(c, t, g), cd));
+    kl_tensor *rw = kl_unsqueeze(class_row_weights(c, t, g, &wt), cd);
+    kl_tensor *d;
+    if (!w) {
+        d = kl_sub(kl_softmax(x, cd), ls > 0 ? kl_mul_scalar(oh, 1 - ls) : oh);
+        if (ls > 0) d = kl_sub_scalar(d, ls / C);
+    } else {
+        kl_tensor *wtc = kl_mul_scalar(kl_unsqueeze(wt, cd), 1 - ls);
+        kl_tensor *s = ls > 0 ? kl_add(wtc, kl_mul_scalar(kl_sum(w, KL_ALL_DIMS, false), ls / C)) : wtc;
+        d = kl_sub(kl_mul(kl_softmax(x, cd), s), kl_mul(oh, wtc));
+        if (ls > 0) d = kl_sub(d, kl_mul_scalar(along_classes(c, w), ls / C));
+    }
+    c->gin[0] = kl_mul(d, rw);
     return c->gin[0] ? 0 : -1;
 }
 
-/* Row loss -x[t]: dx = -one_hot(t) * row weight. */
+/* Row loss -w[t] x[t]: dx = -one_hot(t) w[t] * row weight. */
 int ag_d_nll_loss(ag_ctx *c) {
+    if (no_weight_grad(c)) return -1;
     if (!c->need[0]) return 0;
-    kl_tensor *t = c->in[1], *g = c->gout[0];
-    c->gin[0] = kl_mul(class_one_hot(c, t), kl_unsqueeze(kl_neg(class_row_weights(c, t, g)), class_dim(c)));
+    kl_tensor *t = c->in[1], *g = c->gout[0], *wt;
+    kl_tensor *rw = kl_neg(class_row_weights(c, t, g, &wt));
+    if (wt) rw = kl_mul(rw, wt);
+    c->gin[0] = kl_mul(class_one_hot(c, t), kl_unsqueeze(rw, class_dim(c)));
     return c->gin[0] ? 0 : -1;
 }
 
