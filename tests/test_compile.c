@@ -542,6 +542,7 @@ static void make_case_inputs(int c, kl_tensor **in) {
         in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(4), KL_F32), 0.1);
         in[2] = kl_randn(KL_SHAPE(2, 3, 10), KL_F32);
         in[3] = kl_randn(KL_SHAPE(2, 4, 1, 3), KL_F32);
+        break;
     case 12: case 13:
         in[0] = kl_mul_scalar(kl_randn(KL_SHAPE(5, 12), KL_F32), 0.3);
         in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(5), KL_F32), 0.1);
