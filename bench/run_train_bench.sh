@@ -27,11 +27,11 @@ for t in "${threads[@]}"; do
     done
 done
 echo
-echo "| threads | batch | Kiln eager ms/step [IQR] | Kiln compiled ms/step [IQR] | PyTorch ms/step [IQR] | PyTorch / Kiln eager | PyTorch / Kiln compiled |"
-echo "|---|---|---|---|---|---|---|"
+echo "| threads | batch | Kiln eager ms/step [IQR] | Kiln compiled ms/step [IQR] | Kiln compiled forward ms/step [IQR] | PyTorch ms/step [IQR] | PyTorch / Kiln eager | PyTorch / Kiln compiled | PyTorch / Kiln compiled forward |"
+echo "|---|---|---|---|---|---|---|---|---|"
 tr -d '[],|' <"$out" | awk '
-    $3 == "digits_step" || $3 == "digits_step_compiled" {
-        sys = $1 ($3 == "digits_step_compiled" ? "c" : "")
+    $3 == "digits_step" || $3 == "digits_step_compiled" || $3 == "digits_step_compiled_fwd" {
+        sys = $1 ($3 == "digits_step_compiled" ? "c" : $3 == "digits_step_compiled_fwd" ? "f" : "")
         k = $2 " " $5; s = sys " " k
         if (!(s in ms) || $6 < ms[s]) { ms[s] = $6; iqr[s] = sprintf("%.3f [%.3f, %.3f]", $6, $8, $9) }
         if (!(k in seen)) { seen[k] = 1; keys[n++] = k }
@@ -39,9 +39,10 @@ tr -d '[],|' <"$out" | awk '
     END {
         for (i = 0; i < n; i++) {
             split(keys[i], f, " ")
-            printf "| %s | %s | %s | %s | %s | %.2fx | %.2fx |\n", f[1], f[2], iqr["kiln " keys[i]],
-                   iqr["kilnc " keys[i]], iqr["torch " keys[i]], ms["torch " keys[i]] / ms["kiln " keys[i]],
-                   ms["torch " keys[i]] / ms["kilnc " keys[i]]
+            printf "| %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %.2fx |\n", f[1], f[2], iqr["kiln " keys[i]],
+                   iqr["kilnc " keys[i]], iqr["kilnf " keys[i]], iqr["torch " keys[i]],
+                   ms["torch " keys[i]] / ms["kiln " keys[i]], ms["torch " keys[i]] / ms["kilnc " keys[i]],
+                   ms["torch " keys[i]] / ms["kilnf " keys[i]]
         }
     }'
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -7,7 +7,10 @@
  * side by side. Method: warm-up, then at least 10 steps and 0.5 s, median and
  * interquartile range of one step (zero_grad + forward + backward + step).
  * Each batch size runs eagerly, then with the forward and backward compiled
- * (one kl_compile'd function giving the loss and the gradients; AdamW eager).
+ * (one kl_compile'd function giving the loss and the gradients; AdamW eager),
+ * then with only the forward compiled (the parameters captured, requiring
+ * grad; kl_backward from eager code runs the compiled backward graph of the
+ * call's autograd node, docs/COMPILE.md; AdamW eager).
  *
  *   build/bench/train_bench [threads] [batch ...]     (default: 1; 64 256)
  */
@@ -59,6 +62,27 @@ static int loss_and_grads(void *u, kl_tensor *const *in, int n_in, kl_tensor **o
     return out[0] ? 0 : -1;
 }
 
+/* The forward alone (in: x, y; the parameters captured through u). */
+static int forward_loss(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const model *m = u;
+    kl_tensor *h = in[0];
+    for (int l = 0; l < 2; l++) h = kl_gelu(kl_linear(h, m->w[l], m->b[l]));
+    out[0] = kl_cross_entropy(kl_linear(h, m->w[2], m->b[2]), in[1], KL_REDUCE_MEAN, 0);
+    return out[0] ? 0 : -1;
+}
+
+static int step_forward_compiled(const model *m, kl_fn *fwd) {
+    kl_scope_begin();
+    kl_tensor *in[2] = {m->x, m->y}, *loss = NULL;
+    int rc = kl_optim_zero_grad(m->opt) == 0 && kl_fn_call(fwd, in, 2, &loss, 1) == 0 &&
+                     kl_backward(loss, NULL, NULL) == 0 && kl_optim_step(m->opt) == 0
+                 ? 0
+                 : -1;
+    kl_scope_end();
+    return rc;
+}
+
 static int step_compiled(const model *m, kl_fn *fn, kl_tensor *const *detached) {
     kl_scope_begin();
     kl_tensor *in[8] = {m->x, m->y}, *out[7] = {0};
@@ -95,26 +119,38 @@ int main(int argc, char **argv) {
         kl_tensor *detached[6];
         for (int l = 0; l < 3; l++) detached[2 * l] = kl_detach(m.w[l]), detached[2 * l + 1] = kl_detach(m.b[l]);
         kl_fn *fn = kl_compile(loss_and_grads, NULL, NULL);
+        kl_fn *fwd = kl_compile(forward_loss, &m, NULL);
         enum { MAXR = 100000 };
         static double t[MAXR];
-        int rc = m.opt && m.x && m.y && fn ? 0 : -1;
-        /* eager, then compiled (its first call traces and compiles) */
-        for (int compiled = 0; compiled < 2 && rc == 0; compiled++) {
+        int rc = m.opt && m.x && m.y && fn && fwd ? 0 : -1;
+        /* eager, compiled whole step, compiled forward (first calls trace and compile) */
+        static const char *mode_names[3] = {"digits_step", "digits_step_compiled", "digits_step_compiled_fwd"};
+        for (int mode = 0; mode < 3 && rc == 0; mode++) {
             int n = 0;
-            for (int w = 0; w < 3 && rc == 0; w++) rc = compiled ? step_compiled(&m, fn, detached) : step(&m);
+            for (int w = 0; w < 3 && rc == 0; w++)
+                rc = mode == 1 ? step_compiled(&m, fn, detached) : mode == 2 ? step_forward_compiled(&m, fwd) : step(&m);
             double start = kb_now_s();
             while (rc == 0 && n < MAXR && (n < 10 || kb_now_s() - start < 0.5)) {
                 double s = kb_now_s();
-                rc = compiled ? step_compiled(&m, fn, detached) : step(&m);
+                rc = mode == 1 ? step_compiled(&m, fn, detached) : mode == 2 ? step_forward_compiled(&m, fwd) : step(&m);
                 t[n++] = kb_now_s() - s;
             }
             if (rc) break;
             kb_stats st = kb_summarize(t, n);
-            printf("%s batch %4lld  %8.3f ms  [%8.3f, %8.3f]\n", compiled ? "digits_step_compiled" : "digits_step",
-                   (long long)batch, st.median * 1e3, st.q1 * 1e3, st.q3 * 1e3);
+            printf("%s batch %4lld  %8.3f ms  [%8.3f, %8.3f]\n", mode_names[mode], (long long)batch, st.median * 1e3,
+                   st.q1 * 1e3, st.q3 * 1e3);
+        }
+        if (rc == 0) { /* the forward-only mode took the compiled path, not op by op */
+            kl_fn_stats fs;
+            kl_fn_get_stats(fwd, &fs);
+            printf("  compiled forward: %lld + %lld backward kernels, %lld aot calls, %lld op-by-op, saved %lld bytes%s%s\n",
+                   (long long)fs.kernels, (long long)fs.backward_kernels, (long long)fs.aot_calls,
+                   (long long)fs.opbyop_grad_calls, (long long)fs.saved_bytes, fs.grad_fallback[0] ? ": " : "",
+                   fs.grad_fallback);
         }
         if (rc) fprintf(stderr, "train_bench: %s\n", kl_last_error());
         kl_fn_release(fn);
+        kl_fn_release(fwd);
         kl_optim_free(m.opt);
         kl_params_free(p);
         kl_scope_end();

@@ -169,6 +169,12 @@ KL_API const char *kl_status_string(kl_status s);
 
 /* "MAJOR.MINOR.PATCH" of the library actually linked. */
 KL_API const char *kl_version(void);
+/* One line describing the build and what runs it, for benchmark headers:
+ * the version, Kiln's thread count, the OpenBLAS kernel in use
+ * (openblas_get_corename; whether OPENBLAS_CORETYPE forced it), OpenBLAS's
+ * thread count (set to Kiln's at each matmul) and its build config. The
+ * string belongs to the calling thread and lives until its next call. */
+KL_API const char *kl_config_string(void);
 /* Joins the library's layers (autograd, tracing, kernel backends) once,
  * thread-safely; every entry point that needs them calls it, so calling it
  * yourself is never required. */
@@ -187,7 +193,7 @@ KL_API int64_t kl_live_storages(void);
 /* Ownership                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* Opens a scope on this thread: results of later ops belong to it. */
+/* Opens a scope on this thread (later results belong to it); past 1023 levels KL_ERR_STATE (docs/HARDENING.md). */
 KL_API void kl_scope_begin(void);
 /* Closes the innermost scope, releasing what it owns. Aborts (a bug) if no
  * scope is open or a scope opened on another thread is closed here. */
@@ -312,6 +318,13 @@ KL_API kl_tensor *kl_randn(int ndim, const int64_t *shape, kl_dtype dt);
 KL_API kl_tensor *kl_randint(int64_t low, int64_t high, int ndim, const int64_t *shape, kl_dtype dt);
 /* 1 with probability p[i], else 0; same dtype as p (floating). */
 KL_API kl_tensor *kl_bernoulli(kl_tensor *p);
+/* int64 category indices drawn from each row of probs ([n] or [rows, n],
+ * floating, non-negative, unnormalized): [num_samples] or [rows, num_samples].
+ * Without replacement the indices of a row are distinct and num_samples may
+ * not exceed its non-zero categories. Zero-probability categories are never
+ * drawn. Reproducible from kl_manual_seed. KL_ERR_ARG for negative, NaN or
+ * infinite probabilities, an all-zero row, num_samples <= 0. */
+KL_API kl_tensor *kl_multinomial(kl_tensor *probs, int64_t num_samples, bool replacement);
 
 /* ------------------------------------------------------------------------ */
 /* Views (share storage with their input, never copy)                        */
@@ -739,6 +752,14 @@ KL_API int kl_chunk(kl_tensor *x, int chunks, int dim, kl_tensor **out, int max_
 KL_API kl_tensor *kl_repeat(kl_tensor *x, int nrep, const int64_t *repeats);
 /* Constant padding, F.pad order: (left, right) of the last dim first. */
 KL_API kl_tensor *kl_pad(kl_tensor *x, int npad, const int64_t *pad, double value);
+/* F.pad's modes. Enums only grow at the end. */
+typedef enum kl_pad_mode { KL_PAD_CONSTANT, KL_PAD_REFLECT, KL_PAD_REPLICATE, KL_PAD_CIRCULAR } kl_pad_mode;
+/* F.pad(x, pad, mode, value) as torch 1.13 (value: constant mode only).
+ * reflect / replicate pad 1, 2 or 3 trailing dims of an input with one more
+ * (unbatched) or two more dims; circular needs both batch and channel dims.
+ * Padded dims must be non-empty; reflect pads below the dim's size, circular
+ * at most its size; negative pads crop. Any dtype. */
+KL_API kl_tensor *kl_pad_ex(kl_tensor *x, int npad, const int64_t *pad, kl_pad_mode mode, double value);
 /* index: 1-D int64/int32. */
 KL_API kl_tensor *kl_index_select(kl_tensor *x, int dim, kl_tensor *index);
 KL_API kl_tensor *kl_gather(kl_tensor *x, int dim, kl_tensor *index);
@@ -752,6 +773,32 @@ KL_API kl_tensor *kl_take_along_dim(kl_tensor *x, kl_tensor *index, int dim);
 KL_API kl_tensor *kl_embedding(kl_tensor *weight, kl_tensor *indices);
 
 /* ------------------------------------------------------------------------ */
+/* Sorting and reordering                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Values and int64 indices of x sorted along dim. Every sort is stable (ties
+ * keep their order; `stable` is accepted for PyTorch's signature and changes
+ * nothing); NaN sorts as the largest value. Returns 0 and sets *values,
+ * *indices (scope-owned), or -1. */
+KL_API int kl_sort(kl_tensor *x, int dim, bool descending, bool stable, kl_tensor **values, kl_tensor **indices);
+/* The indices of kl_sort (int64). */
+KL_API kl_tensor *kl_argsort(kl_tensor *x, int dim, bool descending, bool stable);
+/* The k largest (or smallest) values along dim and their int64 indices, in
+ * sorted order (also when sorted is false); equal values come in index order.
+ * KL_ERR_ARG when k < 0 or k > the dim's size. Returns 0 or -1 as kl_sort. */
+KL_API int kl_topk(kl_tensor *x, int64_t k, int dim, bool largest, bool sorted, kl_tensor **values,
+                   kl_tensor **indices);
+/* x reversed along each of dims (a copy). */
+KL_API kl_tensor *kl_flip(kl_tensor *x, int ndims, const int64_t *dims);
+/* x rolled by shifts[i] along dims[i] (elements pushed past the end come back
+ * at the front); dims NULL rolls the flattened tensor by shifts[0] (n == 1). */
+KL_API kl_tensor *kl_roll(kl_tensor *x, int n, const int64_t *shifts, const int64_t *dims);
+/* int64 [..., num_classes] one-hot rows for int64 class indices x;
+ * num_classes -1 takes max(x) + 1 (reads the data: a trace break while
+ * tracing). KL_ERR_INDEX for an index outside [0, num_classes). */
+KL_API kl_tensor *kl_one_hot(kl_tensor *x, int64_t num_classes);
+
+/* ------------------------------------------------------------------------ */
 /* Linear algebra (OpenBLAS on CPU)                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -763,6 +810,19 @@ KL_API kl_tensor *kl_bmm(kl_tensor *a, kl_tensor *b);
 KL_API kl_tensor *kl_addmm(kl_tensor *bias, kl_tensor *a, kl_tensor *b, double beta, double alpha);
 /* x @ w^T + bias (bias may be NULL). */
 KL_API kl_tensor *kl_linear(kl_tensor *x, kl_tensor *w, kl_tensor *bias);
+/* a[i] * b[j] for 1-D a and b (promoted dtype). */
+KL_API kl_tensor *kl_outer(kl_tensor *a, kl_tensor *b);
+/* beta * self + alpha * bmm(batch1, batch2) in the batches' dtype (self is
+ * converted; integer products truncate beta and alpha to integers, as
+ * PyTorch); self broadcasts to the product's [b, n, p]; beta 0 ignores
+ * self's values. */
+KL_API kl_tensor *kl_baddbmm(kl_tensor *self, kl_tensor *batch1, kl_tensor *batch2, double beta, double alpha);
+/* torch.einsum for one operand (permutations, sums over dropped subscripts,
+ * the 2-D trace "ii->" and diagonal "ii->i") and two operands whose
+ * contraction is one bmm ("bij,bjk->bik", "i,j->ij", "bhqd,bhkd->bhqk", ...;
+ * no repeated subscripts within an operand, no ellipsis, equal sizes per
+ * subscript). Anything else: NULL and KL_ERR_ARG naming the equation. */
+KL_API kl_tensor *kl_einsum(const char *equation, int n, kl_tensor *const *operands);
 
 /* ------------------------------------------------------------------------ */
 /* Neural network ops                                                        */
@@ -777,10 +837,33 @@ KL_API kl_tensor *kl_layer_norm(kl_tensor *x, int normalized_ndim, kl_tensor *we
 KL_API kl_tensor *kl_rms_norm(kl_tensor *x, int normalized_ndim, kl_tensor *weight, double eps);
 /* Zeroes with probability p and scales by 1/(1-p) when training; else a view of x. */
 KL_API kl_tensor *kl_dropout(kl_tensor *x, double p, bool training);
-/* logits [N, C] (or [C]), target int64 class indices [N]; ignore_index -100 as PyTorch. */
+/* logits [N, C] (or [C], or [N, C, d...]), target int64 class indices [N]
+ * (or [], [N, d...]); ignore_index -100 as PyTorch. */
 KL_API kl_tensor *kl_cross_entropy(kl_tensor *logits, kl_tensor *target, kl_reduction red,
                                    double label_smoothing);
 KL_API kl_tensor *kl_nll_loss(kl_tensor *logp, kl_tensor *target, kl_reduction red);
+
+/* F.cross_entropy / F.nll_loss's keyword arguments. */
+typedef struct kl_cross_entropy_options {
+    kl_reduction reduction;   /* KL_REDUCE_MEAN */
+    int64_t ignore_index;     /* -100: targets equal to it add 0 and leave the mean's denominator */
+    double label_smoothing;   /* 0, in [0, 1]; cross_entropy only */
+    kl_tensor *weight;        /* NULL, or [C] of the input's dtype: class weights (borrowed) */
+} kl_cross_entropy_options;
+KL_API kl_cross_entropy_options kl_cross_entropy_options_default(void);
+/* cross_entropy with options (NULL = defaults), as PyTorch 1.13: with weight,
+ * a row counts weight[target] and the mean divides by the sum of the weights
+ * of the rows not ignored. A floating target of the input's shape and dtype
+ * holds class probabilities (ignore_index must then be negative): row loss
+ * -sum_c weight[c] q[c] log_softmax(x)[c], q = target (1 - ls) + ls / C, and
+ * the mean divides by the number of rows. Gradients flow to logits, to
+ * probability targets, and to weight with probability targets only (class
+ * indices with a weight that requires grad fail in backward, as in PyTorch). */
+KL_API kl_tensor *kl_cross_entropy_ex(kl_tensor *logits, kl_tensor *target,
+                                      const kl_cross_entropy_options *opts);
+/* nll_loss with options (NULL = defaults): class indices only, no label
+ * smoothing (KL_ERR_ARG); weights as kl_cross_entropy_ex. */
+KL_API kl_tensor *kl_nll_loss_ex(kl_tensor *logp, kl_tensor *target, const kl_cross_entropy_options *opts);
 KL_API kl_tensor *kl_mse_loss(kl_tensor *a, kl_tensor *b, kl_reduction red);
 KL_API kl_tensor *kl_binary_cross_entropy_with_logits(kl_tensor *x, kl_tensor *y, kl_reduction red);
 
@@ -799,6 +882,44 @@ typedef struct kl_pool2d_options {
 KL_API kl_pool2d_options kl_pool2d_options_default(int64_t k);
 KL_API kl_tensor *kl_max_pool2d(kl_tensor *x, const kl_pool2d_options *opts);
 KL_API kl_tensor *kl_avg_pool2d(kl_tensor *x, const kl_pool2d_options *opts);
+/* y = (x - mean) / sqrt(var + eps) * weight + bias per channel of x [N, C, ...]
+ * (2-D to 8-D); weight/bias [C] or NULL. training: the batch's statistics
+ * (biased variance), and running_mean/running_var [C] (both or both NULL;
+ * never requiring grad) are updated in place to (1 - momentum) r + momentum
+ * stat with the unbiased variance, outside autograd (and written back by
+ * compiled calls); momentum None (cumulative average) is not offered. Eval:
+ * the running buffers are the statistics (required). */
+KL_API kl_tensor *kl_batch_norm(kl_tensor *x, kl_tensor *running_mean, kl_tensor *running_var, kl_tensor *weight,
+                                kl_tensor *bias, bool training, double momentum, double eps);
+/* Normalizes x [N, C, ...] over each of num_groups channel groups (C divisible
+ * by it) and its spatial dims; weight/bias [C] or NULL. */
+KL_API kl_tensor *kl_group_norm(kl_tensor *x, int64_t num_groups, kl_tensor *weight, kl_tensor *bias, double eps);
+/* Averages x [N,C,H,W] (or [C,H,W]) over out_h x out_w windows: output o of n
+ * covers [floor(o in / n), ceil((o + 1) in / n)), as PyTorch. Floating x. */
+KL_API kl_tensor *kl_adaptive_avg_pool2d(kl_tensor *x, int64_t out_h, int64_t out_w);
+/* Zeroes whole planes x[n, c] with probability p and scales the others by
+ * 1/(1-p) when training (x [N,C,H,W], or [N,C,L] as PyTorch 1.13); else a view of x. */
+KL_API kl_tensor *kl_dropout2d(kl_tensor *x, double p, bool training);
+
+typedef struct kl_conv1d_options {
+    int64_t stride, padding, dilation, groups;
+} kl_conv1d_options;
+/* stride 1, padding 0, dilation 1, groups 1. */
+KL_API kl_conv1d_options kl_conv1d_options_default(void);
+/* x [N,C,L] or [C,L], w [O,C/groups,k], bias [O] or NULL; opts NULL = defaults.
+ * Runs as conv2d over a height of 1. */
+KL_API kl_tensor *kl_conv1d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv1d_options *opts);
+
+typedef struct kl_conv_transpose2d_options {
+    int64_t stride[2], padding[2], output_padding[2], dilation[2], groups;
+} kl_conv_transpose2d_options;
+/* stride 1, padding 0, output_padding 0, dilation 1, groups 1. */
+KL_API kl_conv_transpose2d_options kl_conv_transpose2d_options_default(void);
+/* x [N,C_in,H,W] or [C_in,H,W], w [C_in,C_out/groups,kh,kw], bias [C_out] or
+ * NULL: the gradient of conv2d with respect to its input; output size
+ * (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1. */
+KL_API kl_tensor *kl_conv_transpose2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias,
+                                      const kl_conv_transpose2d_options *opts);
 /* softmax(q k^T * scale + mask) v; q [...,L,E], k [...,S,E], v [...,S,Ev];
  * mask bool (true = keep) or float (added) or NULL; scale <= 0 means 1/sqrt(E). */
 KL_API kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor *v,
@@ -930,6 +1051,12 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* into its .grad, kl_autograd_grad with respect to it) stops the trace as  */
 /* kl_item does, and that signature runs eagerly;                           */
 /* random ops draw fresh numbers at every call, as eagerly.                 */
+/* Called in grad mode with inputs (or captured tensors) requiring grad,    */
+/* FUSE mode compiles the forward and a backward traced from it, and each   */
+/* call inserts one autograd node: kl_backward from eager code then runs    */
+/* the compiled backward (docs/COMPILE.md); create_graph through it replays */
+/* the function op by op. Replacing a captured tensor that requires grad    */
+/* (and releasing the old one) retraces.                                    */
 /* In FUSE mode CPU kernels are compiled with LLVM and cached on disk       */
 /* (KL_CACHE_DIR; see README); the first call of a new signature pays the   */
 /* trace and compile (tens of ms per kernel; under 1 ms from the cache).    */
@@ -987,8 +1114,19 @@ typedef struct kl_fn_stats {
     int64_t eager_calls;      /* calls run eagerly (mode off, trace break, limit) */
     int64_t graph_ops;        /* ops in the graphs cached now */
     int64_t kernels;          /* kernels (or op launches) per call, summed over cached graphs */
+    int64_t library_calls;    /* of those, the ops run through the dispatcher (eager kernels,
+                                 BLAS) rather than as a compiled kernel */
     double compile_ms;        /* total time spent tracing and optimizing */
     char last_reason[256];    /* why the last trace happened or fell back */
+    /* Differentiable calls (grad mode, an input or captured tensor requiring grad; FUSE mode): */
+    int64_t aot_calls;        /* ran the compiled forward and recorded one autograd node */
+    int64_t opbyop_grad_calls; /* ran their graph op by op so autograd records each op (the fallback) */
+    int64_t backward_kernels; /* launches of the compiled backward graphs, summed over cached graphs */
+    int64_t backward_calls;   /* compiled backward graphs run by backward passes */
+    int64_t double_backward_replays; /* create_graph through a compiled node: replayed op by op */
+    int64_t saved_bytes;      /* bytes of the values the last aot call saved for backward (inputs and
+                                 captured tensors, held by reference, not counted) */
+    char grad_fallback[256];  /* why the last differentiable signature runs op by op ("" if none) */
 } kl_fn_stats;
 /* Fills *out with f's counters. Returns 0 or -1. */
 KL_API int kl_fn_get_stats(const kl_fn *f, kl_fn_stats *out);
@@ -1062,6 +1200,80 @@ KL_API int kl_profiler_stop(const char *path);
  * category, sorted by total time: self and total time, average, calls,
  * bytes. Returns 0, or -1 (KL_ERR_STATE: no session stopped yet). */
 KL_API int kl_profiler_summary(FILE *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Benchmarking (like torch.utils.benchmark's Timer and Compare)             */
+/*                                                                          */
+/*     static int step(void *user) {                                         */
+/*         return kl_fn_call(user, in, 1, &y, 1);                            */
+/*     }                                                                    */
+/*     kl_bench_options o = kl_bench_options_default();                      */
+/*     o.label = "chain5"; o.sub_label = "2^20"; o.description = "FUSE";     */
+/*     kl_bench_result r[2];                                                 */
+/*     kl_bench(step, f, &o, &r[0]);                                         */
+/*     kl_bench_print_row(&r[0], stdout);                                    */
+/*     kl_bench_compare(r, 2, stdout);                                       */
+/*                                                                          */
+/* Each call of the callable runs inside its own scope (its temporaries are */
+/* freed between calls, as in a training loop). Warm-up calls run first and */
+/* are not timed; then calls are timed one by one until both min_runs and   */
+/* min_time_s are reached (or max_runs). The thread count is pinned to      */
+/* opts.threads (0: the current count) for the run and restored after it.   */
+/* ------------------------------------------------------------------------ */
+
+/* The timed callable: returns 0, or -1 with an error recorded (which stops the run). */
+typedef int (*kl_bench_callable)(void *user);
+/* A clock in seconds (tests inject a fake one; NULL = CLOCK_MONOTONIC). */
+typedef double (*kl_bench_clock)(void *clock_user);
+
+typedef struct kl_bench_options {
+    const char *label;       /* what is measured ("softmax"): kl_bench_compare's table */
+    const char *sub_label;   /* a row of that table ("256x4096") */
+    const char *description; /* a column of that table ("FUSE") */
+    int warmup;              /* untimed calls first (default 3) */
+    int min_runs;            /* at least this many timed calls (default 10) */
+    int max_runs;            /* at most this many (default 100000) */
+    double min_time_s;       /* and at least this much timed time (default 0.5 s) */
+    int threads;             /* kl_set_num_threads during the run; 0 = keep the current count */
+    kl_bench_clock clock;    /* NULL: CLOCK_MONOTONIC */
+    void *clock_user;
+} kl_bench_options;
+KL_API kl_bench_options kl_bench_options_default(void);
+
+typedef struct kl_bench_result {
+    char label[64], sub_label[64], description[64];
+    int runs;                   /* timed calls */
+    int threads;                /* the pinned thread count */
+    double median_s, q1_s, q3_s; /* quartiles of the per-call times (linear interpolation, as numpy) */
+    double iqr_s;               /* q3 - q1 */
+    double mean_s, min_s, total_s;
+    bool noisy;                 /* iqr_s > 10% of median_s */
+    char warning[96];           /* "IQR 12.3% of the median: noisy measurement", or "" */
+} kl_bench_result;
+
+/* Times fn(user) as the options say; fills *out. Returns 0, or -1: KL_ERR_ARG
+ * (NULL fn/out, min_runs < 1, max_runs < min_runs, min_time_s < 0 or NaN,
+ * warmup < 0, threads < 0) or the callable's own error. */
+KL_API int kl_bench(kl_bench_callable fn, void *user, const kl_bench_options *opts, kl_bench_result *out);
+/* kl_bench of kl_fn_call(f, inputs, n_in, outputs, n_out), each call's outputs
+ * dropped with its scope: a compiled function in the mode it was compiled in
+ * (kl_compile_options.mode; KL_COMPILE_OFF times it eagerly through the same
+ * entry). The first call of a new signature traces and compiles: warmup >= 1
+ * keeps that out of the timings. KL_ERR_ARG on NULL f, n_in or n_out outside
+ * [0, 64]; otherwise as kl_bench. */
+KL_API int kl_bench_fn(kl_fn *f, kl_tensor *const *inputs, int n_in, int n_out, const kl_bench_options *opts,
+                       kl_bench_result *out);
+/* Median and quartiles of t[0..n) by linear interpolation (sorts t in place;
+ * n >= 1). What kl_bench reports: exposed so other timings summarize alike. */
+KL_API void kl_bench_quartiles(double *t, int n, double *q1, double *median, double *q3);
+/* Prints one result as one line: label, sub-label, description, median, IQR
+ * (and its % of the median), runs, threads, the warning if any. */
+KL_API void kl_bench_print_row(const kl_bench_result *r, FILE *stream);
+/* Prints rows grouped like torch.utils.benchmark.Compare: one table per label
+ * (first-seen order), a row per sub_label, a column per description, each
+ * cell the median in one unit per table and marked "!" when noisy. Returns 0,
+ * or -1 (KL_ERR_ARG) on NULL rows with n > 0 or a NULL stream. */
+KL_API int kl_bench_compare(const kl_bench_result *rows, int n, FILE *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Comparison helpers, printing, files                                       */

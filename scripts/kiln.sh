@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # kiln.sh — one entry point for a fresh Debian 12 machine (run as root):
-#   scripts/kiln.sh demo    install what is missing, build, train the digits MLP
+#   scripts/kiln.sh demo    install what is missing, build, train the digits MLP,
+#                           then a short kiln-bench summary
 #   scripts/kiln.sh test    install what is missing, build, run every suite
 #   scripts/kiln.sh asan    the suites again under AddressSanitizer + UBSan
+#   scripts/kiln.sh fuzz    build the libFuzzer targets (clang-16, ASan + UBSan,
+#                           build-fuzz) and run each for KILN_FUZZ_SECONDS (50)
 #   scripts/kiln.sh setup   only install and build
 # Set KILN_BUILD to choose the build folder (default: build).
 set -euo pipefail
@@ -10,7 +13,8 @@ cd "$(dirname "$0")/.."
 build=${KILN_BUILD:-build}
 
 # Debian packages the build, the tests and the later layers need.
-packages=(gcc g++ pkg-config meson ninja-build libcmocka-dev libopenblas-dev libdlpack-dev llvm-16-dev clang-16 zlib1g-dev)
+packages=(gcc g++ pkg-config meson ninja-build libcmocka-dev libopenblas-dev libdlpack-dev llvm-16-dev clang-16 zlib1g-dev
+    libclang-rt-16-dev) # libclang-rt-16-dev: clang-16's libFuzzer and sanitizer runtimes (scripts/kiln.sh fuzz)
 
 install_missing() {
     local missing=()
@@ -43,6 +47,11 @@ demo)
     configure "$build"
     bash scripts/fetch_digits.sh
     "$build/examples/digits/digits"
+    # then a short look at the standard workloads on this machine (docs/BENCH.md;
+    # small sizes and a quick method: for real numbers run kiln-bench itself)
+    echo
+    echo "kiln: kiln-bench --size small --mode eager,FUSE (the full tool: $build/bench/kiln-bench --help)"
+    "$build/bench/kiln-bench" --size small --mode eager,FUSE --min-time 0.1 --svg "$build/kiln-bench.svg"
     ;;
 test)
     configure "$build"
@@ -56,8 +65,42 @@ asan)
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
         meson test -C "$build-asan" -v --num-processes 1 --timeout-multiplier 4
     ;;
+fuzz)
+    # The library with coverage for libFuzzer (-fsanitize=fuzzer-no-link),
+    # the targets linked with -fsanitize=fuzzer (tests/meson.build).
+    if [ ! -f "$build-fuzz/build.ninja" ]; then
+        CC=clang-16 CXX=clang++-16 meson setup "$build-fuzz" -Dfuzzers=true -Dbuildtype=debugoptimized \
+            -Db_sanitize=address,undefined -Db_lundef=false \
+            -Dc_args=-fsanitize=fuzzer-no-link -Dcpp_args=-fsanitize=fuzzer-no-link
+    fi
+    targets=(npy ops safetensors dlpack kcache)
+    ninja -C "$build-fuzz" $(printf 'tests/fuzz_%s_lf ' "${targets[@]}")
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+    secs=${KILN_FUZZ_SECONDS:-50}
+    status=0
+    for t in "${targets[@]}"; do
+        # new inputs go to $build-fuzz/corpus/<t>; tests/fuzz/<t> (the seeds) is only read
+        mkdir -p "$build-fuzz/corpus/$t" "$build-fuzz/artifacts"
+        echo "kiln: fuzzing $t for ${secs}s"
+        # libFuzzer reads the whole corpus before it looks at the clock: a
+        # grown corpus is cut short by SIGINT (a clean exit, not a finding).
+        rc=0
+        timeout -s INT $((secs + 30)) "$build-fuzz/tests/fuzz_${t}_lf" -max_total_time="$secs" -timeout=20 \
+            -rss_limit_mb=3072 -print_final_stats=1 -artifact_prefix="$build-fuzz/artifacts/$t-" \
+            "$build-fuzz/corpus/$t" "tests/fuzz/$t" >"$build-fuzz/artifacts/$t.log" 2>&1 || rc=$?
+        if [ $rc -eq 124 ] && grep -q "run interrupted" "$build-fuzz/artifacts/$t.log"; then rc=0; fi
+        if [ $rc -ne 0 ]; then
+            status=1
+            echo "kiln: fuzz_$t found a problem (input in $build-fuzz/artifacts/):" >&2
+            grep -E "ERROR|SUMMARY|fuzz_$t:|runtime error" "$build-fuzz/artifacts/$t.log" | head -20 >&2
+        fi
+        grep -E "stat::number_of_executed_units|stat::peak_rss_mb|cov:" "$build-fuzz/artifacts/$t.log" | tail -3
+    done
+    exit $status
+    ;;
 *)
-    echo "usage: scripts/kiln.sh demo|test|asan|setup" >&2
+    echo "usage: scripts/kiln.sh demo|test|asan|fuzz|setup" >&2
     exit 2
     ;;
 esac

@@ -64,6 +64,14 @@ static void init_once(void) {
     for (int op = 0; op < KE_OP_COUNT; op++)
         if (ke_ops[op].kind == KE_KIND_EW && ke_ops[op].impl && op != KE_OP_clone)
             ke_register_kernel(KE_KEY_CUDA, op, ku_cuda_ew);
+    /* the reductions a row kernel folds (cn_reduce.c) */
+    for (int op = 0; op < KE_OP_COUNT; op++)
+        if (ke_ops[op].kind == KE_KIND_REDUCE && ku_cuda_reduce_supported(op))
+            ke_register_kernel(KE_KEY_CUDA, op, ku_cuda_reduce);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_softmax, ku_cuda_softmax);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_log_softmax, ku_cuda_softmax);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_layer_norm, ku_cuda_norm);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_rms_norm, ku_cuda_norm);
     ke_register_device(KL_CUDA, &ku_cuda_device_ops);
 }
 

@@ -390,6 +390,91 @@ static void grad_nll_loss(void **state) {
     expect_values(grad_of(ls, kl_ones_like(ls), x), want, 6, 0);
 }
 
+/* kl_cross_entropy_ex / kl_nll_loss_ex: in[0] = x, then (probabilities) the
+ * target and the weight when they are gradchecked too. */
+typedef struct ce_ex_args {
+    kl_tensor *target, *weight; /* used when not among the inputs */
+    kl_cross_entropy_options o;
+    int nll;
+} ce_ex_args;
+static kl_tensor *f_class_loss_ex(void *u, int n, kl_tensor *const *in) {
+    const ce_ex_args *a = u;
+    kl_cross_entropy_options o = a->o;
+    o.weight = n > 2 ? in[2] : a->weight;
+    kl_tensor *t = n > 1 ? in[1] : a->target;
+    return a->nll ? kl_nll_loss_ex(in[0], t, &o) : kl_cross_entropy_ex(in[0], t, &o);
+}
+
+/* Every combination of reduction, weight, ignore_index (the default and a
+ * class) and label smoothing over [N, C] (one row ignored), [C] and
+ * [N, C, d1, d2]; probabilities with and without weight and smoothing, with
+ * the target and weight gradchecked too. */
+static void grad_class_loss_options(void **state) {
+    (void)state;
+    kl_manual_seed(14);
+    kl_tensor *w = kl_add_scalar(kl_rand(KL_SHAPE(3), KL_F64), 0.5);
+    kl_tensor *t2 = i64_(KL_SHAPE(4), (const int64_t[]){2, 1, 0, 1});
+    kl_tensor *t0 = i64_(0, NULL, (const int64_t[]){2});
+    kl_tensor *t4 = i64_(KL_SHAPE(2, 2, 3), (const int64_t[]){0, 2, 1, 1, 1, 1, 2, 0, 0, 1, 1, 2});
+    static const double smooth[] = {0, 0.25};
+    static const int64_t ignore[] = {-100, 1};
+    for (int nll = 0; nll < 2; nll++)
+        for (int r = 0; r < 3; r++)
+            for (int hw = 0; hw < 2; hw++)
+                for (int ig = 0; ig < 2; ig++)
+                    for (int s = 0; s < 2 - nll; s++) {
+                        kl_scope_begin();
+                        ce_ex_args a = {t2, hw ? w : NULL, kl_cross_entropy_options_default(), nll};
+                        a.o.reduction = reductions[r];
+                        a.o.ignore_index = ignore[ig];
+                        a.o.label_smoothing = smooth[s];
+                        kl_tensor *x = IN(r == 1 ? KT_TRANSPOSED : KT_CONTIG, 4, 3);
+                        if (r == 1 && hw)
+                            KT_GRADGRADCHECK(f_class_loss_ex, &a, 1, &x);
+                        else
+                            KT_GRADCHECK(f_class_loss_ex, &a, 1, &x);
+                        a.target = t0;
+                        kl_tensor *v = IN(KT_STRIDED, 3);
+                        KT_GRADCHECK(f_class_loss_ex, &a, 1, &v);
+                        a.target = t4;
+                        kl_tensor *im = IN(KT_TRANSPOSED, 2, 3, 2, 3);
+                        KT_GRADCHECK(f_class_loss_ex, &a, 1, &im);
+                        kl_scope_end();
+                    }
+    for (int r = 0; r < 3; r++)
+        for (int hw = 0; hw < 2; hw++)
+            for (int s = 0; s < 2; s++) {
+                kl_scope_begin();
+                ce_ex_args a = {NULL, NULL, kl_cross_entropy_options_default(), 0};
+                a.o.reduction = reductions[r];
+                a.o.label_smoothing = smooth[s];
+                kl_tensor *in2[3] = {IN(KT_CONTIG, 4, 3), kt_input(KL_SHAPE(4, 3), KT_TRANSPOSED, 0, 1),
+                                     kt_input(KL_SHAPE(3), KT_CONTIG, 0.5, 1.5)};
+                if (r == 1)
+                    KT_GRADGRADCHECK(f_class_loss_ex, &a, 2 + hw, in2);
+                else
+                    KT_GRADCHECK(f_class_loss_ex, &a, 2 + hw, in2);
+                kl_tensor *in4[3] = {IN(KT_TRANSPOSED, 2, 3, 2, 2), kt_input(KL_SHAPE(2, 3, 2, 2), KT_CONTIG, 0, 1),
+                                     kt_input(KL_SHAPE(3), KT_STRIDED, 0.5, 1.5)};
+                KT_GRADCHECK(f_class_loss_ex, &a, 2 + hw, in4);
+                kl_tensor *in1[3] = {IN(KT_CONTIG, 3), kt_input(KL_SHAPE(3), KT_CONTIG, 0, 1),
+                                     kt_input(KL_SHAPE(3), KT_CONTIG, 0.5, 1.5)};
+                KT_GRADCHECK(f_class_loss_ex, &a, 2 + hw, in1);
+                kl_scope_end();
+            }
+    /* a weight that requires grad with class indices: backward refuses (PyTorch has no formula) */
+    for (int nll = 0; nll < 2; nll++) {
+        kl_tensor *x = IN(KT_CONTIG, 4, 3), *wg = kt_input(KL_SHAPE(3), KT_CONTIG, 0.5, 1.5);
+        kl_cross_entropy_options o = kl_cross_entropy_options_default();
+        o.weight = wg;
+        kl_tensor *l = nll ? kl_nll_loss_ex(x, t2, &o) : kl_cross_entropy_ex(x, t2, &o);
+        assert_non_null(l);
+        assert_int_equal(kl_backward(l, NULL, NULL), -1);
+        KT_EXPECT_ERROR(KL_ERR_UNSUPPORTED, nll ? "kl_nll_loss: is not differentiable with respect to weight"
+                                                : "kl_cross_entropy: is not differentiable with respect to weight");
+    }
+}
+
 static void grad_mse_loss(void **state) {
     (void)state;
     kl_manual_seed(13);
@@ -662,6 +747,182 @@ static void grad_nn_other_dtypes(void **state) {
     }
 }
 
+/* ---- issue 16's layers ------------------------------------------------------------------ */
+
+/* batch_norm: inputs x[, weight][, bias]; the running buffers (f64 [C], no
+ * grad) live in the args. Training with buffers updates them at every call,
+ * outside autograd, which must leave the gradients alone. */
+typedef struct bn_args {
+    bool training;
+    int w, b;
+    kl_tensor *rm, *rv;
+} bn_args;
+static kl_tensor *f_batch_norm(void *u, int n, kl_tensor *const *in) {
+    const bn_args *a = u;
+    (void)n;
+    kl_tensor *w = a->w ? in[1] : NULL, *b = a->b ? in[1 + a->w] : NULL;
+    return kl_batch_norm(in[0], a->rm, a->rv, w, b, a->training, 0.1, 1e-5);
+}
+
+static void grad_batch_norm(void **state) {
+    (void)state;
+    kl_manual_seed(21);
+    static const int64_t shapes[3][4] = {{3, 2, 0, 0}, {2, 3, 4, 0}, {2, 2, 3, 2}};
+    for (int s = 0; s < 3; s++)
+        for (int mode = 0; mode < 3; mode++) { /* training, training with buffers, eval */
+            kl_scope_begin();
+            int nd = s + 2;
+            int64_t C = shapes[s][1];
+            bn_args a = {mode < 2, (s + mode) % 2 == 0 || mode == 2, s != 1, NULL, NULL};
+            if (mode > 0) {
+                a.rm = kt_input(KL_SHAPE(C), KT_CONTIG, -1, 1);
+                a.rv = kt_input(KL_SHAPE(C), KT_CONTIG, 0.5, 2);
+                kl_set_requires_grad(a.rm, false);
+                kl_set_requires_grad(a.rv, false);
+            }
+            kl_tensor *in[3];
+            int n = 0;
+            in[n++] = in_(nd, shapes[s], s == 1 ? KT_TRANSPOSED : KT_CONTIG);
+            if (a.w) in[n++] = kt_input(KL_SHAPE(C), KT_CONTIG, 0.5, 1.5);
+            if (a.b) in[n++] = IN(KT_CONTIG, C);
+            KT_GRADGRADCHECK(f_batch_norm, &a, n, in);
+            kl_scope_end();
+        }
+}
+
+typedef struct gn_args {
+    int64_t groups;
+    int w, b;
+} gn_args;
+static kl_tensor *f_group_norm(void *u, int n, kl_tensor *const *in) {
+    const gn_args *a = u;
+    (void)n;
+    return kl_group_norm(in[0], a->groups, a->w ? in[1] : NULL, a->b ? in[1 + a->w] : NULL, 1e-5);
+}
+
+static void grad_group_norm(void **state) {
+    (void)state;
+    kl_manual_seed(22);
+    static const struct {
+        int nd;
+        int64_t x[4], groups;
+        int w, b;
+    } cases[] = {{4, {2, 4, 3, 2}, 2, 1, 1}, {3, {2, 6, 3}, 3, 0, 0}, {2, {3, 4}, 2, 1, 0}, {4, {1, 3, 2, 2}, 1, 0, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kl_scope_begin();
+        gn_args a = {cases[i].groups, cases[i].w, cases[i].b};
+        kl_tensor *in[3];
+        int n = 0;
+        in[n++] = in_(cases[i].nd, cases[i].x, i % 2 ? KT_TRANSPOSED : KT_CONTIG);
+        if (a.w) in[n++] = kt_input(KL_SHAPE(cases[i].x[1]), KT_CONTIG, 0.5, 1.5);
+        if (a.b) in[n++] = IN(KT_CONTIG, cases[i].x[1]);
+        KT_GRADGRADCHECK(f_group_norm, &a, n, in);
+        kl_scope_end();
+    }
+}
+
+static kl_tensor *f_adaptive(void *u, int n, kl_tensor *const *in) {
+    const int64_t *o = u;
+    (void)n;
+    return kl_adaptive_avg_pool2d(in[0], o[0], o[1]);
+}
+
+static void grad_adaptive_avg_pool2d(void **state) {
+    (void)state;
+    kl_manual_seed(23);
+    static const struct {
+        int nd;
+        int64_t x[4], o[2];
+    } cases[] = {{4, {2, 2, 7, 5}, {3, 2}}, {3, {2, 4, 4}, {2, 2}}, {4, {1, 2, 3, 3}, {5, 4}}, {4, {1, 1, 5, 6}, {1, 1}}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kl_scope_begin();
+        kl_tensor *x = in_(cases[i].nd, cases[i].x, i % 2 ? KT_STRIDED : KT_CONTIG);
+        KT_GRADGRADCHECK(f_adaptive, (void *)cases[i].o, 1, &x);
+        kl_scope_end();
+    }
+}
+
+/* Reseeded at each call so that every evaluation draws the same planes. */
+static kl_tensor *f_dropout2d(void *u, int n, kl_tensor *const *in) {
+    (void)n;
+    kl_manual_seed(12);
+    return kl_dropout2d(in[0], *(const double *)u, true);
+}
+
+static void grad_dropout2d(void **state) {
+    (void)state;
+    kl_manual_seed(24);
+    double p = 0.5, one = 1;
+    kl_tensor *x = kt_input(KL_SHAPE(3, 4, 2, 3), KT_CONTIG, 0.5, 1.5); /* nonzero everywhere */
+    KT_GRADGRADCHECK(f_dropout2d, &p, 1, &x);
+    KT_GRADCHECK(f_dropout2d, &one, 1, &x);
+    /* the gradient is each plane's mask, 0 or 1/(1-p) over the whole plane */
+    kl_tensor *y = kl_dropout2d(x, p, true);
+    kl_tensor *g = grad_of(y, kl_ones_like(y), x);
+    int kept = 0;
+    for (int64_t pl = 0; pl < 12; pl++) {
+        double v0 = kt_get(g, pl * 6);
+        assert_true(v0 == 0 || v0 == 2);
+        for (int64_t j = 1; j < 6; j++) assert_true(kt_get(g, pl * 6 + j) == v0);
+        kept += v0 != 0;
+    }
+    assert_true(kept > 0 && kept < 12);
+}
+
+typedef struct conv1d_case {
+    int nx;
+    int64_t x[3], w[3];
+    kl_conv1d_options o;
+    int bias;
+} conv1d_case;
+static kl_tensor *f_conv1d(void *u, int n, kl_tensor *const *in) {
+    const conv1d_case *c = u;
+    return kl_conv1d(in[0], in[1], n > 2 ? in[2] : NULL, &c->o);
+}
+
+typedef struct convt_case {
+    int nx;
+    int64_t x[4], w[4];
+    kl_conv_transpose2d_options o;
+    int bias;
+} convt_case;
+static kl_tensor *f_conv_transpose2d(void *u, int n, kl_tensor *const *in) {
+    const convt_case *c = u;
+    return kl_conv_transpose2d(in[0], in[1], n > 2 ? in[2] : NULL, &c->o);
+}
+
+/* conv1d and conv_transpose2d are implicit (conv2d underneath): these check
+ * that the pieces they record differentiate to the right thing. */
+static void grad_conv1d_transpose2d(void **state) {
+    (void)state;
+    kl_manual_seed(25);
+    static const conv1d_case c1[] = {
+        {3, {2, 3, 7}, {4, 3, 3}, {1, 0, 1, 1}, 1},
+        {3, {1, 4, 9}, {6, 2, 2}, {2, 1, 2, 2}, 0},
+        {2, {3, 6}, {2, 3, 3}, {1, 2, 1, 1}, 1},
+    };
+    for (size_t i = 0; i < sizeof c1 / sizeof c1[0]; i++) {
+        kl_scope_begin();
+        kl_tensor *in[3] = {in_(c1[i].nx, c1[i].x, i % 2 ? KT_TRANSPOSED : KT_CONTIG), in_(3, c1[i].w, KT_CONTIG),
+                            IN(KT_CONTIG, c1[i].w[0])};
+        KT_GRADGRADCHECK(f_conv1d, (void *)&c1[i], 2 + c1[i].bias, in);
+        kl_scope_end();
+    }
+    static const convt_case ct[] = {
+        {4, {2, 3, 3, 4}, {3, 2, 3, 2}, {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1}, 1},
+        {4, {1, 4, 3, 3}, {4, 3, 2, 3}, {{2, 2}, {1, 1}, {1, 1}, {1, 1}, 2}, 0},
+        {4, {1, 2, 3, 2}, {2, 2, 3, 3}, {{2, 3}, {1, 0}, {1, 2}, {1, 1}, 1}, 1},
+        {3, {2, 3, 3}, {2, 1, 2, 2}, {{1, 1}, {1, 1}, {1, 0}, {2, 2}, 1}, 1},
+    };
+    for (size_t i = 0; i < sizeof ct / sizeof ct[0]; i++) {
+        kl_scope_begin();
+        kl_tensor *in[3] = {in_(ct[i].nx, ct[i].x, i % 2 ? KT_STRIDED : KT_CONTIG), in_(4, ct[i].w, KT_CONTIG),
+                            IN(KT_CONTIG, ct[i].w[1] * ct[i].o.groups)};
+        KT_GRADGRADCHECK(f_conv_transpose2d, (void *)&ct[i], 2 + ct[i].bias, in);
+        kl_scope_end();
+    }
+}
+
 const struct CMUnitTest kt_grad_nn_tests[] = {
     KT_TEST(grad_matmul),
     KT_TEST(grad_matmul_one_side),
@@ -674,6 +935,7 @@ const struct CMUnitTest kt_grad_nn_tests[] = {
     KT_TEST(grad_dropout),
     KT_TEST(grad_cross_entropy),
     KT_TEST(grad_nll_loss),
+    KT_TEST(grad_class_loss_options),
     KT_TEST(grad_mse_loss),
     KT_TEST(grad_bce_logits),
     KT_TEST(grad_conv2d),
@@ -682,5 +944,10 @@ const struct CMUnitTest kt_grad_nn_tests[] = {
     KT_TEST(grad_avg_pool2d_divisors),
     KT_TEST(grad_sdpa),
     KT_TEST(grad_nn_other_dtypes),
+    KT_TEST(grad_batch_norm),
+    KT_TEST(grad_group_norm),
+    KT_TEST(grad_adaptive_avg_pool2d),
+    KT_TEST(grad_dropout2d),
+    KT_TEST(grad_conv1d_transpose2d),
 };
 const size_t kt_grad_nn_count = sizeof kt_grad_nn_tests / sizeof kt_grad_nn_tests[0];

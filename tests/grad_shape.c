@@ -666,6 +666,40 @@ static void grad_pad(void **state) {
         for (int l = 0; l < NLAYOUTS; l++) CHECK1(f_pad, &cases[k], 2, s, kt_layouts[l], (k == 1 || k == 3) && l == 0);
 }
 
+typedef struct pad_mode_arg {
+    int n;
+    int64_t p[6];
+    kl_pad_mode mode;
+} pad_mode_arg;
+static kl_tensor *f_pad_mode(void *u, int n, kl_tensor *const *in) {
+    (void)n;
+    pad_mode_arg *a = u;
+    return kl_pad_ex(in[0], a->n, a->p, a->mode, 0);
+}
+
+/* reflect, replicate and circular over 1, 2 and 3 padded dims (batched and
+ * not), with negative pads and pads that read an element several times. */
+static void grad_pad_modes(void **state) {
+    (void)state;
+    kl_manual_seed(21);
+    static const kl_pad_mode modes[] = {KL_PAD_REFLECT, KL_PAD_REPLICATE, KL_PAD_CIRCULAR};
+    for (int m = 0; m < 3; m++) {
+        pad_mode_arg a1 = {2, {2, 3}, modes[m]}, a1n = {2, {-1, 3}, modes[m]};
+        pad_mode_arg a2 = {4, {1, 2, 2, -1}, modes[m]}, a3 = {6, {1, 0, 0, 2, 1, 1}, modes[m]};
+        int64_t s3[] = {2, 3, 4}, s4[] = {1, 2, 3, 4}, s5[] = {1, 1, 2, 3, 3};
+        for (int l = 0; l < NLAYOUTS; l++) {
+            CHECK1(f_pad_mode, &a1, 3, s3, kt_layouts[l], l == 0);
+            CHECK1(f_pad_mode, &a1n, 3, s3, kt_layouts[l], 0);
+            CHECK1(f_pad_mode, &a2, 4, s4, kt_layouts[l], l == 1);
+            CHECK1(f_pad_mode, &a3, 5, s5, kt_layouts[l], 0);
+        }
+        if (modes[m] != KL_PAD_CIRCULAR) { /* unbatched */
+            int64_t s2[] = {3, 4};
+            CHECK1(f_pad_mode, &a1, 2, s2, KT_CONTIG, 0);
+        }
+    }
+}
+
 typedef struct index_arg {
     int dim;
     kl_tensor *index;
@@ -812,6 +846,101 @@ static void grad_copies(void **state) {
     KT_VALUES(g, 0, 1, 1, 1);
 }
 
+/* ---- sorting and reordering (issue 16) ----------------------------------------------------- */
+
+typedef struct sort_arg {
+    int dim;
+    bool flag; /* descending / largest */
+    int64_t k;
+    int mode;  /* 0 sort values, 1 topk values, 2 flip, 3 roll, 4 roll flattened */
+    int n;
+    int64_t v[4], w[4];
+} sort_arg;
+static kl_tensor *f_sorting(void *u, int n, kl_tensor *const *in) {
+    (void)n;
+    const sort_arg *a = u;
+    kl_tensor *v = NULL, *i = NULL;
+    switch (a->mode) {
+    case 0: return kl_sort(in[0], a->dim, a->flag, true, &v, &i) ? NULL : v;
+    case 1: return kl_topk(in[0], a->k, a->dim, a->flag, true, &v, &i) ? NULL : v;
+    case 2: return kl_flip(in[0], a->n, a->v);
+    case 3: return kl_roll(in[0], a->n, a->v, a->w);
+    default: return kl_roll(in[0], 1, a->v, NULL);
+    }
+}
+
+static void grad_sort_topk(void **state) {
+    (void)state;
+    kl_manual_seed(41);
+    int64_t s[] = {3, 4, 5};
+    for (int l = 0; l < NLAYOUTS; l++) {
+        sort_arg a = {.dim = l - 1, .flag = l == 1, .mode = 0}; /* random values: no ties */
+        CHECK1(f_sorting, &a, 3, s, kt_layouts[l], l == 0);
+        sort_arg t = {.dim = l == 2 ? 0 : -1, .flag = l != 1, .k = l + 1, .mode = 1};
+        CHECK1(f_sorting, &t, 3, s, kt_layouts[l], l == 0);
+    }
+    sort_arg z = {.dim = 0, .mode = 0}, zk = {.dim = 0, .k = 1, .flag = true, .mode = 1},
+             k0 = {.dim = 1, .k = 0, .mode = 1};
+    CHECK1(f_sorting, &z, 0, NULL, KT_CONTIG, 0);
+    CHECK1(f_sorting, &zk, 0, NULL, KT_CONTIG, 0);
+    CHECK1(f_sorting, &k0, 3, s, KT_CONTIG, 0);
+    CHECK1(f_sorting, &z, 2, ((int64_t[]){0, 3}), KT_CONTIG, 0);
+    /* ties: the gradient follows the returned (stable) indices */
+    kl_tensor *x = LEAF(1, ((int64_t[]){4}), 2, 1, 2, 1), *v, *i;
+    assert_int_equal(kl_topk(x, 2, 0, true, true, &v, &i), 0);
+    KT_VALUES(i, 0, 0, 2);
+    KT_VALUES(grad_of(v, F64(1, ((int64_t[]){2}), 10, 20), x), 0, 10, 0, 20, 0);
+}
+
+static void grad_flip_roll(void **state) {
+    (void)state;
+    kl_manual_seed(42);
+    int64_t s[] = {3, 4, 5};
+    sort_arg f[] = {{.mode = 2, .n = 1, .v = {0}}, {.mode = 2, .n = 2, .v = {-1, 1}}, {.mode = 2, .n = 0},
+                    {.mode = 3, .n = 1, .v = {2}, .w = {1}}, {.mode = 3, .n = 2, .v = {-1, 7}, .w = {0, 2}},
+                    {.mode = 4, .v = {5}}};
+    for (int k = 0; k < 6; k++)
+        for (int l = 0; l < NLAYOUTS; l++) CHECK1(f_sorting, &f[k], 3, s, kt_layouts[l], l == 0 && k < 2);
+    CHECK1(f_sorting, &f[0], 0, NULL, KT_CONTIG, 0);
+}
+
+static kl_tensor *f_outer(void *u, int n, kl_tensor *const *in) {
+    (void)u, (void)n;
+    return kl_outer(in[0], in[1]);
+}
+static kl_tensor *f_baddbmm(void *u, int n, kl_tensor *const *in) {
+    (void)n;
+    const double *ba = u;
+    return kl_baddbmm(in[0], in[1], in[2], ba[0], ba[1]);
+}
+static kl_tensor *f_einsum(void *u, int n, kl_tensor *const *in) { return kl_einsum(u, n, in); }
+
+static void grad_outer_baddbmm_einsum(void **state) {
+    (void)state;
+    kl_manual_seed(43);
+    kl_scope_begin();
+    kl_tensor *a = kt_input(1, (int64_t[]){3}, KT_STRIDED, -1, 1), *b = kt_input(1, (int64_t[]){4}, KT_CONTIG, -1, 1);
+    KT_GRADGRADCHECK(f_outer, NULL, 2, ((kl_tensor *[]){a, b}));
+    kl_tensor *s = kt_input(3, (int64_t[]){2, 3, 4}, KT_TRANSPOSED, -1, 1),
+              *s1 = kt_input(2, (int64_t[]){1, 4}, KT_CONTIG, -1, 1),
+              *b1 = kt_input(3, (int64_t[]){2, 3, 5}, KT_STRIDED, -1, 1),
+              *b2 = kt_input(3, (int64_t[]){2, 5, 4}, KT_TRANSPOSED, -1, 1);
+    double ba[][2] = {{1, 1}, {0.5, -2}, {0, 1.5}};
+    for (int k = 0; k < 3; k++) KT_GRADCHECK(f_baddbmm, ba[k], 3, ((kl_tensor *[]){k == 1 ? s1 : s, b1, b2}));
+    KT_GRADGRADCHECK(f_baddbmm, ba[1], 3, ((kl_tensor *[]){s, b1, b2}));
+    kl_tensor *q = kt_input(4, (int64_t[]){2, 2, 3, 4}, KT_CONTIG, -1, 1),
+              *kk = kt_input(4, (int64_t[]){2, 2, 5, 4}, KT_TRANSPOSED, -1, 1);
+    KT_GRADGRADCHECK(f_einsum, "bhqd,bhkd->bhqk", 2, ((kl_tensor *[]){q, kk}));
+    KT_GRADCHECK(f_einsum, "bxy,byz->bz", 2, ((kl_tensor *[]){b1, b2}));
+    KT_GRADCHECK(f_einsum, "ijk,ikl->lij", 2, ((kl_tensor *[]){b1, b2}));
+    KT_GRADCHECK(f_einsum, "i,j", 2, ((kl_tensor *[]){a, b}));
+    kl_tensor *m = kt_input(2, (int64_t[]){4, 4}, KT_TRANSPOSED, -1, 1);
+    KT_GRADCHECK(f_einsum, "ii->", 1, &m);
+    KT_GRADCHECK(f_einsum, "ii->i", 1, &m);
+    KT_GRADCHECK(f_einsum, "ijk->ki", 1, &b1);
+    kl_scope_end();
+}
+
 /* The gradgradchecks above really differentiated these formulas (runs last). */
 static void double_backward_ran(void **state) {
     (void)state;
@@ -858,11 +987,15 @@ const struct CMUnitTest kt_grad_shape_tests[] = {
     KT_TEST(grad_cat),
     KT_TEST(grad_repeat),
     KT_TEST(grad_pad),
+    KT_TEST(grad_pad_modes),
     KT_TEST(grad_index_select),
     KT_TEST(grad_gather),
     KT_TEST(grad_scatter_add),
     KT_TEST(grad_embedding),
     KT_TEST(grad_copies),
+    KT_TEST(grad_sort_topk),
+    KT_TEST(grad_flip_roll),
+    KT_TEST(grad_outer_baddbmm_einsum),
     KT_TEST(double_backward_ran),
 };
 const size_t kt_grad_shape_count = sizeof kt_grad_shape_tests / sizeof kt_grad_shape_tests[0];

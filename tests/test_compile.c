@@ -399,6 +399,29 @@ static kl_tensor *loss_layer_norm(kl_tensor *const *p, kl_tensor *const *in) {
 static kl_tensor *loss_cross_entropy(kl_tensor *const *p, kl_tensor *const *in) {
     return kl_cross_entropy(kl_linear(in[2], p[0], p[1]), in[3], KL_REDUCE_MEAN, 0.1);
 }
+/* in: weight, bias | x, target (ignore_index 3), class weight */
+static kl_tensor *loss_cross_entropy_weighted(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_cross_entropy_options o = kl_cross_entropy_options_default();
+    o.weight = in[4];
+    o.ignore_index = 3;
+    o.label_smoothing = 0.2;
+    return kl_cross_entropy_ex(kl_linear(in[2], p[0], p[1]), in[3], &o);
+}
+/* in: weight, bias | x, class probabilities, class weight */
+static kl_tensor *loss_cross_entropy_prob(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_cross_entropy_options o = kl_cross_entropy_options_default();
+    o.weight = in[4];
+    o.label_smoothing = 0.1;
+    return kl_cross_entropy_ex(kl_linear(in[2], p[0], p[1]), in[3], &o);
+}
+/* in: a, b | wa, wb: reflect, replicate and circular padding (the gradient
+ * scatters back through each mode's index map) */
+static kl_tensor *loss_pad_modes(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_tensor *a = kl_pad_ex(kl_tanh(p[0]), 4, (const int64_t[]){1, 2, 2, -1}, KL_PAD_REFLECT, 0);
+    kl_tensor *b = kl_pad_ex(kl_mul(p[0], p[1]), 4, (const int64_t[]){2, 1, 0, 3}, KL_PAD_CIRCULAR, 0);
+    kl_tensor *r = kl_pad_ex(p[1], 4, (const int64_t[]){3, 0, 1, 1}, KL_PAD_REPLICATE, 0);
+    return kl_add(kl_add(weighted(a, in[2]), weighted(b, in[3])), kl_sum(kl_mul(r, r), KL_ALL_DIMS, false));
+}
 /* in: weight, bias | x, w; stride 2, padding 1 */
 static kl_tensor *loss_conv2d(kl_tensor *const *p, kl_tensor *const *in) {
     kl_conv2d_options o = kl_conv2d_options_default();
@@ -413,6 +436,30 @@ static kl_tensor *loss_block(kl_tensor *const *p, kl_tensor *const *in) {
     kl_tensor *q = kl_linear(h, p[1], NULL);
     kl_tensor *a = kl_scaled_dot_product_attention(q, in[2], in[3], NULL, true, 0);
     return kl_cross_entropy(kl_reshape(a, KL_SHAPE(-1, 8)), in[4], KL_REDUCE_MEAN, 0);
+}
+
+/* issue 16's layers. in: weight, bias | x, w; batch statistics */
+static kl_tensor *loss_batch_norm(kl_tensor *const *p, kl_tensor *const *in) {
+    return weighted(kl_batch_norm(in[2], NULL, NULL, p[0], p[1], true, 0.1, 1e-5), in[3]);
+}
+/* in: x, weight | running_mean, running_var, w; eval mode */
+static kl_tensor *loss_batch_norm_eval(kl_tensor *const *p, kl_tensor *const *in) {
+    return weighted(kl_batch_norm(p[0], in[2], in[3], p[1], NULL, false, 0.1, 1e-5), in[4]);
+}
+/* in: conv_transpose2d weight, group_norm weight | x, w */
+static kl_tensor *loss_convt_group_norm(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_conv_transpose2d_options o = kl_conv_transpose2d_options_default();
+    o.stride[0] = o.stride[1] = 2;
+    o.padding[0] = o.padding[1] = 1;
+    o.output_padding[0] = o.output_padding[1] = 1;
+    return weighted(kl_group_norm(kl_conv_transpose2d(in[2], p[0], NULL, &o), 2, p[1], NULL, 1e-5), in[3]);
+}
+/* in: conv1d weight, bias | x, w; then adaptive_avg_pool2d */
+static kl_tensor *loss_conv1d_pool(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_conv1d_options o = kl_conv1d_options_default();
+    o.padding = 1, o.dilation = 2;
+    kl_tensor *h = kl_unsqueeze(kl_conv1d(in[2], p[0], p[1], &o), 2);
+    return weighted(kl_adaptive_avg_pool2d(h, 1, 3), in[3]);
 }
 
 /* A training step: out = {the np gradients, the loss}. */
@@ -471,6 +518,45 @@ static void make_case_inputs(int c, kl_tensor **in) {
         in[2] = kl_randn(KL_SHAPE(2, 3, 7, 7), KL_F32);
         in[3] = kl_randn(KL_SHAPE(2, 4, 4, 4), KL_F32);
         break;
+    case 8:
+        in[0] = kl_add_scalar(kl_mul_scalar(kl_randn(KL_SHAPE(3), KL_F32), 0.1), 1);
+        in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(3), KL_F32), 0.1);
+        in[2] = kl_randn(KL_SHAPE(4, 3, 5, 5), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(4, 3, 5, 5), KL_F32);
+        break;
+    case 9:
+        in[0] = kl_randn(KL_SHAPE(4, 3, 2, 2), KL_F32);
+        in[1] = kl_add_scalar(kl_mul_scalar(kl_randn(KL_SHAPE(3), KL_F32), 0.1), 1);
+        in[2] = kl_randn(KL_SHAPE(3), KL_F32);
+        in[3] = kl_add_scalar(kl_rand(KL_SHAPE(3), KL_F32), 0.5);
+        in[4] = kl_randn(KL_SHAPE(4, 3, 2, 2), KL_F32);
+        break;
+    case 10:
+        in[0] = kl_mul_scalar(kl_randn(KL_SHAPE(3, 4, 3, 3), KL_F32), 0.3);
+        in[1] = kl_add_scalar(kl_mul_scalar(kl_randn(KL_SHAPE(4), KL_F32), 0.1), 1);
+        in[2] = kl_randn(KL_SHAPE(2, 3, 4, 4), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(2, 4, 8, 8), KL_F32);
+        break;
+    case 11:
+        in[0] = kl_mul_scalar(kl_randn(KL_SHAPE(4, 3, 3), KL_F32), 0.3);
+        in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(4), KL_F32), 0.1);
+        in[2] = kl_randn(KL_SHAPE(2, 3, 10), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(2, 4, 1, 3), KL_F32);
+        break;
+    case 12: case 13:
+        in[0] = kl_mul_scalar(kl_randn(KL_SHAPE(5, 12), KL_F32), 0.3);
+        in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(5), KL_F32), 0.1);
+        in[2] = kl_randn(KL_SHAPE(16, 12), KL_F32);
+        in[3] = c == 12 ? kl_from_data((int64_t[]){0, 4, 2, 3, 1, 3, 3, 0, 2, 4, 1, 3, 0, 2, 4, 1}, KL_SHAPE(16), KL_I64)
+                       : kl_softmax(kl_randn(KL_SHAPE(16, 5), KL_F32), 1);
+        in[4] = kl_add_scalar(kl_rand(KL_SHAPE(5), KL_F32), 0.5);
+        break;
+    case 14:
+        in[0] = kl_randn(KL_SHAPE(2, 3, 4, 5), KL_F32);
+        in[1] = kl_randn(KL_SHAPE(2, 3, 4, 5), KL_F32);
+        in[2] = kl_randn(KL_SHAPE(2, 3, 5, 8), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(2, 3, 7, 8), KL_F32);
+        break;
     default:
         in[0] = kl_randn(KL_SHAPE(2, 2, 6, 8), KL_F32);
         in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(8, 8), KL_F32), 0.3);
@@ -490,6 +576,13 @@ static const train_case train_cases[] = {
     {"cross_entropy", 2, 4, loss_cross_entropy},
     {"conv2d", 2, 4, loss_conv2d},
     {"attention block", 2, 5, loss_block},
+    {"batch_norm", 2, 4, loss_batch_norm},
+    {"batch_norm eval", 2, 5, loss_batch_norm_eval},
+    {"conv_transpose2d group_norm", 2, 4, loss_convt_group_norm},
+    {"conv1d adaptive_avg_pool2d", 2, 4, loss_conv1d_pool},
+    {"cross_entropy weighted", 2, 5, loss_cross_entropy_weighted},
+    {"cross_entropy probabilities", 2, 5, loss_cross_entropy_prob},
+    {"pad modes", 2, 4, loss_pad_modes},
 };
 #define N_TRAIN_CASES ((int)(sizeof train_cases / sizeof train_cases[0]))
 
@@ -529,6 +622,73 @@ static void compiled_training_steps_with_composites(void **state) {
             kl_fn_release(f);
         }
     }
+}
+
+/* A training step through batch_norm in training mode: in = {x, weight,
+ * bias, running_mean, running_var}; out = {d loss / d weight, loss}. The
+ * running buffers are written in place by kl_batch_norm. */
+static int bn_step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *w = kl_detach(in[1]);
+    if (!w || kl_set_requires_grad(w, true) < 0) return -1;
+    kl_tensor *y = kl_batch_norm(in[0], in[3], in[4], w, in[2], true, 0.2, 1e-5);
+    kl_tensor *loss = kl_sum(kl_mul(kl_relu(y), y), KL_ALL_DIMS, false);
+    if (!loss || kl_autograd_grad(1, &loss, NULL, 1, &w, out, NULL) < 0) return -1;
+    out[1] = kl_detach(loss);
+    return out[1] ? 0 : -1;
+}
+
+/* The running buffers after N compiled calls equal eager's after N steps:
+ * the in-place update is functionalized and written back into the caller's
+ * tensors at every call (and not replaced by other tensors). */
+static void batch_norm_buffers_are_written_back(void **state) {
+    (void)state;
+    for (int m = KL_COMPILE_TRACE_ONLY; m <= KL_COMPILE_FUSE; m++) {
+        kl_manual_seed(77);
+        kl_tensor *xs[4];
+        for (int i = 0; i < 4; i++) xs[i] = kl_add_scalar(kl_randn(KL_SHAPE(6, 3, 4, 4), KL_F32), i);
+        kl_tensor *w = kl_add_scalar(kl_rand(KL_SHAPE(3), KL_F32), 0.5), *b = kl_randn(KL_SHAPE(3), KL_F32);
+        kl_tensor *rmc = kl_zeros(KL_SHAPE(3), KL_F32), *rvc = kl_ones(KL_SHAPE(3), KL_F32);
+        kl_tensor *rme = kl_zeros(KL_SHAPE(3), KL_F32), *rve = kl_ones(KL_SHAPE(3), KL_F32);
+        kl_fn *f = kl_compile(bn_step, NULL, mode((kl_compile_mode)m));
+        for (int step = 0; step < 4; step++) {
+            kl_tensor *c[2], *e[2];
+            assert_int_equal(kl_fn_call(f, (kl_tensor *[]){xs[step], w, b, rmc, rvc}, 5, c, 2), 0);
+            assert_int_equal(bn_step(NULL, (kl_tensor *[]){xs[step], w, b, rme, rve}, 5, e, 2), 0);
+            assert_grads_match((kl_compile_mode)m, "batch_norm step", 2, c, e);
+            assert_int_equal(kl_allclose(rmc, rme, 1e-5, 1e-6, false), 1);
+            assert_int_equal(kl_allclose(rvc, rve, 1e-5, 1e-6, false), 1);
+        }
+        /* after 4 steps with means near 0, 1, 2, 3: (1 - 0.8^4) of the way, roughly */
+        assert_true(kl_item(kl_amax(rmc, KL_ALL_DIMS, false)) > 0.5);
+        assert_true(kl_item(kl_amax(kl_abs(kl_sub_scalar(rvc, 1)), KL_ALL_DIMS, false)) < 0.5);
+        assert_false(kl_requires_grad(rmc));
+        kl_fn_stats st;
+        assert_int_equal(kl_fn_get_stats(f, &st), 0);
+        assert_int_equal(st.traces, 1);
+        assert_int_equal(st.eager_calls, 0);
+        kl_fn_release(f);
+    }
+}
+
+static int dropout2d_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_dropout2d(kl_exp(in[0]), 0.5, true);
+    return out[0] ? 0 : -1;
+}
+
+static void dropout2d_compiled_matches_eager(void **state) {
+    (void)state;
+    kl_tensor *x = kl_reshape(seq(96, 0.01), KL_SHAPE(4, 6, 2, 2)), *c, *e;
+    kl_fn *f = kl_compile(dropout2d_fn, NULL, NULL);
+    for (int call = 0; call < 3; call++) {
+        kl_manual_seed(60 + call);
+        assert_int_equal(kl_fn_call(f, &x, 1, &c, 1), 0);
+        kl_manual_seed(60 + call);
+        assert_int_equal(dropout2d_fn(NULL, &x, 1, &e, 1), 0);
+        assert_int_equal(kl_allclose(c, e, 1e-6, 0, false), 1);
+    }
+    kl_fn_release(f);
 }
 
 /* The other way of compiling training: the compiled forward is called on
@@ -778,6 +938,8 @@ int main(void) {
         KT_TEST(attention_step_of_issue_15_compiles),
         KT_TEST(compiled_training_steps_with_composites),
         KT_TEST(compiled_forwards_with_composites_differentiate),
+        KT_TEST(batch_norm_buffers_are_written_back),
+        KT_TEST(dropout2d_compiled_matches_eager),
         KT_TEST(kernels_write_updates_in_place),
         KT_TEST(compile_check_catches_baked_side_effects),
         KT_TEST(compile_env_off_runs_eagerly),

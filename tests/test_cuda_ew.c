@@ -17,6 +17,8 @@
 #include "../src/eager/dispatch.h"
 #include "../src/eager/ew.h"
 
+#include <pthread.h>
+
 static const char *OP = "cuda_ew_test";
 #define CUDA0 ((kl_device){KL_CUDA, 0})
 
@@ -191,12 +193,103 @@ static void public_ops_and_errors(void **s) {
     KT_EXPECT_ERROR(KL_ERR_UNSUPPORTED, "kl_cumsum: no CUDA kernel for this op (on cuda:0)");
 }
 
+/* The call path neither copies a scalar to the device nor synchronizes:
+ * with the current stream held (the emulator's knob), a tensor op and a
+ * tensor-by-CPU-scalar op leave it pending; integer remainder, whose error
+ * word is read back, synchronizes (so the check can fail). */
+static void scalar_calls_do_not_synchronize(void **s) {
+    (void)s;
+    NEED_EMULATOR();
+    const ku_driver *d = ku_driver_get(OP);
+    assert_non_null(d);
+    kl_tensor *a = kl_randn(KL_SHAPE(3, 4), KL_F32), *ga = kl_to_device(a, CUDA0);
+    kl_tensor *half = kl_scalar_tensor(0.5, KL_F32);
+    kl_tensor *xi = kl_to_device(kl_arange(1, 7, 1, KL_I32), CUDA0);
+    assert_non_null(ga);
+    assert_non_null(xi);
+    /* warm: the modules are loaded before the stream is held */
+    assert_non_null(kl_mul(ga, half));
+    assert_non_null(kl_add(ga, ga));
+    assert_non_null(kl_remainder(xi, xi));
+    CUstream st;
+    assert_int_equal(KU_CALL(OP, d, StreamCreate, &st, 0), 0);
+    CUstream old = ku_current_stream(0);
+    ku_set_current_stream(0, st);
+    ku_emu_hold_stream(st, 1);
+    kl_tensor *r1 = kl_mul(ga, half), *r2 = kl_add(ga, ga), *r3 = kl_mul_scalar(ga, 3);
+    assert_int_equal(d->StreamQuery(st), CUDA_ERROR_NOT_READY);
+    assert_non_null(kl_remainder(xi, xi));
+    assert_int_equal(d->StreamQuery(st), CUDA_SUCCESS);
+    ku_emu_hold_stream(st, 0);
+    assert_true(same_bits(host(kl_mul(a, half)), host(r1)));
+    assert_true(same_bits(host(kl_add(a, a)), host(r2)));
+    assert_true(same_bits(host(kl_mul_scalar(a, 3)), host(r3)));
+    ku_set_current_stream(0, old);
+    assert_int_equal(KU_CALL(OP, d, StreamDestroy, st), 0);
+}
+
+/* Eager CUDA calls from several host threads at once: each thread's results
+ * equal the CPU's (the function cache is read without a lock and filled by
+ * whichever thread misses first). */
+enum { NTHR = 6, NITER = 40 };
+typedef struct thr_arg {
+    int id, bad;
+    kl_tensor *x, *y, *want;
+} thr_arg;
+
+static kl_tensor *thr_op(kl_tensor *x, kl_tensor *y, int id) {
+    switch (id % 3) {
+    case 0: return kl_add(kl_mul_scalar(x, 1.5), y);
+    case 1: return kl_sub(kl_exp(x), kl_transpose(y, 0, 1));
+    default: return kl_to_dtype(kl_mul(x, y), KL_F64);
+    }
+}
+
+static void *thr_main(void *p) {
+    thr_arg *t = p;
+    for (int i = 0; i < NITER && !t->bad; i++) {
+        kl_scope_begin();
+        kl_tensor *r = thr_op(t->x, t->y, t->id);
+        kl_tensor *h = r ? kl_contiguous(kl_to_device(r, KL_DEVICE_CPU)) : NULL;
+        if (!h || kl_equal(h, t->want) != 1) t->bad = 1 + !h;
+        kl_scope_end();
+    }
+    return NULL;
+}
+
+static void threads_share_the_cache(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(21);
+    pthread_t th[NTHR];
+    thr_arg args[NTHR];
+    for (int i = 0; i < NTHR; i++) {
+        int64_t n = 4 + i; /* square, so case 1's transpose fits */
+        kl_tensor *x = kl_randn(KL_SHAPE(n, n), KL_F32), *y = kl_randn(KL_SHAPE(n, n), KL_F32);
+        args[i] = (thr_arg){.id = i, .x = kl_retain(kl_to_device(x, CUDA0)), .y = kl_retain(kl_to_device(y, CUDA0)),
+                            .want = kl_retain(kl_contiguous(thr_op(x, y, i)))};
+        assert_non_null(args[i].x);
+        assert_non_null(args[i].want);
+    }
+    for (int i = 0; i < NTHR; i++) assert_int_equal(pthread_create(&th[i], NULL, thr_main, &args[i]), 0);
+    for (int i = 0; i < NTHR; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < NTHR; i++) {
+        if (args[i].bad) print_error("thread %d: %s\n", i, args[i].bad > 1 ? "failed" : "differs from the CPU");
+        assert_int_equal(args[i].bad, 0);
+        kl_release(args[i].x);
+        kl_release(args[i].y);
+        kl_release(args[i].want);
+    }
+}
+
 int main(void) {
     if (kl_cuda_is_available()) print_message("device: %s\n", kt_cuda_emulated(OP) ? "emulated" : "GPU");
     const struct CMUnitTest tests[] = {
         KT_TEST(public_ops_and_errors),
         KT_TEST(every_op_every_dtype_contiguous),
         KT_TEST(strided_broadcast_and_scalars),
+        KT_TEST(scalar_calls_do_not_synchronize),
+        KT_TEST(threads_share_the_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

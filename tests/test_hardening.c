@@ -6,6 +6,8 @@
  */
 #include "harness.h"
 
+#include "alloc.h"
+#include <dlpack/dlpack.h>
 #include "kiln/nn.h"
 
 #ifdef KL_HAVE_LLVM
@@ -555,6 +557,214 @@ static void stale_error_changes_nothing(void **s) {
     kl_fn_release(f);
 }
 
+/* ---- fuzz_ops: conv and pool output sizes ------------------------------------ */
+
+/* Output sizes of conv2d and the pools were computed with unchecked int64
+ * arithmetic: a huge padding, dilation, kernel or group count overflowed
+ * (undefined behaviour), and an output whose per-dim sizes fit but whose
+ * element count did not reached the allocator as a wrapped byte count. Each
+ * is now KL_ERR_OVERFLOW (ke_mul_ov/ke_add_ov in the rules, and every
+ * result's shape checked where it is allocated). */
+static void conv_pool_size_overflow(void **s) {
+    (void)s;
+    kl_tensor *x = kl_ones(KL_SHAPE(1, 1, 4, 4), KL_F32), *w = kl_ones(KL_SHAPE(1, 1, 2, 2), KL_F32);
+    kl_conv2d_options o = kl_conv2d_options_default();
+    o.padding[0] = INT64_MAX / 2;
+    assert_null(kl_conv2d(x, w, NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "kl_conv2d: padding 4611686018427387903 or dilation 1 of spatial dim 0 overflows");
+    o = kl_conv2d_options_default();
+    o.dilation[1] = INT64_MAX;
+    assert_null(kl_conv2d(x, w, NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "of spatial dim 1 overflows");
+    o = kl_conv2d_options_default();
+    o.groups = INT64_MAX;
+    assert_null(kl_conv2d(x, kl_ones(KL_SHAPE(0, 2, 1, 1), KL_F32), NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "the input channel count overflows");
+    /* each output dim fits (2^61 + 3), their product does not */
+    o = kl_conv2d_options_default();
+    o.padding[0] = o.padding[1] = 1ll << 60;
+    assert_null(kl_conv2d(x, w, NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "too many elements");
+    /* the library still works */
+    KT_VALUES(kl_conv2d(x, w, NULL, NULL), 0, 4, 4, 4, 4, 4, 4, 4, 4, 4);
+
+    kl_pool2d_options p = kl_pool2d_options_default(2);
+    p.kernel[0] = INT64_MAX;
+    p.dilation[0] = 2;
+    assert_null(kl_max_pool2d(x, &p));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "kl_max_pool2d: kernel (9223372036854775807, 2)");
+    p = kl_pool2d_options_default(2);
+    p.kernel[1] = INT64_MAX;
+    p.padding[1] = INT64_MAX / 2;
+    assert_null(kl_avg_pool2d(x, &p));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "overflow");
+    p = kl_pool2d_options_default(2);
+    p.kernel[0] = p.kernel[1] = 1ll << 62;
+    p.padding[0] = p.padding[1] = 1ll << 61;
+    p.stride[0] = p.stride[1] = 1;
+    p.ceil_mode = true;
+    /* a valid 5x5 output whose windows hold all 16 inputs: the kernels loop
+     * over the taps inside the input, not over 2^62 (this hung) */
+    kl_tensor *m = kl_max_pool2d(x, &p);
+    kt_assert_shape(m, 4, (int64_t[]){1, 1, 5, 5});
+    assert_int_equal(kl_item(kl_sum(m, KL_ALL_DIMS, false)), 25);
+    p.count_include_pad = false;
+    kl_tensor *a = kl_avg_pool2d(x, &p);
+    kt_assert_shape(a, 4, (int64_t[]){1, 1, 5, 5});
+    assert_int_equal(kl_item(kl_sum(a, KL_ALL_DIMS, false)), 25);
+    /* counting the padding, the divisor passes 2^63: the mean is ~0, not garbage */
+    p.count_include_pad = true;
+    a = kl_avg_pool2d(x, &p);
+    assert_true(fabs(kl_item(kl_sum(a, KL_ALL_DIMS, false))) < 1e-9);
+    p = kl_pool2d_options_default(2);
+    KT_VALUES(kl_max_pool2d(x, &p), 0, 1, 1, 1, 1);
+}
+
+/* ---- limits: scope nesting ---------------------------------------------------- */
+
+/* Past 1023 nested scopes kl_scope_begin aborted the process; now it is
+ * KL_ERR_STATE, the extra levels share the innermost scope, begin/end stay
+ * balanced and nothing leaks. */
+static void scope_nesting_limit_is_an_error(void **s) {
+    (void)s;
+    int64_t live = kl_live_tensors();
+    int base = kl_scope_depth();
+    for (int i = 0; i < 1100; i++) {
+        kl_scope_begin();
+        if (i == 1022 - base) assert_int_equal(kl_last_status(), KL_OK);
+        kl_ones(KL_SHAPE(2), KL_F32);
+    }
+    KT_EXPECT_ERROR(KL_ERR_STATE, "kl_scope_begin: more than 1023 nested scopes on this thread");
+    assert_int_equal(kl_scope_depth(), base + 1100);
+    assert_int_equal(kl_live_tensors(), live + 1100);
+    for (int i = 0; i < 1100; i++) kl_scope_end();
+    assert_int_equal(kl_scope_depth(), base);
+    assert_int_equal(kl_live_tensors(), live);
+    assert_int_equal(kl_last_status(), KL_OK);
+    /* and scopes work as before */
+    kl_scope_begin();
+    kl_ones(KL_SHAPE(2), KL_F32);
+    kl_scope_end();
+    assert_int_equal(kl_live_tensors(), live);
+}
+
+/* ---- fault injection: every tensor allocation failing in turn -------------- */
+
+/* Representative work: eager ops (matmul, softmax, reductions, joins, index,
+ * conv, pool), a backward pass, and a compile of a new function (trace,
+ * passes, LLVM) then its calls. Each returns one result tensor or NULL. */
+static int oom_step(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    out[0] = kl_softmax(kl_mul(kl_exp(in[0]), kl_add_scalar(in[0], 1)), -1);
+    return out[0] ? 0 : -1;
+}
+
+static kl_tensor *oom_case(int which) {
+    kl_tensor *x = kl_reshape(kl_arange(0, 48, 1, KL_F32), 2, (int64_t[]){6, 8});
+    x = kl_mul_scalar(x, 0.05);
+    switch (which) {
+    case 0: { /* eager chain */
+        kl_tensor *w = kl_ones(KL_SHAPE(8, 3), KL_F32);
+        kl_tensor *y = kl_softmax(kl_matmul(x, w), -1);
+        kl_tensor *c = kl_cat(2, (kl_tensor *[]){y, kl_cumsum(y, 0)}, 1);
+        kl_tensor *idx = kl_arange(0, 3, 1, KL_I64);
+        return kl_sum(kl_index_select(c, 0, idx), 1, (int64_t[]){0}, false);
+    }
+    case 1: { /* conv + pool */
+        kl_tensor *im = kl_reshape(x, 4, (int64_t[]){1, 1, 6, 8});
+        kl_tensor *w = kl_full(KL_SHAPE(2, 1, 3, 3), 0.5, KL_F32);
+        kl_pool2d_options po = kl_pool2d_options_default(2);
+        return kl_flatten(kl_max_pool2d(kl_relu(kl_conv2d(im, w, NULL, NULL)), &po), 0, -1);
+    }
+    case 2: { /* backward */
+        kl_tensor *w = kl_full(KL_SHAPE(8, 3), 0.25, KL_F32);
+        if (kl_set_requires_grad(w, true)) return NULL;
+        kl_tensor *loss = kl_sum(kl_tanh(kl_matmul(x, w)), KL_ALL_DIMS, false);
+        if (kl_backward(loss, NULL, NULL)) return NULL;
+        return kl_grad(w) ? kl_clone(kl_grad(w)) : NULL;
+    }
+    default: { /* compile a new function and call it twice */
+        kl_fn *f = kl_compile(oom_step, NULL, NULL);
+        kl_tensor *y = NULL;
+        int rc = f ? kl_fn_call(f, &x, 1, &y, 1) : -1;
+        if (rc == 0) rc = kl_fn_call(f, &x, 1, &y, 1);
+        kl_fn_release(f);
+        return rc ? NULL : y;
+    }
+    }
+}
+
+static void oom_at_every_allocation(void **s) {
+    (void)s;
+    int64_t live = kl_live_tensors(), storages = kl_live_storages();
+    for (int which = 0; which < 4; which++) {
+        kl_scope_begin();
+        kl_tensor *ref = kl_retain(oom_case(which));
+        kl_scope_end();
+        assert_non_null(ref);
+        int n = 0, ooms = 0;
+        for (;; n++) {
+            kl_scope_begin();
+            ke_alloc_fail_after(n);
+            kl_tensor *r = oom_case(which);
+            ke_alloc_fail_after(-1);
+            if (r) {
+                assert_int_equal(kl_allclose(r, ref, 1e-5, 1e-6, false), 1);
+                kl_scope_end();
+                break;
+            }
+            if (kl_last_status() != KL_ERR_OOM)
+                fail_msg("case %d, allocation %d: expected KL_ERR_OOM, got %s: %s", which, n,
+                         kl_status_name(kl_last_status()), kl_last_error());
+            ooms++;
+            kl_clear_error();
+            kl_scope_end();
+            if (kl_live_tensors() != live + 1 || kl_live_storages() != storages + 1)
+                fail_msg("case %d, allocation %d failed: %lld tensors and %lld storages left alive", which, n,
+                         (long long)(kl_live_tensors() - live - 1), (long long)(kl_live_storages() - storages - 1));
+            assert_true(n < 500);
+        }
+        assert_true(ooms > 0); /* the sweep did reach the allocator */
+        print_message("oom sweep: case %d: %d allocations failed in turn, each a clean KL_ERR_OOM\n", which, ooms);
+        /* the library is still usable: the same work gives the same answer */
+        kl_scope_begin();
+        assert_int_equal(kl_allclose(oom_case(which), ref, 1e-5, 1e-6, false), 1);
+        kl_scope_end();
+        kl_release(ref);
+        assert_int_equal(kl_live_tensors(), live);
+    }
+}
+
+/* ---- fuzz_dlpack: a byte offset past the address space ---------------------- */
+
+static int dl_deletes;
+static void dl_count_delete(DLManagedTensor *m) {
+    (void)m;
+    dl_deletes++;
+}
+
+/* data + byte_offset wrapped around the address space (UBSan: pointer
+ * overflow; the tensor then pointed below its buffer). */
+static void dlpack_byte_offset_overflow(void **s) {
+    (void)s;
+    static float buf[4];
+    int64_t shape[1] = {1};
+    DLManagedTensor m = {.dl_tensor = {.data = buf, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1},
+                                       .shape = shape, .strides = NULL, .byte_offset = UINT64_MAX},
+                         .deleter = dl_count_delete};
+    dl_deletes = 0;
+    assert_null(kl_from_dlpack(&m));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "overflows the address space");
+    assert_int_equal(dl_deletes, 0); /* the caller keeps it */
+    m.dl_tensor.byte_offset = 2 * sizeof(float);
+    kl_tensor *t = kl_from_dlpack(&m);
+    assert_non_null(t);
+    buf[2] = 7;
+    KT_VALUES(t, 0, 7);
+    kl_release(t);
+    assert_int_equal(dl_deletes, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(huge_slice_step),
@@ -569,6 +779,10 @@ int main(void) {
         KT_TEST(compile_under_memory_pressure_survives),
         KT_TEST(save_writes_through_links_refuses_special),
         KT_TEST(stale_error_changes_nothing),
+        KT_TEST(conv_pool_size_overflow),
+        KT_TEST(scope_nesting_limit_is_an_error),
+        KT_TEST(oom_at_every_allocation),
+        KT_TEST(dlpack_byte_offset_overflow),
     };
     int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);
     kt_tmp_cleanup();

@@ -569,6 +569,75 @@ static void loss_errors_and_decomp(void **s) {
     }
 }
 
+/* kl_cross_entropy_ex / kl_nll_loss_ex: errors, and every decomposition
+ * (compile mode's) against the fused kernels with weights, a settable
+ * ignore_index and probabilities (values against PyTorch: test_fixtures). */
+static void class_loss_options(void **s) {
+    (void)s;
+    kl_tensor *x = TF(KL_SHAPE(2, 3), 1, 2, 3, 4, 5, 6), *t = TI64(KL_SHAPE(2), 0, 2);
+    kl_cross_entropy_options o = kl_cross_entropy_options_default();
+    assert_int_equal(o.reduction, KL_REDUCE_MEAN);
+    assert_int_equal(o.ignore_index, -100);
+    assert_null(o.weight);
+    /* NULL options are the defaults */
+    assert_int_equal(kl_equal(kl_cross_entropy_ex(x, t, NULL), kl_cross_entropy(x, t, KL_REDUCE_MEAN, 0)), 1);
+    assert_int_equal(kl_equal(kl_nll_loss_ex(x, t, NULL), kl_nll_loss(x, t, KL_REDUCE_MEAN)), 1);
+    /* weights: 2 * (lse - 1) + 3 * (lse' - 6) over 2 + 3 */
+    o.weight = TF(KL_SHAPE(3), 2, 1, 3);
+    KT_VALUES(kl_cross_entropy_ex(x, t, &o), 1e-6, (2 * 2.40760596 + 3 * 0.40760596) / 5);
+    KT_VALUES(kl_nll_loss_ex(x, t, &o), 1e-6, -(2 * 1 + 3 * 6) / 5.0);
+    o.ignore_index = 2; /* the second row leaves the sum and the denominator */
+    KT_VALUES(kl_nll_loss_ex(x, t, &o), 1e-6, -1);
+    assert_null(kl_cross_entropy_ex(x, t, &(kl_cross_entropy_options){.weight = TF(KL_SHAPE(2), 1, 1)}));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_cross_entropy: weight [2] float32 cpu must hold one value per class "
+                                  "(3 classes in input [2,3] float32 cpu)");
+    assert_null(kl_nll_loss_ex(x, t, &(kl_cross_entropy_options){.weight = kl_ones(KL_SHAPE(3), KL_F64)}));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_nll_loss: weight [3] float64 cpu must have the input's dtype");
+    assert_null(kl_nll_loss_ex(x, t, &(kl_cross_entropy_options){.label_smoothing = 0.1}));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_nll_loss: has no label smoothing");
+    /* probabilities: the input's shape and dtype (torch would promote f64), a negative ignore_index */
+    kl_tensor *p = TF(KL_SHAPE(2, 3), 0.2, 0.3, 0.5, 1, 0, 0);
+    assert_null(kl_cross_entropy_ex(x, kl_to_dtype(p, KL_F64), NULL));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_cross_entropy: probability target [2,3] float64 cpu must have the input's "
+                                  "shape and dtype (input [2,3] float32 cpu)");
+    assert_null(kl_cross_entropy_ex(x, kl_reshape(p, KL_SHAPE(3, 2)), NULL));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "probability target [3,2] float32 cpu must have the input's shape");
+    assert_null(kl_cross_entropy_ex(x, p, &(kl_cross_entropy_options){.ignore_index = 0}));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_cross_entropy: ignore_index 0 is not supported for probability targets");
+    assert_null(kl_nll_loss_ex(x, p, NULL));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_nll_loss: target must hold int64 class indices, got [2,3] float32 cpu");
+    /* one-hot probabilities equal class indices */
+    kl_tensor *oh = TF(KL_SHAPE(2, 3), 1, 0, 0, 0, 0, 1);
+    o = kl_cross_entropy_options_default();
+    o.weight = TF(KL_SHAPE(3), 2, 1, 3);
+    o.reduction = KL_REDUCE_NONE;
+    assert_int_equal(kl_allclose(kl_cross_entropy_ex(x, oh, &o), kl_cross_entropy_ex(x, t, &o), 1e-6, 1e-6, false), 1);
+    /* decompositions against the fused kernels */
+    kl_tensor *xk = kl_div_scalar(kl_remainder_scalar(ar(KL_SHAPE(2, 3, 4)), 5), 2);
+    kl_tensor *tk = TI64(KL_SHAPE(2, 4), 0, 1, 2, 1, 2, 2, 1, 0);
+    kl_tensor *pk = kl_softmax(kl_cos(ar(KL_SHAPE(2, 3, 4))), 1);
+    kl_tensor *wk = TF(KL_SHAPE(3), 0.5, 2, 1.5);
+    for (int red = 0; red < 3; red++)
+        for (int hw = 0; hw < 2; hw++)
+            for (int sm = 0; sm < 2; sm++)
+                for (int prob = 0; prob < 2; prob++) {
+                    kl_tensor *in[3] = {xk, prob ? pk : tk, wk};
+                    o = kl_cross_entropy_options_default();
+                    o.reduction = (kl_reduction)red;
+                    o.weight = hw ? wk : NULL;
+                    o.ignore_index = prob ? -100 : 1;
+                    o.label_smoothing = sm * 0.25;
+                    ke_attrs a = {0};
+                    ke_attr_set_reduction(&a, red);
+                    ke_attr_set_cross_entropy_ignore_index(&a, o.ignore_index);
+                    ke_attr_set_cross_entropy_label_smoothing(&a, o.label_smoothing);
+                    ke_attr_set_cross_entropy_has_weight(&a, hw);
+                    check_decomp(KE_OP_cross_entropy, 2 + hw, in, &a, kl_cross_entropy_ex(xk, in[1], &o), 1e-5);
+                    if (prob || sm) continue;
+                    check_decomp(KE_OP_nll_loss, 2 + hw, in, &a, kl_nll_loss_ex(xk, tk, &o), 1e-6);
+                }
+}
+
 static void mse_and_bce_values(void **s) {
     (void)s;
     kl_tensor *a = TF(KL_SHAPE(2, 3), 1, 2, 3, 4, 5, 6), *b = TF(KL_SHAPE(3), 0.5, 2, 4);
@@ -793,6 +862,193 @@ static void thread_count_invariance(void **s) {
     for (int i = 0; i < 6; i++) assert_int_equal(kl_equal(r1[i], r4[i]), 1);
 }
 
+/* ---- issue 16's layers ------------------------------------------------------------------ */
+
+/* Training updates the running buffers in place (the unbiased variance) and
+ * returns the batch-normalized x; eval uses the buffers. Values against torch
+ * are in the fixtures; here the update rule by hand, autograd staying out of
+ * the buffers, and a failed call leaving them alone. */
+static void batch_norm_running_buffers(void **s) {
+    (void)s;
+    /* channel 0: 1, 2, 3, 6 (mean 3, biased var 3.5, unbiased 14/3); channel 1: all 5 */
+    kl_tensor *x = kl_from_data((float[]){1, 5, 2, 5, 3, 5, 6, 5}, KL_SHAPE(4, 2), KL_F32);
+    kl_tensor *rm = kl_zeros(KL_SHAPE(2), KL_F32), *rv = kl_ones(KL_SHAPE(2), KL_F32);
+    kl_tensor *w = kl_clone(kl_ones(KL_SHAPE(2), KL_F32));
+    assert_int_equal(kl_set_requires_grad(x, true), 0);
+    assert_int_equal(kl_set_requires_grad(w, true), 0);
+    kl_tensor *y = kl_batch_norm(x, rm, rv, w, NULL, true, 0.25, 1e-5);
+    assert_non_null(y);
+    kt_assert_values(rm, (double[]){0.75, 1.25}, 2, 1e-6);
+    kt_assert_values(rv, (double[]){0.75 + 0.25 * 14.0 / 3, 0.75}, 2, 1e-6);
+    double r = 1 / sqrt(3.5);
+    kt_assert_values(y, (double[]){-2 * r, 0, -r, 0, 0, 0, 3 * r, 0}, 8, 1e-5); /* (eps 1e-5) */
+    assert_true(kl_requires_grad(y));
+    assert_false(kl_requires_grad(rm));
+    assert_false(kl_requires_grad(rv));
+    assert_int_equal(kl_backward(kl_sum(y, KL_ALL_DIMS, false), NULL, NULL), 0);
+    /* eval: (x - rm) / sqrt(rv + eps) */
+    kl_tensor *ye = kl_batch_norm(kl_detach(x), rm, rv, NULL, NULL, false, 0.25, 0);
+    double sv0 = sqrt(0.75 + 0.25 * 14.0 / 3), sv1 = sqrt(0.75);
+    kt_assert_values(ye, (double[]){0.25 / sv0, 3.75 / sv1, 1.25 / sv0, 3.75 / sv1, 2.25 / sv0, 3.75 / sv1, 5.25 / sv0, 3.75 / sv1},
+                     8, 1e-6);
+    kt_assert_values(rm, (double[]){0.75, 1.25}, 2, 1e-6); /* untouched by eval */
+    /* a failed call (bad weight) leaves the buffers alone */
+    assert_null(kl_batch_norm(x, rm, rv, kl_ones(KL_SHAPE(3), KL_F32), NULL, true, 0.25, 0));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_batch_norm: weight [3] float32 cpu must have shape [2] (the input's channels)");
+    kt_assert_values(rm, (double[]){0.75, 1.25}, 2, 1e-6);
+    /* 4-D: statistics over N, H, W per channel */
+    kl_tensor *x4 = kl_reshape(kl_arange(0, 16, 1, KL_F64), KL_SHAPE(2, 2, 2, 2));
+    kl_tensor *rm4 = kl_zeros(KL_SHAPE(2), KL_F64), *rv4 = kl_zeros(KL_SHAPE(2), KL_F64);
+    assert_non_null(kl_batch_norm(x4, rm4, rv4, NULL, NULL, true, 1, 1e-5));
+    kt_assert_values(rm4, (double[]){5.5, 9.5}, 2, 1e-12); /* {0..3, 8..11}, {4..7, 12..15} */
+    kt_assert_values(rv4, (double[]){138.0 / 7, 138.0 / 7}, 2, 1e-12); /* unbiased: 2 (5.5^2 + 4.5^2 + 3.5^2 + 2.5^2) / 7 */
+}
+
+static void batch_norm_errors(void **s) {
+    (void)s;
+    kl_tensor *x = kl_ones(KL_SHAPE(4, 3), KL_F32), *c = kl_zeros(KL_SHAPE(3), KL_F32);
+    assert_null(kl_batch_norm(x, NULL, NULL, NULL, NULL, false, 0.1, 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_batch_norm: eval mode (training = false) needs running_mean and running_var");
+    assert_null(kl_batch_norm(x, c, NULL, NULL, NULL, true, 0.1, 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "running_mean and running_var must be given together");
+    kl_tensor *g = kl_clone(c);
+    assert_int_equal(kl_set_requires_grad(g, true), 0);
+    assert_null(kl_batch_norm(x, g, c, NULL, NULL, true, 0.1, 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "they must not require grad");
+    assert_null(kl_batch_norm(x, kl_zeros(KL_SHAPE(4), KL_F32), c, NULL, NULL, true, 0.1, 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_batch_norm: running_mean [4] float32 cpu must have shape [3]");
+    assert_null(kl_batch_norm(x, c, kl_zeros(KL_SHAPE(3), KL_F64), NULL, NULL, false, 0.1, 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_batch_norm: running_var [3] float64 cpu does not match the input's dtype float32");
+    assert_null(kl_batch_norm(kl_ones(KL_SHAPE(1, 3), KL_F32), NULL, NULL, NULL, NULL, true, 0.1, 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "expected more than 1 value per channel when training, got input [1,3]");
+    assert_null(kl_batch_norm(kl_ones(KL_SHAPE(3), KL_F32), NULL, NULL, NULL, NULL, true, 0.1, 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_batch_norm: expects an input [N, C, ...] with at least 2 dims, got [3]");
+    assert_null(kl_batch_norm(kl_ones(KL_SHAPE(4, 3), KL_I64), NULL, NULL, NULL, NULL, true, 0.1, 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_batch_norm");
+    assert_null(kl_batch_norm(NULL, NULL, NULL, NULL, NULL, true, 0.1, 1e-5));
+    kl_clear_error();
+    /* group_norm */
+    assert_null(kl_group_norm(kl_ones(KL_SHAPE(2, 6, 2), KL_F32), 4, NULL, NULL, 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_group_norm: num_groups (4) must be positive and divide the channels of input "
+                                "[2,6,2] float32 cpu");
+    assert_null(kl_group_norm(kl_ones(KL_SHAPE(2, 6, 2), KL_F32), 0, NULL, NULL, 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "num_groups (0) must be positive");
+    assert_null(kl_group_norm(kl_ones(KL_SHAPE(2, 6, 2), KL_F32), 3, NULL, kl_ones(KL_SHAPE(2), KL_F32), 1e-5));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_group_norm: bias [2] float32 cpu must have shape [6]");
+}
+
+/* Each plane is kept whole (scaled by 1/(1-p)) or zeroed whole, about p of
+ * them zeroed; the same seed gives the same planes; eval is a view. */
+static void dropout2d_planes(void **s) {
+    (void)s;
+    kl_manual_seed(3);
+    kl_tensor *x = kl_add_scalar(kl_rand(KL_SHAPE(40, 50, 3, 2), KL_F32), 1);
+    kl_tensor *y = kl_dropout2d(x, 0.3, true);
+    assert_non_null(y);
+    int64_t dropped = 0;
+    for (int64_t pl = 0; pl < 2000; pl++) {
+        double f = kt_get(y, pl * 6) / kt_get(x, pl * 6);
+        assert_true(f == 0 || fabs(f - 1 / 0.7) < 1e-5);
+        for (int64_t j = 1; j < 6; j++) assert_true(fabs(kt_get(y, pl * 6 + j) - f * kt_get(x, pl * 6 + j)) < 1e-5);
+        dropped += f == 0;
+    }
+    assert_true(dropped > 2000 * 0.3 - 4 * sqrt(2000 * 0.21) && dropped < 2000 * 0.3 + 4 * sqrt(2000 * 0.21));
+    kl_manual_seed(3);
+    kl_rand(KL_SHAPE(40, 50, 3, 2), KL_F32);
+    assert_int_equal(kl_equal(kl_dropout2d(x, 0.3, true), y), 1);
+    /* f64 and 3-D [N, C, L]: planes are [N, C] */
+    kl_tensor *x3 = kl_ones(KL_SHAPE(30, 20, 5), KL_F64), *y3 = kl_dropout2d(x3, 0.5, true);
+    for (int64_t pl = 0; pl < 600; pl++)
+        for (int64_t j = 1; j < 5; j++) assert_true(kt_get(y3, pl * 5 + j) == kt_get(y3, pl * 5));
+    kl_tensor *ye = kl_dropout2d(x, 0.3, false);
+    assert_int_equal(kl_equal(ye, x), 1);
+    assert_null(kl_dropout2d(kl_ones(KL_SHAPE(4, 5), KL_F32), 0.5, true));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_dropout2d: expects a 3-D [N,C,L] or 4-D [N,C,H,W] input, got [4,5]");
+    assert_null(kl_dropout2d(x, 1.5, true));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_dropout2d: probability has to be between 0 and 1, got 1.5");
+    assert_null(kl_dropout2d(kl_ones(KL_SHAPE(2, 2, 2), KL_I32), 0.5, true));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_dropout2d");
+}
+
+/* conv_transpose2d is the adjoint of conv2d: <conv2d(x, w), g> = <x, conv_transpose2d(g, w)>
+ * for every option set; plus the errors of conv1d, conv_transpose2d and adaptive_avg_pool2d. */
+static void conv_transpose2d_is_conv2d_adjoint(void **s) {
+    (void)s;
+    kl_manual_seed(5);
+    static const struct {
+        int64_t x[4], w[4], st[2], pad[2], dil[2], groups;
+    } cases[] = {{{2, 4, 7, 6}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 2}, {{1, 3, 8, 8}, {2, 3, 3, 3}, {3, 3}, {2, 1}, {1, 1}, 1}};
+    for (int i = 0; i < 2; i++) {
+        kl_tensor *x = kl_randn(4, cases[i].x, KL_F64), *w = kl_randn(4, cases[i].w, KL_F64);
+        kl_conv2d_options o = {{cases[i].st[0], cases[i].st[1]}, {cases[i].pad[0], cases[i].pad[1]},
+                               {cases[i].dil[0], cases[i].dil[1]}, cases[i].groups};
+        kl_tensor *y = kl_conv2d(x, w, NULL, &o);
+        kl_tensor *g = kl_randn_like(y);
+        kl_conv_transpose2d_options t = kl_conv_transpose2d_options_default();
+        for (int d = 0; d < 2; d++) {
+            t.stride[d] = o.stride[d], t.padding[d] = o.padding[d], t.dilation[d] = o.dilation[d];
+            t.output_padding[d] = cases[i].x[2 + d] - ((kl_shape(y)[2 + d] - 1) * o.stride[d] - 2 * o.padding[d] +
+                                                       o.dilation[d] * (cases[i].w[2 + d] - 1) + 1);
+        }
+        t.groups = o.groups;
+        kl_tensor *xt = kl_conv_transpose2d(g, w, NULL, &t);
+        kt_assert_shape(xt, 4, cases[i].x);
+        double a = kl_item(kl_sum(kl_mul(y, g), KL_ALL_DIMS, false)), b = kl_item(kl_sum(kl_mul(x, xt), KL_ALL_DIMS, false));
+        assert_true(fabs(a - b) < 1e-9 * (1 + fabs(a)));
+    }
+    kl_tensor *x = kl_ones(KL_SHAPE(1, 4, 3, 3), KL_F32), *w = kl_ones(KL_SHAPE(4, 2, 3, 3), KL_F32);
+    kl_conv_transpose2d_options t = kl_conv_transpose2d_options_default();
+    t.output_padding[0] = 1;
+    assert_null(kl_conv_transpose2d(x, w, NULL, &t));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "output_padding (1, 0) non-negative and smaller than either stride or dilation");
+    t = kl_conv_transpose2d_options_default();
+    t.groups = 3;
+    assert_null(kl_conv_transpose2d(x, w, NULL, &t));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv_transpose2d: weight [4,2,3,3] float32 cpu with groups = 3 expects an input "
+                                  "whose 4 channels are divisible by groups");
+    assert_null(kl_conv_transpose2d(x, w, kl_ones(KL_SHAPE(4), KL_F32), NULL));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv_transpose2d: bias [4] float32 cpu must have shape [2]");
+    t = kl_conv_transpose2d_options_default();
+    t.padding[0] = t.padding[1] = 3;
+    assert_null(kl_conv_transpose2d(x, w, NULL, &t));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "output size -1 along dim 2 is not positive");
+    t = kl_conv_transpose2d_options_default();
+    t.stride[0] = INT64_MAX / 2;
+    assert_null(kl_conv_transpose2d(x, w, NULL, &t));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv_transpose2d: output size of input [1,4,3,3] float32 cpu overflows");
+    /* conv1d */
+    kl_tensor *x1 = kl_ones(KL_SHAPE(2, 3, 5), KL_F32);
+    assert_null(kl_conv1d(x1, kl_ones(KL_SHAPE(4, 2, 3), KL_F32), NULL, NULL));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv1d: weight [4,2,3] float32 cpu with groups = 1 expects out channels "
+                                  "divisible by groups and an input with 2 channels, got [2,3,5] float32 cpu");
+    assert_null(kl_conv1d(x1, kl_ones(KL_SHAPE(4, 3, 6), KL_F32), NULL, NULL));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv1d: padded input length is smaller than the dilated kernel");
+    kl_conv1d_options o1 = kl_conv1d_options_default();
+    o1.dilation = INT64_MAX / 2;
+    assert_null(kl_conv1d(x1, kl_ones(KL_SHAPE(4, 3, 3), KL_F32), NULL, &o1));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv1d: padded input length is smaller than the dilated kernel");
+    assert_null(kl_conv1d(kl_ones(KL_SHAPE(2, 3, 5, 1), KL_F32), kl_ones(KL_SHAPE(4, 3, 3), KL_F32), NULL, NULL));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv1d: expects a 2-D [C,L] or 3-D [N,C,L] input, got [2,3,5,1]");
+    o1 = kl_conv1d_options_default();
+    o1.stride = 0;
+    assert_null(kl_conv1d(x1, kl_ones(KL_SHAPE(4, 3, 3), KL_F32), NULL, &o1));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_conv1d: stride (0), dilation (1) and groups (1) must be positive");
+    /* adaptive_avg_pool2d */
+    assert_null(kl_adaptive_avg_pool2d(kl_ones(KL_SHAPE(3, 4), KL_F32), 2, 2));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_adaptive_avg_pool2d: expects a 3-D [C,H,W] or 4-D [N,C,H,W] input, got [3,4]");
+    assert_null(kl_adaptive_avg_pool2d(x, -1, 2));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "output size (-1, 2) must be non-negative");
+    assert_null(kl_adaptive_avg_pool2d(x, INT64_MAX / 2, 2));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "must be non-negative and fit input");
+    assert_null(kl_adaptive_avg_pool2d(kl_ones(KL_SHAPE(1, 2, 0, 3), KL_F32), 1, 1));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "expects non-empty channel and spatial dims");
+    assert_null(kl_adaptive_avg_pool2d(kl_ones(KL_SHAPE(1, 2, 3, 3), KL_I64), 1, 1));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_adaptive_avg_pool2d");
+    /* PyTorch's windows for 5 -> 3: [0, 2), [1, 4), [3, 5) */
+    kl_tensor *r = kl_adaptive_avg_pool2d(kl_reshape(kl_arange(0, 5, 1, KL_F32), KL_SHAPE(1, 1, 5)), 1, 3);
+    kt_assert_values(r, (double[]){0.5, 2, 3.5}, 3, 1e-6);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(matmul_shape_rules),
@@ -810,6 +1066,7 @@ int main(void) {
         KT_TEST(sdpa_values),
         KT_TEST(cross_entropy_values),
         KT_TEST(loss_errors_and_decomp),
+        KT_TEST(class_loss_options),
         KT_TEST(mse_and_bce_values),
         KT_TEST(conv2d_values),
         KT_TEST(conv2d_errors),
@@ -817,6 +1074,10 @@ int main(void) {
         KT_TEST(pool2d_errors),
         KT_TEST(meta_shapes),
         KT_TEST(thread_count_invariance),
+        KT_TEST(batch_norm_running_buffers),
+        KT_TEST(batch_norm_errors),
+        KT_TEST(dropout2d_planes),
+        KT_TEST(conv_transpose2d_is_conv2d_adjoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

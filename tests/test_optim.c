@@ -288,6 +288,77 @@ static void params_collection(void **s) {
     kl_params_free(NULL);
 }
 
+/* nn.Conv*d's and nn.BatchNorm*d's default init: U(+-1/sqrt(fan_in)) for
+ * weight and bias, fan_in = weight dim 1 x kernel elements (ConvTranspose2d:
+ * out/groups); batch norm weight 1, bias 0, buffers 0 and 1 outside p. */
+static void params_conv_and_batch_norm_layers(void **s) {
+    (void)s;
+    kl_manual_seed(4);
+    kl_params *p = kl_params_new();
+    kl_tensor *w, *b;
+    double m, sd, lo, hi;
+    assert_int_equal(kl_params_add_conv2d(p, "conv1", 8, 32, 3, 3, 2, true, &w, &b), 0);
+    kt_assert_shape(w, 4, (const int64_t[]){32, 4, 3, 3});
+    kt_assert_shape(b, 1, (const int64_t[]){32});
+    double bound = 1 / sqrt(4 * 9.0);
+    stats(w, &m, &sd, &lo, &hi);
+    assert_true(lo >= -bound && hi <= bound && hi > 0.95 * bound);
+    ASSERT_NEAR(sd, bound / sqrt(3.0), 0.05 * bound);
+    stats(b, &m, &sd, &lo, &hi);
+    assert_true(lo >= -bound && hi <= bound && hi > 0.5 * bound);
+    assert_string_equal(kl_params_name(p, 1), "conv1.bias");
+    assert_int_equal(kl_params_add_conv1d(p, "c1d", 6, 4, 5, 1, false, &w, &b), 0);
+    kt_assert_shape(w, 3, (const int64_t[]){4, 6, 5});
+    assert_null(b);
+    bound = 1 / sqrt(30.0);
+    stats(w, &m, &sd, &lo, &hi);
+    assert_true(lo >= -bound && hi <= bound);
+    assert_int_equal(kl_params_add_conv_transpose2d(p, "up", 16, 6, 4, 4, 2, true, &w, &b), 0);
+    kt_assert_shape(w, 4, (const int64_t[]){16, 3, 4, 4});
+    kt_assert_shape(b, 1, (const int64_t[]){6});
+    bound = 1 / sqrt(3 * 16.0);
+    stats(w, &m, &sd, &lo, &hi);
+    assert_true(lo >= -bound && hi <= bound && hi > 0.9 * bound);
+    stats(b, &m, &sd, &lo, &hi);
+    assert_true(lo >= -bound && hi <= bound);
+    assert_int_equal(kl_params_add_conv2d(p, "bad", 6, 4, 3, 3, 4, true, NULL, NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_params_add_conv2d: in_channels (6) and out_channels (4) must be positive and "
+                                "divisible by groups (4)");
+    assert_int_equal(kl_params_add_conv1d(p, "bad", 6, 4, 0, 1, true, NULL, NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kernel size 0 must be positive");
+    assert_int_equal(kl_params_add_conv2d(p, "conv1", 8, 32, 3, 3, 1, true, NULL, NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "a parameter named 'conv1.weight' is already in the collection");
+    int n = kl_params_count(p);
+    assert_int_equal(n, 5);
+
+    kl_tensor *rm, *rv;
+    assert_int_equal(kl_params_add_batch_norm(p, "bn1", 32, true, &w, &b, &rm, &rv), 0);
+    assert_int_equal(kl_item(kl_amin(w, KL_ALL_DIMS, false)), 1);
+    assert_int_equal(kl_item(kl_amax(kl_abs(b), KL_ALL_DIMS, false)), 0);
+    assert_int_equal(kl_item(kl_amax(kl_abs(rm), KL_ALL_DIMS, false)), 0);
+    assert_int_equal(kl_item(kl_amin(rv, KL_ALL_DIMS, false)), 1);
+    assert_int_equal(kl_item(kl_amax(rv, KL_ALL_DIMS, false)), 1);
+    assert_true(kl_requires_grad(w) && kl_requires_grad(b));
+    assert_false(kl_requires_grad(rm) || kl_requires_grad(rv));
+    assert_int_equal(kl_params_count(p), n + 2); /* the buffers are not parameters */
+    assert_string_equal(kl_params_name(p, n), "bn1.weight");
+    /* they feed kl_batch_norm directly */
+    kl_tensor *y = kl_batch_norm(kl_randn(KL_SHAPE(4, 32, 2, 2), KL_F32), rm, rv, w, b, true, 0.1, 1e-5);
+    assert_non_null(y);
+    assert_true(kl_item(kl_amax(kl_abs(rm), KL_ALL_DIMS, false)) > 0);
+    assert_int_equal(kl_params_add_batch_norm(p, "bn2", 8, false, &w, &b, &rm, NULL), 0);
+    assert_null(w);
+    assert_null(b);
+    kt_assert_shape(rm, 1, (const int64_t[]){8});
+    assert_int_equal(kl_params_count(p), n + 2);
+    assert_int_equal(kl_params_add_batch_norm(p, "bn1", 8, true, &w, &b, &rm, &rv), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "a parameter named 'bn1.weight' is already in the collection");
+    assert_null(rm);
+    assert_int_equal(kl_params_add_batch_norm(p, "bn3", 0, true, NULL, NULL, NULL, NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_params_add_batch_norm: num_features (0) must be positive");
+    kl_params_free(p);
+}
+
 static void params_linear_layer(void **s) {
     (void)s;
     kl_manual_seed(3);
@@ -546,6 +617,166 @@ static void training_loops_converge(void **s) {
         }
         assert_int_equal(mid, end); /* steady memory: no growth across steps */
     }
+}
+
+/* ---- training helpers: clipping, schedules, resuming ----------------------------------- */
+
+/* torch.nn.utils.clip_grad_norm_ on grads a [2,3], b [2] and a parameter with none. */
+static void clip_grad_norm_matches_torch(void **s) {
+    (void)s;
+    static const double ga[6] = {1, -2, 3, 0.5, 4, -1}, gb[2] = {-3, 2};
+    static const struct {
+        double type, max, total, scale;
+    } cases[] = {
+        {2, 1, 6.652067184448242, 0.15032918751239777},
+        {INFINITY, 2, 4, 0.49999988079071045},
+        {1, 100, 16.5, 1},
+        {3, 0.5, 5.144138813018799, 0.09719797968864441},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        kl_scope_begin();
+        kl_params *p = kl_params_new();
+        kl_tensor *a = kl_zeros(KL_SHAPE(2, 3), KL_F32), *b = kl_zeros(KL_SHAPE(2), KL_F32);
+        kl_params_add(p, "a", a);
+        kl_params_add(p, "b", b);
+        kl_params_add(p, "c", kl_zeros(KL_SHAPE(1), KL_F32));
+        kl_tensor *loss = kl_add(kl_sum(kl_mul(a, from_f64(ga, KL_SHAPE(2, 3), KL_F32)), KL_ALL_DIMS, false),
+                                 kl_sum(kl_mul(b, from_f64(gb, KL_SHAPE(2), KL_F32)), KL_ALL_DIMS, false));
+        assert_int_equal(kl_backward(loss, NULL, NULL), 0);
+        ASSERT_NEAR(kl_clip_grad_norm(p, cases[k].max, cases[k].type), cases[k].total, 1e-5 * cases[k].total);
+        double want[6];
+        for (int i = 0; i < 6; i++) want[i] = ga[i] * cases[k].scale;
+        kt_assert_values(kl_grad(a), want, 6, 1e-6);
+        for (int i = 0; i < 2; i++) want[i] = gb[i] * cases[k].scale;
+        kt_assert_values(kl_grad(b), want, 2, 1e-6);
+        kl_params_free(p);
+        kl_scope_end();
+    }
+    kl_params *p = kl_params_new();
+    kl_params_add(p, "a", kl_zeros(KL_SHAPE(2), KL_F32));
+    assert_true(kl_clip_grad_norm(p, 1, 2) == 0); /* no gradients: 0 */
+    assert_true(isnan(kl_clip_grad_norm(p, -1, 2)));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_clip_grad_norm: max_norm must be >= 0, got -1");
+    assert_true(isnan(kl_clip_grad_norm(p, 1, 0)));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "norm_type must be > 0");
+    assert_true(isnan(kl_clip_grad_norm(NULL, 1, 2)));
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "kl_clip_grad_norm: the parameter collection is NULL");
+    kl_params_free(p);
+}
+
+/* CosineAnnealingLR(T_max 7, eta_min 0.01) and StepLR(3, 0.5) from torch 1.13,
+ * behind a warm-up of 0 and of 3 steps. */
+static void lr_schedules(void **s) {
+    (void)s;
+    static const double cosine[8] = {0.1, 0.09554359905560886, 0.08305704108364301, 0.06501344202803415,
+                                     0.04498655797196586, 0.026942958916356993, 0.014456400944391143, 0.01};
+    for (int i = 0; i < 8; i++) ASSERT_NEAR(kl_lr_cosine_warmup(i, 0.1, 0, 7, 0.01), cosine[i], 1e-15);
+    ASSERT_NEAR(kl_lr_cosine_warmup(20, 0.1, 0, 7, 0.01), 0.01, 0); /* annealed: stays at min_lr */
+    for (int i = 0; i < 3; i++) ASSERT_NEAR(kl_lr_cosine_warmup(i, 0.1, 3, 10, 0.01), 0.1 * (i + 1) / 3, 1e-15);
+    for (int i = 0; i < 8; i++) ASSERT_NEAR(kl_lr_cosine_warmup(i + 3, 0.1, 3, 10, 0.01), cosine[i], 1e-15);
+    static const double step[8] = {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025};
+    for (int i = 0; i < 8; i++) ASSERT_NEAR(kl_lr_step(i, 0.1, 3, 0.5), step[i], 0);
+    assert_true(isnan(kl_lr_cosine_warmup(0, 0.1, 5, 4, 0)));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_lr_cosine_warmup: needs 0 <= step, 0 <= warmup <= total");
+    assert_true(isnan(kl_lr_step(0, 0.1, 0, 0.5)));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_lr_step: needs step >= 0 and step_size >= 1");
+}
+
+/* A two-layer model, its data, and training steps with clipping and a
+ * cosine schedule read from the optimizer's step count. */
+typedef struct resume_model {
+    kl_params *p;
+    kl_optim *o;
+} resume_model;
+
+static resume_model resume_new(int kind) {
+    resume_model m = {kl_params_new(), NULL};
+    kl_manual_seed(77);
+    kl_params_add_linear(m.p, "fc1", 5, 8, true, NULL, NULL);
+    kl_params_add_linear(m.p, "fc2", 8, 3, true, NULL, NULL);
+    if (kind == 0) {
+        kl_sgd_options o = kl_sgd_options_default();
+        o.momentum = 0.9, o.nesterov = true, o.weight_decay = 1e-3;
+        m.o = kl_optim_sgd(m.p, &o);
+    } else {
+        kl_adam_options o = kind == 1 ? kl_adam_options_default() : kl_adamw_options_default();
+        o.amsgrad = kind == 1;
+        m.o = kind == 1 ? kl_optim_adam(m.p, &o) : kl_optim_adamw(m.p, &o);
+    }
+    return m;
+}
+
+static void resume_steps(resume_model *m, int n) {
+    kl_manual_seed(5);
+    kl_tensor *x = kl_randn(KL_SHAPE(16, 5), KL_F32);
+    kl_tensor *y = kl_randint(0, 3, KL_SHAPE(16), KL_I64);
+    for (int i = 0; i < n; i++) {
+        kl_scope_begin();
+        kl_optim_set_lr(m->o, kl_lr_cosine_warmup(kl_optim_steps(m->o), 0.05, 3, 12, 1e-3));
+        kl_tensor *h = kl_relu(kl_linear(x, kl_params_get(m->p, 0), kl_params_get(m->p, 1)));
+        kl_tensor *loss = kl_cross_entropy(kl_linear(h, kl_params_get(m->p, 2), kl_params_get(m->p, 3)), y,
+                                           KL_REDUCE_MEAN, 0.1);
+        kl_optim_zero_grad(m->o);
+        assert_int_equal(kl_backward(loss, NULL, NULL), 0);
+        assert_false(isnan(kl_clip_grad_norm(m->p, 0.5, 2)));
+        assert_int_equal(kl_optim_step(m->o), 0);
+        kl_scope_end();
+    }
+}
+
+static void resume_free(resume_model *m) {
+    kl_optim_free(m->o);
+    kl_params_free(m->p);
+}
+
+/* N steps, save, load into a fresh model and optimizer, M more steps: bit for
+ * bit the N + M uninterrupted steps, for SGD (momentum), Adam (amsgrad), AdamW. */
+static void optim_state_resumes_training(void **s) {
+    (void)s;
+    const char *pp = kt_tmp_path("resume.params.safetensors"), *po = kt_tmp_path("resume.optim.safetensors");
+    for (int kind = 0; kind < 3; kind++) {
+        kl_scope_begin();
+        resume_model full = resume_new(kind), first = resume_new(kind), second = resume_new(kind);
+        resume_steps(&full, 9);
+        resume_steps(&first, 4);
+        assert_int_equal(kl_params_save_safetensors(first.p, pp), 0);
+        assert_int_equal(kl_optim_save_safetensors(first.o, first.p, po), 0);
+        assert_int_equal(kl_params_load_safetensors(second.p, pp, true), 4);
+        assert_int_equal(kl_optim_load_safetensors(second.o, second.p, po), 0);
+        assert_int_equal(kl_optim_steps(second.o), 4);
+        assert_true(kl_optim_get_lr(second.o) == kl_optim_get_lr(first.o));
+        resume_steps(&second, 5);
+        for (int i = 0; i < 4; i++) assert_int_equal(kl_equal(kl_params_get(full.p, i), kl_params_get(second.p, i)), 1);
+        /* and the state files agree: saving both gives the same tensors */
+        resume_free(&first);
+        resume_free(&second);
+        resume_free(&full);
+        kl_scope_end();
+    }
+    /* errors: another kind, no metadata, shapes that differ; nothing is changed */
+    kl_scope_begin();
+    resume_model a = resume_new(2), b = resume_new(0);
+    resume_steps(&a, 2);
+    assert_int_equal(kl_optim_save_safetensors(a.o, a.p, po), 0);
+    assert_int_equal(kl_optim_load_safetensors(b.o, b.p, po), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "holds adamw state, but the optimizer is sgd");
+    assert_int_equal(kl_optim_steps(b.o), 0);
+    assert_int_equal(kl_optim_load_safetensors(b.o, b.p, pp), -1);
+    KT_EXPECT_ERROR(KL_ERR_FORMAT, "no optimizer metadata");
+    kl_params *q = kl_params_new();
+    kl_params_add_linear(q, "fc1", 5, 7, true, NULL, NULL);
+    kl_params_add_linear(q, "fc2", 7, 3, true, NULL, NULL);
+    kl_optim *oq = kl_optim_adamw(q, NULL);
+    assert_int_equal(kl_optim_load_safetensors(oq, q, po), -1);
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "'fc1.weight.exp_avg' is [8,5] float32 cpu but the parameter is [7,5] float32 cpu");
+    assert_int_equal(kl_optim_steps(oq), 0);
+    assert_int_equal(kl_optim_load_safetensors(oq, a.p, po), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "parameter 0 of the optimizer is not parameter 0 of the collection");
+    kl_optim_free(oq);
+    kl_params_free(q);
+    resume_free(&a);
+    resume_free(&b);
+    kl_scope_end();
 }
 
 /* ---- safetensors: round trips and files from torch ------------------------------------- */
@@ -1043,9 +1274,13 @@ int main(void) {
         KT_TEST(init_on_parameters_records_nothing),
         KT_TEST(params_collection),
         KT_TEST(params_linear_layer),
+        KT_TEST(params_conv_and_batch_norm_layers),
         KT_TEST(optim_matches_torch),
         KT_TEST(optim_options_and_errors),
         KT_TEST(training_loops_converge),
+        KT_TEST(clip_grad_norm_matches_torch),
+        KT_TEST(lr_schedules),
+        KT_TEST(optim_state_resumes_training),
         KT_TEST(safetensors_round_trip),
         KT_TEST(safetensors_save_errors),
         KT_TEST(safetensors_from_torch),

@@ -134,6 +134,33 @@ KL_API int64_t kl_params_numel(const kl_params *p);
 KL_API int kl_params_add_linear(kl_params *p, const char *prefix, int64_t in_features,
                                 int64_t out_features, bool bias, kl_tensor **weight, kl_tensor **b);
 
+/* Convolution layers' parameters with nn.Conv1d / nn.Conv2d /
+ * nn.ConvTranspose2d's default init, in the default dtype, as
+ * kl_params_add_linear: "<prefix>.weight" from kaiming_uniform(a = sqrt(5))
+ * (U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = weight dim 1 x kernel
+ * elements) and "<prefix>.bias" [out_channels] from the same bound. Weights:
+ * conv1d [out, in/groups, k], conv2d [out, in/groups, kh, kw],
+ * conv_transpose2d [in, out/groups, kh, kw]. Channels must be positive and
+ * divisible by groups (KL_ERR_ARG). Returns 0 or -1 (nothing added on failure). */
+KL_API int kl_params_add_conv1d(kl_params *p, const char *prefix, int64_t in_channels, int64_t out_channels,
+                                int64_t kernel_size, int64_t groups, bool bias, kl_tensor **weight, kl_tensor **b);
+KL_API int kl_params_add_conv2d(kl_params *p, const char *prefix, int64_t in_channels, int64_t out_channels,
+                                int64_t kh, int64_t kw, int64_t groups, bool bias, kl_tensor **weight,
+                                kl_tensor **b);
+KL_API int kl_params_add_conv_transpose2d(kl_params *p, const char *prefix, int64_t in_channels,
+                                          int64_t out_channels, int64_t kh, int64_t kw, int64_t groups, bool bias,
+                                          kl_tensor **weight, kl_tensor **b);
+/* A batch-norm layer as nn.BatchNorm*d initialises it, in the default dtype:
+ * if affine, parameters "<prefix>.weight" (ones) and "<prefix>.bias" (zeros)
+ * [num_features] in p (borrowed, as above); and the running buffers, mean
+ * zeros and variance ones [num_features], which are not parameters (no grad,
+ * never stepped): new tensors owned by the caller's scope, like an op's
+ * output (either pointer may be NULL; kl_keep or kl_retain them to keep them
+ * beyond it). For kl_batch_norm. Returns 0 or -1. */
+KL_API int kl_params_add_batch_norm(kl_params *p, const char *prefix, int64_t num_features, bool affine,
+                                    kl_tensor **weight, kl_tensor **b, kl_tensor **running_mean,
+                                    kl_tensor **running_var);
+
 /* ------------------------------------------------------------------------ */
 /* Optimizers (torch.optim 1.13 semantics, one parameter group). A step is   */
 /* written only with kl_ in-place ops under no-grad, so it can be traced and */
@@ -186,6 +213,40 @@ KL_API double kl_optim_get_lr(const kl_optim *o);
 KL_API int64_t kl_optim_steps(const kl_optim *o);
 /* Frees the optimizer and its state. NULL is a no-op. */
 KL_API void kl_optim_free(kl_optim *o);
+
+/* Optimizer state in a safetensors file beside the parameters, so training
+ * resumes where it stopped: per parameter of p (the collection o was made
+ * from) "<name>.step" (int64 []) and its moments ("<name>.exp_avg",
+ * "<name>.exp_avg_sq", "<name>.max_exp_avg_sq", "<name>.momentum_buffer",
+ * those that exist), and metadata "kiln.optim" (sgd, adam, adamw), "steps"
+ * and "lr". Loading requires the same kind and matching names, shapes and
+ * dtypes (KL_ERR_ARG / KL_ERR_SHAPE / KL_ERR_DTYPE), copies into fresh or
+ * existing state and sets the step counts and lr; nothing changes unless
+ * every check passes. 0 or -1. */
+KL_API int kl_optim_save_safetensors(const kl_optim *o, const kl_params *p, const char *path);
+KL_API int kl_optim_load_safetensors(kl_optim *o, const kl_params *p, const char *path);
+
+/* ------------------------------------------------------------------------ */
+/* Training helpers                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* torch.nn.utils.clip_grad_norm_ (1.13): the norm of the gradients of p's
+ * parameters taken together (norm_type 2, any p > 0, or INFINITY: the
+ * largest |g|), then every gradient is multiplied in place by
+ * min(1, max_norm / (total + 1e-6)). Parameters without a gradient are
+ * skipped (0 when none has one). Returns the total norm before clipping
+ * (a non-finite norm is returned, gradients scaled as PyTorch does), or NaN
+ * with an error (NULL p, max_norm < 0 or NaN, norm_type <= 0). */
+KL_API double kl_clip_grad_norm(kl_params *p, double max_norm, double norm_type);
+/* Learning rate at step (0-based) of a linear warm-up to base_lr over warmup
+ * steps (base_lr * (step + 1) / warmup), then cosine annealing to min_lr over
+ * the remaining total - warmup steps, as CosineAnnealingLR's closed form
+ * (min_lr + (base_lr - min_lr) (1 + cos(pi (step - warmup) / (total - warmup))) / 2);
+ * min_lr from step total on. NaN and KL_ERR_ARG for negative counts or
+ * total < warmup. */
+KL_API double kl_lr_cosine_warmup(int64_t step, double base_lr, int64_t warmup, int64_t total, double min_lr);
+/* StepLR: base_lr * gamma^floor(step / step_size) (step_size >= 1, else NaN and KL_ERR_ARG). */
+KL_API double kl_lr_step(int64_t step, double base_lr, int64_t step_size, double gamma);
 
 /* ------------------------------------------------------------------------ */
 /* safetensors files (https://github.com/huggingface/safetensors): an        */

@@ -57,6 +57,23 @@ typedef struct ag_saved {
 } ag_saved;
 
 #define AG_OP_ACCUMULATE (-1) /* node kind of a leaf's accumulator */
+#define AG_OP_CUSTOM (-2)     /* node kind whose backward is a callback (ag_custom) */
+
+/* A node whose backward is a callback, for an upper layer (a compiled
+ * function's call is one node; src/trace/aot.c): autograd never calls up by
+ * name. backward receives the output gradients (zeros materialized for
+ * floating outputs where none flowed), which inputs need a gradient, and
+ * create_graph; it fills gin[nin] with scope-owned gradients (NULL = zero) and
+ * returns 0, or -1 with an error recorded. release_saved drops what the
+ * backward needs (after a backward without retain_graph; a second backward
+ * then fails in backward itself); release frees ctx when the node dies. */
+typedef struct ag_custom {
+    const char *name;
+    int (*backward)(void *ctx, int create_graph, int nout, kl_tensor *const *gout, int nin, const uint8_t *need,
+                    kl_tensor **gin);
+    void (*release_saved)(void *ctx);
+    void (*release)(void *ctx);
+} ag_custom;
 
 struct ag_node {
     _Atomic int32_t refcount;
@@ -73,6 +90,8 @@ struct ag_node {
     ag_saved *saved_out;      /* [nout] */
     kl_tensor *leaf;          /* AG_OP_ACCUMULATE: the leaf (strong) */
     kl_tensor **retained;     /* [nout] weak: outputs that retain their grad */
+    const ag_custom *custom;  /* AG_OP_CUSTOM: the callbacks, and their context (owned) */
+    void *custom_ctx;
     /* Scratch of the backward pass running over this node (engine.c; one
      * backward at a time, under the engine's lock). */
     int64_t run;              /* id of the pass that set the fields below */
@@ -155,6 +174,15 @@ void ag_saved_release(ag_node *n);
  * the node as grad_fn. NULL + KL_ERR_STATE on a stale or released save. */
 kl_tensor *ag_saved_unpack(ag_node *n, ag_saved *s, int index, int grad_on);
 void ag_tmeta_of(const kl_tensor *t, ag_tmeta *m);
+
+/* Records one AG_OP_CUSTOM node with edges to inputs[0..nin) (those not
+ * requiring grad get none) and makes outputs[0..nout) its results: each
+ * floating output, which must be a fresh tensor without history (made by the
+ * caller, not an input or a view of one), gets the node as grad_fn. The node
+ * owns ctx from this call on (released with it, or here on failure).
+ * Returns 0 or -1. (node.c) */
+int ag_record_custom(const ag_custom *cb, void *ctx, int nin, kl_tensor *const *inputs, int nout,
+                     kl_tensor *const *outputs);
 
 /* ---- grad mode (meta.c) ---- */
 static inline int ag_grad_enabled(void) {

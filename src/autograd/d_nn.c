@@ -185,59 +185,141 @@ int ag_d_rms_norm(ag_ctx *c) { return norm_backward(c, 1); }
 /* The same mask on g: the forward op with its recorded seed and offset
  * gives g * mask / (1 - p) exactly (the mask depends on the dtype's Philox
  * stream, so g is brought to the input's dtype first). */
-int ag_d_dropout(ag_ctx *c) {
+static int dropout_backward(ag_ctx *c, int op) {
     kl_tensor *g = c->gout[0];
     if (kl_dtype_of(g) != (kl_dtype)c->in_meta[0].dtype) g = kl_to_dtype(g, (kl_dtype)c->in_meta[0].dtype);
-    c->gin[0] = g ? ag_call(KE_OP_dropout, 1, &g, c->a) : NULL;
+    c->gin[0] = g ? ag_call(op, 1, &g, c->a) : NULL;
     return c->gin[0] ? 0 : -1;
 }
+
+int ag_d_dropout(ag_ctx *c) { return dropout_backward(c, KE_OP_dropout); }
+/* dropout2d: the same planes of g (the op with the recorded seed and offset). */
+int ag_d_dropout2d(ag_ctx *c) { return dropout_backward(c, KE_OP_dropout2d); }
 
 /* ---- losses ------------------------------------------------------------------------- */
 
 /* Class dim of a class loss's input: 0 for [C], else 1. */
 static int class_dim(const ag_ctx *c) { return c->in_meta[0].ndim == 1 ? 0 : 1; }
 
-/* Per-row weight (the target's shape) of a class loss's gradient: g spread
- * by the reduction (the mean divides by the rows not ignored), and exactly 0
- * on ignored rows, which PyTorch never writes even when that count is 0. */
-static kl_tensor *class_row_weights(const ag_ctx *c, kl_tensor *t, kl_tensor *g) {
-    kl_dtype dt = (kl_dtype)c->in_meta[0].dtype;
-    kl_tensor *valid = kl_ne_scalar(t, (double)ke_attr_cross_entropy_ignore_index(c->a)); /* nll_loss's too */
-    kl_tensor *w = g;
-    if (ke_attr_reduction(c->a) == KL_REDUCE_MEAN) w = kl_div(g, kl_to_dtype(kl_sum(valid, KL_ALL_DIMS, false), dt));
-    return kl_where(valid, w, zero_scalar(dt, c->in_meta[0].device));
+/* Inputs x, target[, weight] of a class loss. */
+static kl_tensor *class_weight(const ag_ctx *c) {
+    return ke_attr_cross_entropy_has_weight(c->a) ? c->in[2] : NULL; /* nll_loss's too */
 }
 
-/* one_hot(t) along the class dim, in the input's dtype and shape. */
-static kl_tensor *class_one_hot(const ag_ctx *c, kl_tensor *t) {
+/* A [C] tensor shaped to broadcast along the input's class dim. */
+static kl_tensor *along_classes(const ag_ctx *c, kl_tensor *v) {
     const ag_tmeta *m = &c->in_meta[0];
     int cd = class_dim(c), n = 0;
     int64_t shape[KL_MAX_DIMS];
     shape[n++] = m->shape[cd];
     for (int d = cd + 1; d < m->ndim; d++) shape[n++] = 1;
-    kl_tensor *classes = kl_reshape(kl_to_device(kl_arange(0, (double)m->shape[cd], 1, KL_I64), m->device), n, shape);
-    return kl_to_dtype(kl_eq(kl_unsqueeze(t, cd), classes), (kl_dtype)m->dtype);
+    return kl_reshape(v, n, shape);
 }
 
-/* Row loss lse(x) - (1 - ls) x[t] - ls / C * sum(x), so
- * dx = (softmax(x) - (1 - ls) one_hot(t) - ls / C) * row weight. */
+/* Per-row weight (the target's shape) of a class loss's gradient: g spread
+ * by the reduction (the mean divides by the sum of the weights of the rows
+ * not ignored: their count without class weights), and exactly 0 on ignored
+ * rows, which PyTorch never writes even when that sum is 0. *wt gets
+ * weight[t] per row (NULL without weights). */
+static kl_tensor *class_row_weights(const ag_ctx *c, kl_tensor *t, kl_tensor *g, kl_tensor **wt) {
+    kl_dtype dt = (kl_dtype)c->in_meta[0].dtype;
+    kl_tensor *valid = kl_ne_scalar(t, (double)ke_attr_cross_entropy_ignore_index(c->a)); /* nll_loss's too */
+    kl_tensor *zero = zero_scalar(dt, c->in_meta[0].device), *w = class_weight(c), *r = g;
+    *wt = NULL;
+    if (w) {
+        kl_tensor *tz = kl_masked_fill(t, kl_logical_not(valid), 0);
+        *wt = kl_reshape(kl_index_select(w, 0, kl_reshape(tz, KL_SHAPE(-1))), kl_ndim(t), kl_shape(t));
+    }
+    if (ke_attr_reduction(c->a) == KL_REDUCE_MEAN)
+        r = kl_div(g, *wt ? kl_sum(kl_where(valid, *wt, zero), KL_ALL_DIMS, false)
+                          : kl_to_dtype(kl_sum(valid, KL_ALL_DIMS, false), dt));
+    return kl_where(valid, r, zero);
+}
+
+/* one_hot(t) along the class dim, in the input's dtype and shape. */
+static kl_tensor *class_one_hot(const ag_ctx *c, kl_tensor *t) {
+    const ag_tmeta *m = &c->in_meta[0];
+    kl_tensor *classes = along_classes(c, kl_to_device(kl_arange(0, (double)m->shape[class_dim(c)], 1, KL_I64), m->device));
+    return kl_to_dtype(kl_eq(kl_unsqueeze(t, class_dim(c)), classes), (kl_dtype)m->dtype);
+}
+
+/* PyTorch 1.13 has no derivative of nll_loss for its weight. */
+static int no_weight_grad(const ag_ctx *c) {
+    if (c->nin > 2 && c->need[2])
+        return ke_err(KL_ERR_UNSUPPORTED, ke_ops[c->op].name,
+                      "is not differentiable with respect to weight with class-index targets (as in PyTorch 1.13)");
+    return 0;
+}
+
+/* Probability targets: row loss sum_c w[c] q[c] (lse - x[c]), q = p (1 - ls) + ls / C, so
+ * dx = (softmax(x) sum_c w q - w q) gr, dp = -(1 - ls) w log_softmax(x) gr,
+ * dw = -sum over rows of q log_softmax(x) gr; gr = g (spread over the rows for a mean). */
+static int ce_prob_backward(ag_ctx *c) {
+    kl_tensor *x = c->in[0], *p = c->in[1], *w = class_weight(c), *g = c->gout[0];
+    const ag_tmeta *m = &c->in_meta[0];
+    int cd = class_dim(c);
+    int64_t C = m->shape[cd], rows = numel_of(m) / (C > 0 ? C : 1);
+    double ls = ke_attr_cross_entropy_label_smoothing(c->a);
+    int red = ke_attr_reduction(c->a);
+    kl_tensor *gr = red == KL_REDUCE_NONE ? kl_unsqueeze(g, cd)
+                  : red == KL_REDUCE_MEAN ? kl_div_scalar(g, C == 0 ? 0.0 : (double)rows) : g;
+    kl_tensor *wb = w ? along_classes(c, w) : NULL;
+    kl_tensor *q = ls > 0 ? kl_add_scalar(kl_mul_scalar(p, 1 - ls), ls / (double)C) : p;
+    kl_tensor *wq = wb ? kl_mul(q, wb) : q;
+    kl_tensor *logp = (c->need[1] || (w && c->need[2])) ? kl_log_softmax(x, cd) : NULL;
+    if (c->need[0]) {
+        kl_tensor *d = kl_sub(kl_mul(kl_softmax(x, cd), kl_sum(wq, KL_DIMS(cd), true)), wq);
+        if (!(c->gin[0] = kl_mul(d, gr))) return -1;
+    }
+    if (c->need[1]) {
+        kl_tensor *d = kl_mul(wb ? kl_mul(logp, wb) : logp, kl_mul_scalar(gr, -(1 - ls)));
+        if (!(c->gin[1] = d)) return -1;
+    }
+    if (w && c->need[2]) {
+        int64_t dims[KL_MAX_DIMS];
+        int n = 0;
+        for (int d = 0; d < m->ndim; d++)
+            if (d != cd) dims[n++] = d;
+        kl_tensor *e = kl_neg(kl_mul(kl_mul(q, logp), gr));
+        if (!(c->gin[2] = n ? kl_sum(e, n, dims, false) : e)) return -1;
+    }
+    return 0;
+}
+
+/* Row loss (1 - ls) w[t] (lse - x[t]) + ls / C sum_c w[c] (lse - x[c]) (w = 1
+ * without weights), so dx = (softmax(x) ((1 - ls) w[t] + ls / C sum w)
+ * - (1 - ls) w[t] one_hot(t) - ls / C w) * row weight. */
 int ag_d_cross_entropy(ag_ctx *c) {
+    if (ke_is_float((kl_dtype)c->in_meta[1].dtype)) return ce_prob_backward(c);
+    if (no_weight_grad(c)) return -1;
     if (!c->need[0]) return 0;
-    kl_tensor *x = c->in[0], *t = c->in[1], *g = c->gout[0];
+    kl_tensor *x = c->in[0], *t = c->in[1], *g = c->gout[0], *w = class_weight(c), *wt;
     int cd = class_dim(c);
     double ls = ke_attr_cross_entropy_label_smoothing(c->a), C = (double)c->in_meta[0].shape[cd];
     kl_tensor *oh = class_one_hot(c, t);
-    kl_tensor *d = kl_sub(kl_softmax(x, cd), ls > 0 ? kl_mul_scalar(oh, 1 - ls) : oh);
-    if (ls > 0) d = kl_sub_scalar(d, ls / C);
-    c->gin[0] = kl_mul(d, kl_unsqueeze(class_row_weights(c, t, g), cd));
+    kl_tensor *rw = kl_unsqueeze(class_row_weights(c, t, g, &wt), cd);
+    kl_tensor *d;
+    if (!w) {
+        d = kl_sub(kl_softmax(x, cd), ls > 0 ? kl_mul_scalar(oh, 1 - ls) : oh);
+        if (ls > 0) d = kl_sub_scalar(d, ls / C);
+    } else {
+        kl_tensor *wtc = kl_mul_scalar(kl_unsqueeze(wt, cd), 1 - ls);
+        kl_tensor *s = ls > 0 ? kl_add(wtc, kl_mul_scalar(kl_sum(w, KL_ALL_DIMS, false), ls / C)) : wtc;
+        d = kl_sub(kl_mul(kl_softmax(x, cd), s), kl_mul(oh, wtc));
+        if (ls > 0) d = kl_sub(d, kl_mul_scalar(along_classes(c, w), ls / C));
+    }
+    c->gin[0] = kl_mul(d, rw);
     return c->gin[0] ? 0 : -1;
 }
 
-/* Row loss -x[t]: dx = -one_hot(t) * row weight. */
+/* Row loss -w[t] x[t]: dx = -one_hot(t) w[t] * row weight. */
 int ag_d_nll_loss(ag_ctx *c) {
+    if (no_weight_grad(c)) return -1;
     if (!c->need[0]) return 0;
-    kl_tensor *t = c->in[1], *g = c->gout[0];
-    c->gin[0] = kl_mul(class_one_hot(c, t), kl_unsqueeze(kl_neg(class_row_weights(c, t, g)), class_dim(c)));
+    kl_tensor *t = c->in[1], *g = c->gout[0], *wt;
+    kl_tensor *rw = kl_neg(class_row_weights(c, t, g, &wt));
+    if (wt) rw = kl_mul(rw, wt);
+    c->gin[0] = kl_mul(class_one_hot(c, t), kl_unsqueeze(rw, class_dim(c)));
     return c->gin[0] ? 0 : -1;
 }
 
@@ -278,58 +360,24 @@ typedef struct conv_params {
     int64_t st[2], pad[2], dil[2], groups;
 } conv_params;
 
-/* Indices k-1, ..., 0 (to flip a kernel dim). */
-static kl_tensor *reversed(int64_t k, kl_device dev) {
-    return kl_to_device(kl_arange((double)(k - 1), -1, -1, KL_I64), dev);
-}
-
 /* dL/dx of conv2d for g [N, O, OH, OW] and w [O, C/G, kh, kw] (x [N, C, H, W]):
- * the transposed convolution, written as a convolution. g gets s - 1 zeros
- * after each element (zero insertion: pad an extra unit dim and fold it in),
- * then pads (negative ones crop) so that
- *   dx[ih] = sum_ki g[(ih + p - ki d) / s] w[ki]
- * becomes a stride-1 correlation with the flipped, in/out-swapped kernel at
- * dilation d: lo = d (k - 1) - p in front and whatever makes the length
- * H + d (k - 1) behind (which covers rows no window reached: their gradient
- * is 0). flip = 0 skips the flip for symmetric kernels. */
-static kl_tensor *conv_input_grad(kl_tensor *g, kl_tensor *w, const conv_params *cp, const int64_t *in_hw,
-                                  int flip) {
+ * the transposed convolution, with the output padding that gives back H x W
+ * (rows no window reached get 0). avg_pool2d's ceil_mode windows may end
+ * past the input: that transposed output is cropped instead. */
+static kl_tensor *conv_input_grad(kl_tensor *g, kl_tensor *w, const conv_params *cp, const int64_t *in_hw) {
     const int64_t *gs = kl_shape(g), *ws = kl_shape(w);
     if (!gs || !ws) return NULL;
-    int64_t N = gs[0], O = gs[1], OH = gs[2], OW = gs[3];
-    int64_t G = cp->groups, Og = O / G, Cg = ws[1], kh = ws[2], kw = ws[3];
-    kl_device dev = kl_device_of(g);
-    /* weight [G*Og, Cg, kh, kw] -> [G*Cg, Og, kh, kw], flipped */
-    kl_tensor *wt = G == 1 ? kl_transpose(w, 0, 1)
-                           : kl_reshape(kl_transpose(kl_reshape(w, 5, (int64_t[]){G, Og, Cg, kh, kw}), 1, 2), 4,
-                                        (int64_t[]){G * Cg, Og, kh, kw});
-    if (flip && kh > 1) wt = kl_index_select(wt, 2, reversed(kh, dev));
-    if (flip && kw > 1) wt = kl_index_select(wt, 3, reversed(kw, dev));
-    /* zero insertion */
-    int64_t len[2] = {OH, OW};
-    if (cp->st[1] > 1) {
-        g = kl_reshape(kl_pad(kl_unsqueeze(g, 4), 2, (int64_t[]){0, cp->st[1] - 1}, 0), 4,
-                       (int64_t[]){N, O, OH, OW * cp->st[1]});
-        len[1] = OW * cp->st[1];
-    }
-    if (cp->st[0] > 1) {
-        g = kl_reshape(kl_pad(kl_unsqueeze(g, 3), 4, (int64_t[]){0, 0, 0, cp->st[0] - 1}, 0), 4,
-                       (int64_t[]){N, O, OH * cp->st[0], len[1]});
-        len[0] = OH * cp->st[0];
-    }
-    int64_t lo[2], hi[2], k[2] = {kh, kw};
+    kl_conv_transpose2d_options o = kl_conv_transpose2d_options_default();
+    int crop = 0;
     for (int d = 0; d < 2; d++) {
-        lo[d] = cp->dil[d] * (k[d] - 1) - cp->pad[d];
-        hi[d] = in_hw[d] + cp->dil[d] * (k[d] - 1) - lo[d] - len[d];
+        o.stride[d] = cp->st[d], o.padding[d] = cp->pad[d], o.dilation[d] = cp->dil[d];
+        o.output_padding[d] = in_hw[d] - ((gs[2 + d] - 1) * cp->st[d] - 2 * cp->pad[d] + cp->dil[d] * (ws[2 + d] - 1) + 1);
+        if (o.output_padding[d] < 0) o.output_padding[d] = 0, crop = 1;
     }
-    kl_conv2d_options o = kl_conv2d_options_default();
-    o.dilation[0] = cp->dil[0], o.dilation[1] = cp->dil[1], o.groups = G;
-    if (lo[0] == hi[0] && lo[1] == hi[1] && lo[0] >= 0 && lo[1] >= 0) {
-        o.padding[0] = lo[0], o.padding[1] = lo[1];
-    } else {
-        g = kl_pad(g, 4, (int64_t[]){lo[1], hi[1], lo[0], hi[0]}, 0);
-    }
-    return kl_conv2d(g, wt, NULL, &o);
+    o.groups = cp->groups;
+    kl_tensor *r = kl_conv_transpose2d(g, w, NULL, &o);
+    if (crop) r = kl_narrow(kl_narrow(r, 2, 0, in_hw[0]), 3, 0, in_hw[1]);
+    return r;
 }
 
 /* dL/dw of conv2d, also a convolution: batch and channels of x swap roles
@@ -375,7 +423,7 @@ int ag_d_conv2d(ag_ctx *c) {
     if (numel_of(xm) == 0 || numel_of(&c->out_meta[0]) == 0) return 0;
     if (!batched) g = kl_unsqueeze(g, 0);
     if (c->need[0]) {
-        kl_tensor *gx = conv_input_grad(g, c->in[1], &cp, xm->shape + batched + 1, 1);
+        kl_tensor *gx = conv_input_grad(g, c->in[1], &cp, xm->shape + batched + 1);
         c->gin[0] = batched ? gx : kl_squeeze(gx, 0);
         if (!c->gin[0]) return -1;
     }
@@ -443,7 +491,43 @@ int ag_d_avg_pool2d(ag_ctx *c) {
     kl_tensor *ones = kl_fill_inplace(kl_empty_on(4, (int64_t[]){1, 1, k[0], k[1]}, dt, xm->device), 1);
     conv_params cp = {{s[0], s[1]}, {pad[0], pad[1]}, {1, 1}, 1};
     kl_tensor *gx = conv_input_grad(kl_reshape(g, 4, (int64_t[]){planes, 1, OH, OW}), ones, &cp,
-                                    (int64_t[]){H, W}, 0);
+                                    (int64_t[]){H, W});
     c->gin[0] = kl_reshape(gx, xm->ndim, xm->shape);
+    return c->gin[0] ? 0 : -1;
+}
+
+/* adaptive_avg_pool2d is linear and separable: y = A_h x A_w^T per plane,
+ * with A [out, in] holding 1 / window length inside each window. So
+ * dx = A_h^T g A_w, two matrix products (batched over the planes). */
+static kl_tensor *adaptive_matrix(int64_t out, int64_t in, kl_dtype dt, kl_device dev) {
+    int64_t n;
+    if (ke_mul_ov(out, in, &n) || n > ((int64_t)1 << 40) / (int64_t)sizeof(double)) {
+        ke_err(KL_ERR_OOM, "adaptive_avg_pool2d", "window matrix %lldx%lld is too large", (long long)out, (long long)in);
+        return NULL;
+    }
+    double *v = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!v) {
+        ke_err(KL_ERR_OOM, "adaptive_avg_pool2d", "out of memory for a %lldx%lld window matrix", (long long)out,
+               (long long)in);
+        return NULL;
+    }
+    for (int64_t o = 0; o < out; o++) {
+        int64_t s = (o * in) / out, e = ((o + 1) * in + out - 1) / out;
+        for (int64_t i = s; i < e; i++) v[o * in + i] = 1.0 / (double)(e - s);
+    }
+    kl_tensor *t = kl_from_data(v, 2, (int64_t[]){out, in}, KL_F64);
+    free(v);
+    return kl_to_device(kl_to_dtype(t, dt), dev);
+}
+
+int ag_d_adaptive_avg_pool2d(ag_ctx *c) {
+    const ag_tmeta *xm = &c->in_meta[0], *om = &c->out_meta[0];
+    int b = xm->ndim == 4;
+    if (numel_of(xm) == 0 || numel_of(om) == 0) return 0;
+    kl_tensor *g = c->gout[0];
+    kl_dtype dt = kl_dtype_of(g);
+    kl_tensor *ah = adaptive_matrix(om->shape[b + 1], xm->shape[b + 1], dt, xm->device);
+    kl_tensor *aw = adaptive_matrix(om->shape[b + 2], xm->shape[b + 2], dt, xm->device);
+    c->gin[0] = kl_matmul(kl_matmul(kl_t(ah), g), aw);
     return c->gin[0] ? 0 : -1;
 }

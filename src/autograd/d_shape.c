@@ -313,6 +313,23 @@ int ag_d_minmax_dim(ag_ctx *c) {
     return set_gin(c, 0, kl_scatter_add(zeros_for(m, g), d, idx, g));
 }
 
+/* sort and topk: the gradient of each kept value goes back to its index
+ * (indices within a row are distinct, so the adds never meet). */
+static int sorted_backward(ag_ctx *c, int64_t dim) {
+    const ag_tmeta *m = &c->in_meta[0];
+    kl_tensor *g = c->gout[0];
+    if (numel_of(m) == 0) return 0;
+    if (m->ndim == 0) return set_gin(c, 0, kl_reshape(g, 0, NULL));
+    return set_gin(c, 0, kl_scatter_add(zeros_for(m, g), wrap(dim, m->ndim), c->out[1], g));
+}
+int ag_d_sort(ag_ctx *c) { return sorted_backward(c, ke_attr_sort_dim(c->a)); }
+int ag_d_topk(ag_ctx *c) { return sorted_backward(c, ke_attr_topk_dim(c->a)); }
+
+/* flip is its own inverse. */
+int ag_d_flip(ag_ctx *c) {
+    return set_gin(c, 0, kl_flip(c->gout[0], ke_attr_flip_dims_len(c->a), ke_attr_flip_dims(c->a)));
+}
+
 /* var: 2 / (N - correction) * g * (x - mean), with N the reduced count. */
 static kl_tensor *var_backward(kl_tensor *g, kl_tensor *x, const ag_tmeta *m, uint32_t mask, double correction) {
     int64_t dims[KL_MAX_DIMS];
@@ -482,10 +499,47 @@ int ag_d_repeat(ag_ctx *c) {
     return set_gin(c, 0, kl_reshape(g, m->ndim, m->shape));
 }
 
-/* pad: the same pad negated crops the padding off (and pads back what was cropped). */
+/* pad's source index (pad_source, src/eager/join.c) for output indices
+ * 0..n-1, written with kl_ ops from arange (so a traced backward holds no
+ * captured constant). */
+static kl_tensor *pad_source_index(int mode, int64_t n, int64_t s, int64_t l, int64_t r) {
+    kl_tensor *j = kl_arange((double)-l, (double)(n - l), 1, KL_I64); /* i - l */
+    if (mode == KL_PAD_REFLECT) /* (s - 1) - |(s - 1) - |j||: one reflection at either end */
+        return kl_rsub_scalar(kl_abs(kl_rsub_scalar(kl_abs(j), (double)(s - 1))), (double)(s - 1));
+    if (mode == KL_PAD_REPLICATE) return kl_clamp(j, 0, (double)(s - 1));
+    int64_t cl = l < 0 ? -l : 0, core = s - cl - (r < 0 ? -r : 0);
+    kl_tensor *k = kl_arange((double)-(l > 0 ? l : 0), (double)(n - (l > 0 ? l : 0)), 1, KL_I64);
+    return kl_add_scalar(kl_remainder_scalar(k, (double)core), (double)cl);
+}
+
+/* reflect / replicate / circular: each padded dim gathered x through
+ * that map, so g is scattered back through the same map, one dim at a
+ * time (last first), with scatter_add: elements read twice get both. */
+static int pad_mode_backward(ag_ctx *c) {
+    const ag_tmeta *m = &c->in_meta[0];
+    int mode = (int)ke_attr_pad_mode(c->a), nd = m->ndim, np = ke_attr_pad_pad_len(c->a);
+    const int64_t *pad = ke_attr_pad_pad(c->a);
+    kl_tensor *g = c->gout[0];
+    for (int k = 0; k < np / 2; k++) {
+        int d = nd - 1 - k;
+        int64_t l = pad[2 * k], r = pad[2 * k + 1], s = m->shape[d];
+        const int64_t *gs = kl_shape(g);
+        if (!gs) return -1;
+        int64_t n = gs[d], shape[KL_MAX_DIMS], ish[KL_MAX_DIMS];
+        kl_tensor *idx = kl_to_device(pad_source_index(mode, n, s, l, r), m->device);
+        for (int e = 0; e < nd; e++) shape[e] = e == d ? s : gs[e], ish[e] = e == d ? n : 1;
+        kl_tensor *z = kl_zero_inplace(kl_empty_on(nd, shape, kl_dtype_of(g), m->device));
+        g = kl_scatter_add(z, d, kl_expand(kl_reshape(idx, nd, ish), nd, gs), g);
+    }
+    return set_gin(c, 0, g);
+}
+
+/* pad: constant mode's gradient is the same pad negated, which crops the
+ * padding off (and pads back what was cropped). */
 int ag_d_pad(ag_ctx *c) {
     const ag_tmeta *m = &c->in_meta[0];
     if (numel_of(m) == 0) return 0;
+    if (ke_attr_pad_mode(c->a) != KL_PAD_CONSTANT) return pad_mode_backward(c);
     int64_t neg[KE_MAX_LIST];
     int np = ke_attr_pad_pad_len(c->a);
     for (int i = 0; i < np; i++) neg[i] = -ke_attr_pad_pad(c->a)[i];

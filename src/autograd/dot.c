@@ -15,8 +15,11 @@ static void dot_node(FILE *f, const ag_node *n) {
                 ke_fmt_shape(b, sizeof b, n->out_meta[0].ndim, n->out_meta[0].shape));
         return;
     }
-    fprintf(f, "  n%p [shape=box, label=\"kl_%s%s backward", (const void *)n, ke_ops[n->op].name,
-            n->inplace ? "_inplace" : "");
+    if (n->op == AG_OP_CUSTOM)
+        fprintf(f, "  n%p [shape=box, label=\"%s backward", (const void *)n, n->custom->name);
+    else
+        fprintf(f, "  n%p [shape=box, label=\"kl_%s%s backward", (const void *)n, ke_ops[n->op].name,
+                n->inplace ? "_inplace" : "");
     for (int k = 0; k < n->nout; k++)
         fprintf(f, "\\n%s %s", ke_fmt_shape(b, sizeof b, n->out_meta[k].ndim, n->out_meta[k].shape),
                 ke_dtypes[n->out_meta[k].dtype].name);

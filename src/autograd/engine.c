@@ -180,7 +180,7 @@ static int anomaly_check(const ag_node *n, int i, kl_tensor *g) {
     return ke_err(KL_ERR_ARG, "backward",
                   "anomaly: the backward of kl_%s (forward op #%lld) produced NaN or Inf in the gradient of "
                   "its input %d (%s)",
-                  ke_ops[n->op].name, (long long)n->seq, i + 1, ke_fmt_tensor(b, sizeof b, g));
+                  n->op == AG_OP_CUSTOM ? n->custom->name : ke_ops[n->op].name, (long long)n->seq, i + 1, ke_fmt_tensor(b, sizeof b, g));
 }
 
 /* grad += g for a leaf (or a non-leaf that retains its grad). */
@@ -228,8 +228,9 @@ static int run_node(pass *ps, ag_node *n) {
         for (int k = 0; k < n->nout; k++)
             if (n->retained[k] && n->buf[k] && accumulate(ps, n->retained[k], n->buf[k])) return -1;
     if (n->op == AG_OP_ACCUMULATE) return n->buf[0] ? accumulate(ps, n->leaf, n->buf[0]) : 0;
-    const ag_deriv *d = &ag_derivs[n->op];
-    KE_ASSERT(d->fn != NULL);
+    static const ag_deriv custom_deriv = {0};
+    const ag_deriv *d = n->op == AG_OP_CUSTOM ? &custom_deriv : &ag_derivs[n->op];
+    KE_ASSERT(d->fn != NULL || n->op == AG_OP_CUSTOM);
     /* One block for the per-input arrays (variadic ops have many inputs). */
     size_t nin = (size_t)n->nin;
     void *blk = calloc(1, nin * (2 * sizeof(kl_tensor *) + 1) + 1);
@@ -254,6 +255,21 @@ static int run_node(pass *ps, ag_node *n) {
     for (int k = 0; k < n->nout; k++)
         if ((d->save & AG_OUT(k)) && !(outs[k] = ag_saved_unpack(n, &n->saved_out[k], k, ps->create_graph)))
             goto out;
+    if (n->op == AG_OP_CUSTOM) {
+        if (n->released) {
+            ke_err(KL_ERR_STATE, "backward",
+                   "trying to backward through the node of %s a second time: its saved tensors were freed by "
+                   "the first backward (pass retain_graph to keep them)",
+                   n->custom->name);
+            goto out;
+        }
+        if (n->custom->backward(n->custom_ctx, ps->create_graph, n->nout, gout, n->nin, need, gin)) {
+            if (!ke_error_pending())
+                ke_err(KL_ERR_INTERNAL, "backward", "the backward of %s failed without an error", n->custom->name);
+            goto out;
+        }
+        goto deliver_grads;
+    }
     ag_ctx c = {
         .op = n->op, .inplace = n->inplace, .a = &n->a, .nin = n->nin, .nout = n->nout,
         .in_meta = n->in_meta, .out_meta = n->out_meta, .in = ins, .out = outs, .gout = gout,
@@ -266,6 +282,7 @@ static int run_node(pass *ps, ag_node *n) {
             ke_err(KL_ERR_INTERNAL, "backward", "the derivative of kl_%s failed without an error", ke_ops[n->op].name);
         goto out;
     }
+deliver_grads:
     for (int i = 0; i < n->nin; i++) {
         kl_tensor *g = gin[i];
         if (!need[i] || !g) continue;

@@ -48,6 +48,7 @@ void ag_saved_release(ag_node *n) {
             n->saved_out[i].t = NULL;
             ke_tensor_decref(t);
         }
+    if (n->custom && n->custom->release_saved && !n->released) n->custom->release_saved(n->custom_ctx);
     n->released = 1;
 }
 
@@ -74,6 +75,7 @@ static void node_destroy(ag_node *n) {
                 if (m) m->retains_grad = 0;
             }
     free(n->retained);
+    if (n->custom && n->custom->release) n->custom->release(n->custom_ctx);
     free(n);
 }
 
@@ -171,4 +173,39 @@ kl_tensor *ag_saved_unpack(ag_node *n, ag_saved *s, int index, int grad_on) {
     ag_sync_key(a);
     ke_scope_adopt(a);
     return a;
+}
+
+/* ---- custom nodes ------------------------------------------------------------------ */
+
+int ag_record_custom(const ag_custom *cb, void *ctx, int nin, kl_tensor *const *inputs, int nout,
+                     kl_tensor *const *outputs) {
+    ag_node *n = ag_node_new(AG_OP_CUSTOM, nin, nout);
+    if (!n) {
+        if (cb->release) cb->release(ctx);
+        return -1;
+    }
+    n->custom = cb;
+    n->custom_ctx = ctx;
+    for (int i = 0; i < nin; i++) {
+        ag_tmeta_of(inputs[i], &n->in_meta[i]);
+        if (ag_edge_of(inputs[i], &n->next[i])) goto fail;
+    }
+    for (int j = 0; j < nout; j++) {
+        kl_tensor *o = outputs[j];
+        ag_tmeta_of(o, &n->out_meta[j]);
+        if (!ke_is_float((kl_dtype)o->dtype)) continue;
+        ag_meta *m = ag_meta_ensure(o);
+        if (!m) goto fail;
+        KE_ASSERT(!m->grad_fn && !m->requires_grad);
+        m->requires_grad = 1;
+        m->grad_fn = n;
+        m->output_nr = j;
+        ag_node_incref(n);
+        ag_sync_key(o);
+    }
+    ag_node_decref(n); /* the outputs hold it now */
+    return 0;
+fail:
+    ag_node_decref(n);
+    return -1;
 }

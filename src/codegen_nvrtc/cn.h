@@ -47,7 +47,7 @@ int cn_emit_program(const ir_kernel *const *ks, const char *const *names, int n,
  * (every buffer flat over the domain, or one element: flat index) and
  * CN_DYN_STRIDED (general strided / broadcast, rank baked in). At most
  * CN_DYN_BUFS buffers; elementwise kernels only. */
-enum { CN_DYN_FLAT = 1, CN_DYN_STRIDED = 2, CN_DYN_BUFS = 8 };
+enum { CN_DYN_FLAT = 1, CN_DYN_STRIDED = 2, CN_DYN_ROW = 3, CN_DYN_BUFS = 8 };
 typedef struct cn_dims {
     long long n;                                /* elements of the domain */
     long long shape[KL_MAX_DIMS];               /* the domain */
@@ -58,6 +58,15 @@ int cn_dyn_class(const ir_kernel *k);
 /* The kernel's source with shape and strides as parameters (its layout class
  * baked in), and its launch configuration for k's shape. 0 or -1. */
 int cn_emit_kernel_dyn(const ir_kernel *k, const char *name, cn_kernel_src *out);
+/* The same, with the inputs in mask byval (bit b: input b, one element for
+ * every domain index) taken as kernel parameters by value instead of device
+ * pointers: eager's 0-dim CPU operands, so no copy to the device. */
+int cn_emit_kernel_dyn_byval(const ir_kernel *k, const char *name, unsigned byval, cn_kernel_src *out);
+/* A row kernel of rank 2 ([rows, cnt], eager's reductions) in run-time-shape
+ * form: rows, cnt and every buffer's two strides come in the cn_dims
+ * (shape[0], shape[1], index[b][0..1]); the inputs in mask byval are scalar
+ * parameters by value (cn_emit_kernel_dyn_byval). 0 or -1. */
+int cn_emit_row_dyn(const ir_kernel *k, const char *name, unsigned byval, cn_kernel_src *out);
 /* The cn_dims a run-time-shape kernel of k is launched with. */
 void cn_dims_of(const ir_kernel *k, cn_dims *d);
 
@@ -79,9 +88,39 @@ extern const ir_backend cn_nvrtc_backend;
  * 0 or -1. */
 int cn_run_once(const ir_kernel *k, const char *op, kl_tensor *const *in, kl_tensor *const *out);
 
-/* The eager CUDA kernel of every elementwise op (cn_eager.c): the op as a
- * one-op kernel through cn_run_once. Registered by src/init.c. */
+/* Eager CUDA kernels' function cache (cn_eager.c). A key holds what the
+ * generated source depends on and nothing else; it is hashed and compared as
+ * bytes, so memset it to 0 before filling it. kind says whose key it is
+ * (elementwise, reduction, ...). */
+typedef struct cn_ekey {
+    int32_t op, dev;
+    uint8_t kind, nin, cls, rank;       /* rank: 0 for the flat class (one source serves every rank) */
+    uint8_t bcast, one, byval, compute; /* bit b: input b broadcast / one element / a host scalar by value */
+    uint8_t dt[IR_KERNEL_MAX_IN + 1];   /* inputs', then the output's dtype */
+    ke_attrs a;                         /* the attributes the source bakes in (zero when none) */
+} cn_ekey;
+struct CUfunc_st;
+typedef int (*cn_gen_fn)(void *ctx, cn_kernel_src *src);
+/* The loaded function cached under key: a lock-free lookup; on a miss
+ * gen(ctx) generates the source (its entry point src->name), loaded through
+ * the module cache, and the first insert of a key wins. 0 or -1. */
+int cn_eager_fn(const char *op, const cn_ekey *key, cn_gen_fn gen, void *ctx, struct CUfunc_st **fn);
+
+/* The eager CUDA kernel of every elementwise op (cn_eager.c): the op's
+ * one-op kernel, cached by cn_eager_fn, launched with the tensors' shape and
+ * strides. Registered by src/init.c. */
 struct ke_call;
 int ku_cuda_ew(struct ke_call *c);
+/* The eager CUDA kernel of the reductions (cn_reduce.c): sum, mean, prod,
+ * amax, amin, all, any over any dims as a row kernel; registered by src/init.c. */
+int ku_cuda_reduce(struct ke_call *c);
+/* 1 if ku_cuda_reduce runs op. */
+int ku_cuda_reduce_supported(int op);
+/* The eager CUDA kernel of softmax and log_softmax (cn_reduce.c): one fused
+ * row kernel; registered by src/init.c. */
+int ku_cuda_softmax(struct ke_call *c);
+/* The eager CUDA kernel of layer_norm and rms_norm (cn_reduce.c): one fused
+ * row kernel; registered by src/init.c. */
+int ku_cuda_norm(struct ke_call *c);
 
 #endif /* CN_H */

@@ -231,6 +231,7 @@ typedef struct emit {
     const char *ind;       /* indentation of the current block */
     int vec;               /* in the 16-byte path: buffers are read from l<b>.v[u], written to s<b>.v[u] */
     int dyn;               /* run-time shape (CN_DYN_FLAT / CN_DYN_STRIDED), else 0: baked in */
+    unsigned byval;        /* inputs passed by value (bit b: input b is a scalar parameter, not a pointer) */
 } emit;
 
 /* Whether buffer b of a run-time-shape kernel is one element for every
@@ -249,6 +250,10 @@ static void put_access(emit *e, int b) {
         put(e->o, b < k->ninputs ? "l%d.v[u]" : "s%d.v[u]", b);
         return;
     }
+    if (b < k->ninputs && ((e->byval >> b) & 1)) {
+        put(e->o, "%s", bufname(k, b, tmp));
+        return;
+    }
     put(e->o, "%s[", bufname(k, b, tmp));
     if (e->dyn == CN_DYN_FLAT) {
         put(e->o, all_zero(k, b) ? "0" : "i");
@@ -262,7 +267,10 @@ static void put_access(emit *e, int b) {
         /* row base + position along the row */
         int64_t ix = k->bufs[b].index[k->ndim - 1];
         put(e->o, "rb%d", b);
-        if (ix == 1) put(e->o, " + j");
+        if (e->dyn) {
+            /* a row-shaped buffer (index 0 along the row) is read or written outside the j loops */
+            if (ix) put(e->o, " + j * kl_d.index[%d][%d]", b, k->ndim - 1);
+        } else if (ix == 1) put(e->o, " + j");
         else if (ix && k->shape[k->ndim - 1] != 1) put(e->o, " + j * %" PRId64, ix);
     }
     put(e->o, "]");
@@ -345,7 +353,8 @@ static void put_params(emit *e, const char *name) {
     char tmp[16];
     put(e->o, "extern \"C\" __global__ void %s(", name);
     for (int b = 0; b < k->ninputs + k->noutputs; b++)
-        put(e->o, "%s%s%s *%s", b ? ", " : "", b < k->ninputs ? "const " : "", ctype(k->bufs[b].dtype), bufname(k, b, tmp));
+        put(e->o, "%s%s%s %s%s", b ? ", " : "", b < k->ninputs ? "const " : "", ctype(k->bufs[b].dtype),
+            b < k->ninputs && ((e->byval >> b) & 1) ? "" : "*", bufname(k, b, tmp));
     put(e->o, "%sint *kl_status%s) {\n", k->ninputs + k->noutputs ? ", " : "", e->dyn ? ", const kl_dims kl_d" : "");
 }
 
@@ -472,16 +481,19 @@ static int emit_row(emit *e, const char *name, const char *it) {
             put(o, "    __shared__ %s sh%d[32]; /* per-warp partials of v%d */\n", rd_acc(rd_table[r].kind, k->stmts[s].compute), s, s);
         }
     put(o, "    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;\n");
-    put(o, "    const int64_t cnt = %" PRId64 "; /* elements per row */\n", len);
+    if (e->dyn) put(o, "    const int64_t cnt = kl_d.shape[1]; /* elements per row */\n");
+    else put(o, "    const int64_t cnt = %" PRId64 "; /* elements per row */\n", len);
     put(o, "    (void)lane, (void)warp, (void)nwarps, (void)cnt;\n");
-    put(o, "    for (%s row = blockIdx.x; row < %" PRId64 "; row += gridDim.x) {\n", it, rows);
+    if (e->dyn) put(o, "    for (%s row = blockIdx.x; row < kl_d.shape[0]; row += gridDim.x) {\n", it);
+    else put(o, "    for (%s row = blockIdx.x; row < %" PRId64 "; row += gridDim.x) {\n", it, rows);
     put(o, "        /* the row's index, and each buffer's offset of the row's first element */\n        %s r = row;\n", it);
     for (int d = nd - 2; d > 0; d--) put(o, "        const %s i%d = r %% %" PRId64 "; r /= %" PRId64 ";\n", it, d, k->shape[d], k->shape[d]);
     if (nd >= 2) put(o, "        const %s i0 = r;\n", it);
     put(o, "        (void)r;\n");
     for (int b = 0; b < nb; b++) {
         put(o, "        const %s rb%d = ", it, b);
-        put_offset(o, k, b, 0, nd - 1);
+        if (e->dyn) put(o, "i0 * kl_d.index[%d][0]", b);
+        else put_offset(o, k, b, 0, nd - 1);
         put(o, "; (void)rb%d;\n", b);
     }
     for (int s = 0; s < k->nstmts; s++) {
@@ -579,7 +591,8 @@ static const char prelude_row[] =
     "    return (uint8_t)__shfl_xor_sync(0xffffffffu, (int)v, m);\n"
     "}\n\n";
 
-static int emit_program(const ir_kernel *const *ks, const char *const *names, int n, int dyn, char **src) {
+static int emit_program(const ir_kernel *const *ks, const char *const *names, int n, int dyn, unsigned byval,
+                        char **src) {
     *src = NULL;
     unsigned files = 0;
     int any_row = 0;
@@ -606,9 +619,12 @@ static int emit_program(const ir_kernel *const *ks, const char *const *names, in
                 "    long long index[%d][KL_MAX_DIMS];\n};\n\n", CN_DYN_BUFS);
     for (int i = 0; i < n; i++) {
         const ir_kernel *k = ks[i];
-        emit e = {.k = k, .o = &o, .ind = "        ", .dyn = dyn};
+        emit e = {.k = k, .o = &o, .ind = "        ", .dyn = dyn, .byval = byval};
         const char *it = fits32(k) && !dyn ? "int" : "long long";
-        if (dyn) put(&o, "/* %s: elementwise kernel of rank %d, shape and strides at run time (kl_d)%s */\n", names[i],
+        if (dyn == CN_DYN_ROW)
+            put(&o, "/* %s: row kernel over [rows, cnt] (one block per row, the last dim reduced), shape and strides at "
+                    "run time (kl_d) */\n", names[i]);
+        else if (dyn) put(&o, "/* %s: elementwise kernel of rank %d, shape and strides at run time (kl_d)%s */\n", names[i],
                      k->ndim, dyn == CN_DYN_FLAT ? ", every buffer flat or one element" : "");
         else put_shape_comment(&o, k, names[i]);
         int rc = k->row ? emit_row(&e, names[i], it) : emit_elementwise(&e, names[i], it);
@@ -626,7 +642,7 @@ static int emit_program(const ir_kernel *const *ks, const char *const *names, in
 }
 
 int cn_emit_program(const ir_kernel *const *ks, const char *const *names, int n, char **src) {
-    return emit_program(ks, names, n, 0, src);
+    return emit_program(ks, names, n, 0, 0, src);
 }
 
 int cn_dyn_class(const ir_kernel *k) {
@@ -645,11 +661,15 @@ void cn_dims_of(const ir_kernel *k, cn_dims *d) {
 }
 
 int cn_emit_kernel_dyn(const ir_kernel *k, const char *name, cn_kernel_src *out) {
+    return cn_emit_kernel_dyn_byval(k, name, 0, out);
+}
+
+int cn_emit_kernel_dyn_byval(const ir_kernel *k, const char *name, unsigned byval, cn_kernel_src *out) {
     memset(out, 0, sizeof *out);
     int dyn = cn_dyn_class(k);
     if (!dyn) return ke_err(KL_ERR_INTERNAL, "compile", "nvrtc backend: no run-time-shape form for this kernel");
     if (strlen(name) >= sizeof out->name) return ke_err(KL_ERR_ARG, "compile", "nvrtc backend: kernel name too long");
-    if (emit_program(&k, &name, 1, dyn, &out->src)) return -1;
+    if (emit_program(&k, &name, 1, dyn, byval, &out->src)) return -1;
     strcpy(out->name, name);
     cn_launch_of(k, &out->launch);
     out->index64 = 1;
@@ -663,6 +683,18 @@ int cn_emit_kernel(const ir_kernel *k, const char *name, cn_kernel_src *out) {
     strcpy(out->name, name);
     cn_launch_of(k, &out->launch);
     out->index64 = !fits32(k);
+    return 0;
+}
+
+int cn_emit_row_dyn(const ir_kernel *k, const char *name, unsigned byval, cn_kernel_src *out) {
+    memset(out, 0, sizeof *out);
+    if (!k->row || k->ndim != 2 || k->ninputs + k->noutputs > CN_DYN_BUFS)
+        return ke_err(KL_ERR_INTERNAL, "compile", "nvrtc backend: no run-time-shape form for this row kernel");
+    if (strlen(name) >= sizeof out->name) return ke_err(KL_ERR_ARG, "compile", "nvrtc backend: kernel name too long");
+    if (emit_program(&k, &name, 1, CN_DYN_ROW, byval, &out->src)) return -1;
+    strcpy(out->name, name);
+    cn_launch_of(k, &out->launch);
+    out->index64 = 1;
     return 0;
 }
 

@@ -78,23 +78,30 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
     if (O % groups)
         return ke_err(KL_ERR_ARG, op, "out channels (%lld) must be divisible by groups (%lld)", (long long)O,
                       (long long)groups);
-    if (C != w->shape[1] * groups)
+    int64_t wc;
+    if (ke_mul_ov(w->shape[1], groups, &wc))
+        return ke_err(KL_ERR_OVERFLOW, op, "weight %s with groups = %lld: the input channel count overflows",
+                      ke_fmt_shape(b2, sizeof b2, w->ndim, w->shape), (long long)groups);
+    if (C != wc)
         return ke_err(KL_ERR_SHAPE, op, "weight %s with groups = %lld expects input with %lld channels, got %s",
-                      ke_fmt_shape(b2, sizeof b2, w->ndim, w->shape), (long long)groups,
-                      (long long)(w->shape[1] * groups), ke_fmt_tensor(b1, sizeof b1, x));
+                      ke_fmt_shape(b2, sizeof b2, w->ndim, w->shape), (long long)groups, (long long)wc,
+                      ke_fmt_tensor(b1, sizeof b1, x));
     if (bias && (bias->ndim != 1 || bias->shape[0] != O))
         return ke_err(KL_ERR_SHAPE, op, "bias %s must have shape [%lld]", ke_fmt_tensor(b1, sizeof b1, bias),
                       (long long)O);
-    int64_t o[2];
+    int64_t o[2], in[2], k[2];
+    for (int d = 0; d < 2; d++)
+        if (ke_mul_ov(2, pad[d], &in[d]) || ke_add_ov(in[d], x->shape[b + 1 + d], &in[d]) ||
+            ke_mul_ov(dil[d], w->shape[2 + d] - 1, &k[d]) || ke_add_ov(k[d], 1, &k[d]))
+            return ke_err(KL_ERR_OVERFLOW, op, "padding %lld or dilation %lld of spatial dim %d overflows",
+                          (long long)pad[d], (long long)dil[d], d);
     for (int d = 0; d < 2; d++) {
-        int64_t in = x->shape[b + 1 + d] + 2 * pad[d], k = dil[d] * (w->shape[2 + d] - 1) + 1;
-        if (k > in)
+        if (k[d] > in[d])
             return ke_err(KL_ERR_SHAPE, op,
                           "padded input %lldx%lld is smaller than the dilated kernel %lldx%lld (input %s)",
-                          (long long)(x->shape[b + 1] + 2 * pad[0]), (long long)(x->shape[b + 2] + 2 * pad[1]),
-                          (long long)(dil[0] * (w->shape[2] - 1) + 1), (long long)(dil[1] * (w->shape[3] - 1) + 1),
+                          (long long)in[0], (long long)in[1], (long long)k[0], (long long)k[1],
                           ke_fmt_tensor(b1, sizeof b1, x));
-        o[d] = (in - k) / st[d] + 1;
+        o[d] = (in[d] - k[d]) / st[d] + 1;
     }
     out->ndim = 0;
     if (b) out->shape[out->ndim++] = x->shape[0];
@@ -267,10 +274,16 @@ kl_tensor *kl_conv2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv2
 
 /* PyTorch's pooling_output_shape: floor or ceil division, and with ceil_mode
  * the last window must start inside the input or its left padding. */
-static int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t s, int64_t d, int ceil_mode) {
-    int64_t num = in + 2 * pad - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+static int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t s, int64_t d, int ceil_mode, int *ov) {
+    /* in, pad >= 0, pad <= k / 2, k, s, d >= 1 (checked by the caller) */
+    int64_t padded, span, num;
+    if (ke_mul_ov(2, pad, &padded) || ke_add_ov(padded, in, &padded) || ke_mul_ov(d, k - 1, &span) ||
+        ke_add_ov(padded - 1 - span, ceil_mode ? s - 1 : 0, &num)) {
+        *ov = 1;
+        return 0;
+    }
     int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
-    if (ceil_mode && (o - 1) * s >= in + pad) o--;
+    if (ceil_mode && (o - 1) * s >= in + pad) o--; /* (o - 1) * s <= num < padded: no overflow */
     return o;
 }
 
@@ -300,14 +313,28 @@ int ke_infer_pool2d(ke_call *c, ke_outspec *out) {
                       ke_fmt_tensor(b1, sizeof b1, x));
     int b = x->ndim == 4;
     int64_t o[2];
+    int ov = 0;
     for (int d = 0; d < 2; d++)
-        o[d] = pool_out(x->shape[b + 1 + d], k[d], pad[d], s[d], dil[d], ke_attr_max_pool2d_ceil_mode(&c->a));
+        o[d] = pool_out(x->shape[b + 1 + d], k[d], pad[d], s[d], dil[d], ke_attr_max_pool2d_ceil_mode(&c->a), &ov);
+    if (ov)
+        return ke_err(KL_ERR_OVERFLOW, op, "kernel (%lld, %lld), padding (%lld, %lld) and dilation (%lld, %lld) overflow",
+                      (long long)k[0], (long long)k[1], (long long)pad[0], (long long)pad[1], (long long)dil[0],
+                      (long long)dil[1]);
     if (x->shape[b] == 0 || o[0] < 1 || o[1] < 1)
         return ke_err(KL_ERR_SHAPE, op, "output size %lldx%lld is too small for input %s", (long long)o[0],
                       (long long)o[1], ke_fmt_tensor(b1, sizeof b1, x));
     out->shape[b + 1] = o[0];
     out->shape[b + 2] = o[1];
     return 1;
+}
+
+/* Taps i in [first, end) of a window starting at base with dilation d are the
+ * ones inside [0, n) (and below k); the kernels loop over those only. */
+static inline int64_t pl_first_tap(int64_t base, int64_t d) { return base >= 0 ? 0 : (-base - 1) / d + 1; }
+static inline int64_t pl_end_tap(int64_t base, int64_t d, int64_t n, int64_t k) {
+    if (base > n - 1) return 0;
+    int64_t e = (n - 1 - base) / d + 1;
+    return e < k ? e : k;
 }
 
 typedef struct pool_ctx {
@@ -372,7 +399,8 @@ static int pool_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     pool_ctx p = {ke_data(x), ke_data(y), x->shape[b + 1], x->shape[b + 2], y->shape[b + 1], y->shape[b + 2],
                   k[0], k[1], s[0], s[1], pad[0], pad[1], dil[0], dil[1],
                   ke_attr_max_pool2d_count_include_pad(&c->a)};
-    int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per = p.OH * p.OW * p.kh * p.kw;
+    int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per;
+    if (ke_mul_ov(p.OH * p.OW, p.kh, &per) || ke_mul_ov(per, p.kw, &per)) per = INT64_MAX; /* huge kernels */
     const ke_range_fn *fns = c->op == KE_OP_max_pool2d ? max_pools : avg_pools;
     ke_parallel_for(planes, per >= 16384 ? 1 : 16384 / (per ? per : 1), fns[x->dtype], &p);
     return 0;
@@ -398,3 +426,254 @@ static kl_tensor *pool_call(int op, kl_tensor *x, const kl_pool2d_options *o) {
 
 kl_tensor *kl_max_pool2d(kl_tensor *x, const kl_pool2d_options *opts) { return pool_call(KE_OP_max_pool2d, x, opts); }
 kl_tensor *kl_avg_pool2d(kl_tensor *x, const kl_pool2d_options *opts) { return pool_call(KE_OP_avg_pool2d, x, opts); }
+
+/* ---- conv1d and conv_transpose2d: conv2d in other shapes ------------------------------------ */
+
+kl_conv1d_options kl_conv1d_options_default(void) {
+    return (kl_conv1d_options){.stride = 1, .padding = 0, .dilation = 1, .groups = 1};
+}
+
+kl_conv_transpose2d_options kl_conv_transpose2d_options_default(void) {
+    return (kl_conv_transpose2d_options){
+        .stride = {1, 1}, .padding = {0, 0}, .output_padding = {0, 0}, .dilation = {1, 1}, .groups = 1};
+}
+
+/* x [N, C, L] (or [C, L]) is x [N, C, 1, L] and w [O, C/G, k] is w [O, C/G,
+ * 1, k]: one conv2d, so its kernel, derivative and compiled form serve
+ * conv1d unchanged. The checks here name conv1d's own shapes; conv2d's rule
+ * then has nothing left to refuse. */
+int ke_decomp_conv1d(ke_call *c) {
+    const char *op = ke_opname(c);
+    char b1[256], b2[256];
+    int hb = ke_attr_conv1d_has_bias(&c->a);
+    if (c->nin != 2 + hb) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
+    kl_tensor *x = c->in[0], *w = c->in[1], *bias = hb ? c->in[2] : NULL;
+    int64_t s = ke_attr_conv1d_stride(&c->a), p = ke_attr_conv1d_padding(&c->a), d = ke_attr_conv1d_dilation(&c->a),
+            g = ke_attr_conv1d_groups(&c->a);
+    if (s < 1 || p < 0 || d < 1 || g < 1)
+        return ke_err(KL_ERR_ARG, op,
+                      "stride (%lld), dilation (%lld) and groups (%lld) must be positive and padding (%lld) "
+                      "non-negative",
+                      (long long)s, (long long)d, (long long)g, (long long)p);
+    if (x->ndim != 2 && x->ndim != 3)
+        return ke_err(KL_ERR_SHAPE, op, "expects a 2-D [C,L] or 3-D [N,C,L] input, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, x));
+    if (w->ndim != 3 || w->shape[2] < 1)
+        return ke_err(KL_ERR_SHAPE, op, "expects a 3-D weight [O,C/groups,k] with a non-empty kernel, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, w));
+    int64_t C = x->shape[x->ndim - 2], L = x->shape[x->ndim - 1], span, padded;
+    if (w->shape[0] % g || C != w->shape[1] * g)
+        return ke_err(KL_ERR_SHAPE, op,
+                      "weight %s with groups = %lld expects out channels divisible by groups and an input with "
+                      "%lld channels, got %s",
+                      ke_fmt_tensor(b2, sizeof b2, w), (long long)g, (long long)(w->shape[1] * g),
+                      ke_fmt_tensor(b1, sizeof b1, x));
+    if (ke_mul_ov(d, w->shape[2] - 1, &span) || ke_add_ov(span, 1, &span) || ke_mul_ov(p, 2, &padded) ||
+        ke_add_ov(padded, L, &padded) || span > padded)
+        return ke_err(KL_ERR_SHAPE, op, "padded input length is smaller than the dilated kernel (input %s, weight %s)",
+                      ke_fmt_tensor(b1, sizeof b1, x), ke_fmt_tensor(b2, sizeof b2, w));
+    kl_conv2d_options o = {.stride = {1, s}, .padding = {0, p}, .dilation = {1, d}, .groups = g};
+    kl_scope_begin();
+    kl_tensor *y = kl_squeeze(kl_conv2d(kl_unsqueeze(x, -2), kl_unsqueeze(w, 2), bias, &o), -2);
+    kl_keep(y);
+    kl_scope_end();
+    return ke_set_out1(c, y);
+}
+
+kl_tensor *kl_conv1d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv1d_options *opts) {
+    kl_conv1d_options o = opts ? *opts : kl_conv1d_options_default();
+    kl_tensor *in[3] = {x, w, bias};
+    ke_call c = {.op = KE_OP_conv1d, .nin = bias ? 3 : 2, .in = in};
+    ke_attr_set_conv1d_stride(&c.a, o.stride);
+    ke_attr_set_conv1d_padding(&c.a, o.padding);
+    ke_attr_set_conv1d_dilation(&c.a, o.dilation);
+    ke_attr_set_conv1d_groups(&c.a, o.groups);
+    ke_attr_set_conv1d_has_bias(&c.a, bias != NULL);
+    return ke_call1(&c);
+}
+
+/* conv_transpose2d(x, w) is the gradient of conv2d(., w) with respect to its
+ * input, for an output of the size
+ *   (H - 1) s - 2 p + d (k - 1) + output_padding + 1,
+ * written as a conv2d: x gets s - 1 zeros after each element (zero
+ * insertion: pad an extra unit dim and fold it in), then pads (negative ones
+ * crop) so that
+ *   y[oh] = sum_ki x[(oh + p - ki d) / s] w[ki]
+ * becomes a stride-1 correlation with the flipped, in/out-swapped kernel at
+ * dilation d: lo = d (k - 1) - p in front and whatever makes the length
+ * OH + d (k - 1) behind. conv2d's derivative (d_nn.c) calls this. */
+int ke_decomp_conv_transpose2d(ke_call *c) {
+    const char *op = ke_opname(c);
+    char b1[256], b2[256];
+    int hb = ke_attr_conv_transpose2d_has_bias(&c->a);
+    if (c->nin != 2 + hb) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
+    if (c->a.nlist != 8) return ke_err(KL_ERR_INTERNAL, op, "expected 8 option values");
+    kl_tensor *x = c->in[0], *w = c->in[1], *bias = hb ? c->in[2] : NULL;
+    const int64_t *st = ke_attr_conv_transpose2d_stride(&c->a), *pad = ke_attr_conv_transpose2d_padding(&c->a),
+                  *op_ = ke_attr_conv_transpose2d_output_padding(&c->a), *dil = ke_attr_conv_transpose2d_dilation(&c->a);
+    int64_t G = ke_attr_conv_transpose2d_groups(&c->a);
+    for (int d = 0; d < 2; d++)
+        if (st[d] < 1 || dil[d] < 1 || pad[d] < 0 || op_[d] < 0 || G < 1 ||
+            (op_[d] >= st[d] && op_[d] >= dil[d]))
+            return ke_err(KL_ERR_ARG, op,
+                          "stride (%lld, %lld), dilation (%lld, %lld) and groups (%lld) must be positive, padding "
+                          "(%lld, %lld) non-negative and output_padding (%lld, %lld) non-negative and smaller than "
+                          "either stride or dilation",
+                          (long long)st[0], (long long)st[1], (long long)dil[0], (long long)dil[1], (long long)G,
+                          (long long)pad[0], (long long)pad[1], (long long)op_[0], (long long)op_[1]);
+    if (x->ndim != 3 && x->ndim != 4)
+        return ke_err(KL_ERR_SHAPE, op, "expects a 3-D [C,H,W] or 4-D [N,C,H,W] input, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, x));
+    if (w->ndim != 4 || w->shape[2] < 1 || w->shape[3] < 1)
+        return ke_err(KL_ERR_SHAPE, op,
+                      "expects a 4-D weight [C_in,C_out/groups,kh,kw] with a non-empty kernel, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, w));
+    int b = x->ndim == 4;
+    int64_t Cin = x->shape[b], Cg = w->shape[1], Og = Cin / G, kh = w->shape[2], kw = w->shape[3], k[2] = {kh, kw};
+    if (Cin % G || w->shape[0] != Cin)
+        return ke_err(KL_ERR_SHAPE, op,
+                      "weight %s with groups = %lld expects an input whose %lld channels are divisible by groups, got %s",
+                      ke_fmt_tensor(b2, sizeof b2, w), (long long)G, (long long)w->shape[0],
+                      ke_fmt_tensor(b1, sizeof b1, x));
+    int64_t Cout;
+    if (ke_mul_ov(Cg, G, &Cout))
+        return ke_err(KL_ERR_SHAPE, op, "output channels of weight %s times groups overflow",
+                      ke_fmt_tensor(b2, sizeof b2, w));
+    if (bias && (bias->ndim != 1 || bias->shape[0] != Cout))
+        return ke_err(KL_ERR_SHAPE, op, "bias %s must have shape [%lld]", ke_fmt_tensor(b1, sizeof b1, bias),
+                      (long long)Cout);
+    int64_t in[2] = {x->shape[b + 1], x->shape[b + 2]}, out[2], len[2], lo[2], hi[2];
+    for (int d = 0; d < 2; d++) {
+        /* out = (in - 1) s - 2 p + d (k - 1) + op + 1, checked */
+        int64_t t, u;
+        if (in[d] < 1 || ke_mul_ov(in[d] - 1, st[d], &t) || ke_mul_ov(dil[d], k[d] - 1, &u) || ke_add_ov(t, u, &t) ||
+            ke_add_ov(t, op_[d] + 1, &t) || ke_mul_ov(in[d], st[d], &len[d]))
+            return ke_err(KL_ERR_SHAPE, op, "output size of input %s overflows or the input is empty",
+                          ke_fmt_tensor(b1, sizeof b1, x));
+        out[d] = t - 2 * pad[d];
+        if (out[d] < 1)
+            return ke_err(KL_ERR_SHAPE, op, "output size %lld along dim %d is not positive (input %s, weight %s)",
+                          (long long)out[d], d + 2, ke_fmt_tensor(b1, sizeof b1, x), ke_fmt_tensor(b2, sizeof b2, w));
+        lo[d] = u - pad[d];
+        hi[d] = out[d] + u - lo[d] - len[d];
+    }
+    kl_scope_begin();
+    kl_device dev = kl_device_of(x);
+    kl_tensor *g = b ? x : kl_unsqueeze(x, 0);
+    int64_t N = b ? x->shape[0] : 1;
+    /* weight [G*Og, Cg, kh, kw] -> [G*Cg, Og, kh, kw], flipped */
+    kl_tensor *wt = G == 1 ? kl_transpose(w, 0, 1)
+                           : kl_reshape(kl_transpose(kl_reshape(w, 5, (int64_t[]){G, Og, Cg, kh, kw}), 1, 2), 4,
+                                        (int64_t[]){G * Cg, Og, kh, kw});
+    if (kh > 1) wt = kl_index_select(wt, 2, kl_to_device(kl_arange((double)(kh - 1), -1, -1, KL_I64), dev));
+    if (kw > 1) wt = kl_index_select(wt, 3, kl_to_device(kl_arange((double)(kw - 1), -1, -1, KL_I64), dev));
+    if (st[1] > 1)
+        g = kl_reshape(kl_pad(kl_unsqueeze(g, 4), 2, (int64_t[]){0, st[1] - 1}, 0), 4,
+                       (int64_t[]){N, Cin, in[0], len[1]});
+    if (st[0] > 1)
+        g = kl_reshape(kl_pad(kl_unsqueeze(g, 3), 4, (int64_t[]){0, 0, 0, st[0] - 1}, 0), 4,
+                       (int64_t[]){N, Cin, len[0], len[1]});
+    kl_conv2d_options o = kl_conv2d_options_default();
+    o.dilation[0] = dil[0], o.dilation[1] = dil[1], o.groups = G;
+    if (lo[0] == hi[0] && lo[1] == hi[1] && lo[0] >= 0 && lo[1] >= 0)
+        o.padding[0] = lo[0], o.padding[1] = lo[1];
+    else
+        g = kl_pad(g, 4, (int64_t[]){lo[1], hi[1], lo[0], hi[0]}, 0);
+    kl_tensor *y = kl_conv2d(g, wt, bias, &o);
+    if (!b) y = kl_squeeze(y, 0);
+    kl_keep(y);
+    kl_scope_end();
+    return ke_set_out1(c, y);
+}
+
+kl_tensor *kl_conv_transpose2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv_transpose2d_options *opts) {
+    kl_conv_transpose2d_options o = opts ? *opts : kl_conv_transpose2d_options_default();
+    kl_tensor *in[3] = {x, w, bias};
+    ke_call c = {.op = KE_OP_conv_transpose2d, .nin = bias ? 3 : 2, .in = in};
+    int64_t list[8] = {o.stride[0],         o.stride[1],         o.padding[0],  o.padding[1],
+                       o.output_padding[0], o.output_padding[1], o.dilation[0], o.dilation[1]};
+    ke_set_list(&c, 8, list);
+    ke_attr_set_conv_transpose2d_groups(&c.a, o.groups);
+    ke_attr_set_conv_transpose2d_has_bias(&c.a, bias != NULL);
+    return ke_call1(&c);
+}
+
+/* ---- adaptive_avg_pool2d ------------------------------------------------------------------- */
+
+/* PyTorch's windows: output o of n over an input of length in covers
+ * [floor(o in / n), ceil((o + 1) in / n)). */
+static int64_t adaptive_start(int64_t o, int64_t n, int64_t in) { return (o * in) / n; }
+static int64_t adaptive_end(int64_t o, int64_t n, int64_t in) { return ((o + 1) * in + n - 1) / n; }
+
+int ke_infer_adaptive_avg_pool2d(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    char b1[256];
+    if (ke_infer_same(c, out) < 0) return -1;
+    const kl_tensor *x = c->in[0];
+    const int64_t *os = ke_attr_adaptive_avg_pool2d_output_size(&c->a);
+    if (c->a.nlist != 2) return ke_err(KL_ERR_INTERNAL, op, "expected 2 option values");
+    if (x->ndim != 3 && x->ndim != 4)
+        return ke_err(KL_ERR_SHAPE, op, "expects a 3-D [C,H,W] or 4-D [N,C,H,W] input, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, x));
+    int b = x->ndim == 4;
+    if (x->shape[b] == 0 || x->shape[b + 1] == 0 || x->shape[b + 2] == 0)
+        return ke_err(KL_ERR_SHAPE, op, "expects non-empty channel and spatial dims, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, x));
+    /* o * in must not overflow in the window formula */
+    int64_t t;
+    if (os[0] < 0 || os[1] < 0 || ke_mul_ov(os[0] + 1, x->shape[b + 1], &t) || ke_mul_ov(os[1] + 1, x->shape[b + 2], &t))
+        return ke_err(KL_ERR_ARG, op, "output size (%lld, %lld) must be non-negative and fit input %s",
+                      (long long)os[0], (long long)os[1], ke_fmt_tensor(b1, sizeof b1, x));
+    out->shape[b + 1] = os[0];
+    out->shape[b + 2] = os[1];
+    return 1;
+}
+
+typedef struct adaptive_ctx {
+    const char *x;
+    char *y;
+    int64_t H, W, OH, OW;
+} adaptive_ctx;
+
+/* One plane per index: each output is its window's sum (in double) over the
+ * window's size, as PyTorch's kernel computes it. */
+#define KE_ADAPTIVE(T, sfx)                                                                               \
+    static void adaptive_##sfx(void *ctx, int64_t p0, int64_t p1) {                                       \
+        const adaptive_ctx *p = ctx;                                                                      \
+        for (int64_t pl = p0; pl < p1; pl++) {                                                            \
+            const T *x = (const T *)p->x + pl * p->H * p->W;                                              \
+            T *y = (T *)p->y + pl * p->OH * p->OW;                                                        \
+            for (int64_t oh = 0; oh < p->OH; oh++) {                                                      \
+                int64_t hs = adaptive_start(oh, p->OH, p->H), he = adaptive_end(oh, p->OH, p->H);         \
+                for (int64_t ow = 0; ow < p->OW; ow++) {                                                  \
+                    int64_t ws = adaptive_start(ow, p->OW, p->W), we = adaptive_end(ow, p->OW, p->W);     \
+                    double s = 0;                                                                         \
+                    for (int64_t ih = hs; ih < he; ih++)                                                  \
+                        for (int64_t iw = ws; iw < we; iw++) s += x[ih * p->W + iw];                      \
+                    y[oh * p->OW + ow] = (T)(s / (double)((he - hs) * (we - ws)));                        \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+    }
+KE_ADAPTIVE(float, f32)
+KE_ADAPTIVE(double, f64)
+
+static int adaptive_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
+    const kl_tensor *x = xs[0];
+    int b = x->ndim == 4;
+    adaptive_ctx p = {ke_data(x), ke_data(y), x->shape[b + 1], x->shape[b + 2], y->shape[b + 1], y->shape[b + 2]};
+    int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per = p.H * p.W + p.OH * p.OW;
+    if (p.OH * p.OW == 0) return 0;
+    (void)c;
+    ke_parallel_for(planes, per >= 16384 ? 1 : 16384 / per, y->dtype == KL_F64 ? adaptive_f64 : adaptive_f32, &p);
+    return 0;
+}
+
+int ke_cpu_adaptive_avg_pool2d(ke_call *c) { return ke_with_compute_dtype(c, adaptive_compute); }
+
+kl_tensor *kl_adaptive_avg_pool2d(kl_tensor *x, int64_t out_h, int64_t out_w) {
+    kl_tensor *in[1] = {x};
+    ke_call c = {.op = KE_OP_adaptive_avg_pool2d, .nin = 1, .in = in};
+    ke_set_list(&c, 2, (int64_t[]){out_h, out_w});
+    return ke_call1(&c);
+}

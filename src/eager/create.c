@@ -355,6 +355,7 @@ int ke_random_reserve(ke_call *c) {
     } else {
         n = ke_numel(c->in[0]->ndim, c->in[0]->shape);
         dt = (kl_dtype)c->in[0]->dtype;
+        if (c->op == KE_OP_dropout2d) n = c->in[0]->ndim >= 2 ? c->in[0]->shape[0] * c->in[0]->shape[1] : n; /* a draw per plane */
     }
     int f64 = dt == KL_F64, kind;
     switch (c->op) {
@@ -362,7 +363,16 @@ int ke_random_reserve(ke_call *c) {
     case KE_OP_randint: kind = KE_PHILOX_RANDINT_I64; break;
     case KE_OP_rand:
     case KE_OP_bernoulli:
-    case KE_OP_dropout: kind = f64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32; break;
+    case KE_OP_dropout:
+    case KE_OP_dropout2d: kind = f64 ? KE_PHILOX_UNIFORM_F64 : KE_PHILOX_UNIFORM_F32; break;
+    case KE_OP_multinomial: { /* f64 uniforms: num_samples per row with replacement, else one per category */
+        const kl_tensor *p = c->in[0];
+        int64_t rows = p->ndim == 2 ? p->shape[0] : 1, m = p->ndim ? p->shape[p->ndim - 1] : 1;
+        if (ke_attr_multinomial_replacement(&c->a)) m = ke_attr_multinomial_num_samples(&c->a);
+        n = m > 0 ? rows * m : 0;
+        kind = KE_PHILOX_UNIFORM_F64;
+        break;
+    }
     default: return ke_err(KL_ERR_INTERNAL, ke_opname(c), "is not a random op");
     }
     uint64_t seed, off = ke_generator_reserve_seeded(ke_default_generator(), ke_philox_counters_used(n, kind), &seed);

@@ -161,8 +161,14 @@ kl_tensor *kl_from_dlpack(DLManagedTensor *m) {
         ke_err(KL_ERR_NULL_ARG, op, "data pointer is NULL");
         return NULL;
     }
-    /* byte_offset on a NULL pointer (empty tensors) would be undefined. */
-    char *data = dl->data ? (char *)dl->data + dl->byte_offset : NULL;
+    /* byte_offset on a NULL pointer (empty tensors) would be undefined; one
+     * past the address space wrapped around (fuzz_dlpack). */
+    if (dl->data && dl->byte_offset > (uint64_t)(UINTPTR_MAX - (uintptr_t)dl->data)) {
+        ke_err(KL_ERR_OVERFLOW, op, "data %p + byte_offset %llu overflows the address space", dl->data,
+               (unsigned long long)dl->byte_offset);
+        return NULL;
+    }
+    char *data = dl->data ? (char *)((uintptr_t)dl->data + (uintptr_t)dl->byte_offset) : NULL;
     if ((uintptr_t)data % ke_dtypes[dt].size) {
         ke_err(KL_ERR_ARG, op, "data + byte_offset (%p) is not aligned for %s", (void *)data, ke_dtypes[dt].name);
         return NULL;

@@ -362,6 +362,68 @@ static int any_positive_pad(const ke_call *c) {
     return 0;
 }
 
+static const char *const pad_mode_names[] = {"constant", "reflect", "replicate", "circular"};
+
+/* F.pad's rules for reflect, replicate and circular (torch 1.13): 1 to 3
+ * padded dims after 1 (reflect, replicate: optional) batch and 1 channel
+ * dim; padded dims non-empty (for reflect and replicate every dim but the
+ * batch too); reflect pads below the size (one reflection),
+ * circular pads at most the size of the (cropped) dim (one wrap); every
+ * padded dim keeps at least one element. */
+static int check_pad_mode(ke_call *c, const kl_tensor *x) {
+    const char *op = ke_opname(c);
+    int64_t mode = ke_attr_pad_mode(&c->a);
+    int np = ke_attr_pad_pad_len(&c->a), nd = x->ndim, k = np / 2;
+    char b[256];
+    if (mode < KL_PAD_CONSTANT || mode > KL_PAD_CIRCULAR)
+        return ke_err(KL_ERR_ARG, op, "invalid mode %lld (expected KL_PAD_CONSTANT, REFLECT, REPLICATE or CIRCULAR)",
+                      (long long)mode);
+    if (mode == KL_PAD_CONSTANT) return 0;
+    const char *mn = pad_mode_names[mode];
+    if (k < 1 || k > 3)
+        return ke_err(KL_ERR_ARG, op, "%s padding pads 1, 2 or 3 dims, got %d pad values", mn, np);
+    if (mode == KL_PAD_CIRCULAR ? nd != k + 2 : nd != k + 1 && nd != k + 2)
+        return ke_err(KL_ERR_SHAPE, op, "%s padding of %d dims needs a %s%dD input, got %s", mn, k,
+                      mode == KL_PAD_CIRCULAR ? "" : "batched or unbatched ", mode == KL_PAD_CIRCULAR ? k + 2 : k + 1,
+                      ke_fmt_tensor(b, sizeof b, x));
+    /* torch's reflection / replication kernels allow an empty batch, no other empty dim */
+    for (int d = nd == k + 2 ? 1 : 0; d < nd - k && mode != KL_PAD_CIRCULAR; d++)
+        if (x->shape[d] == 0)
+            return ke_err(KL_ERR_SHAPE, op, "%s padding needs non-empty dims besides the batch, got %s", mn,
+                          ke_fmt_tensor(b, sizeof b, x));
+    for (int d = nd - k; d < nd; d++) {
+        int64_t l, r, s = x->shape[d];
+        pads_of(c, nd, d, &l, &r);
+        int64_t core = s - (l < 0 ? -l : 0) - (r < 0 ? -r : 0);
+        if (s == 0 || s + l + r < 1 || (mode == KL_PAD_CIRCULAR && core < 1))
+            return ke_err(KL_ERR_SHAPE, op, "%s padding (%lld, %lld) of dim %d of %s leaves no element to copy", mn,
+                          (long long)l, (long long)r, d, ke_fmt_tensor(b, sizeof b, x));
+        if (mode == KL_PAD_REFLECT && (l >= s || r >= s))
+            return ke_err(KL_ERR_ARG, op, "reflect padding (%lld, %lld) must be below the size of dim %d of %s", (long long)l,
+                          (long long)r, d, ke_fmt_tensor(b, sizeof b, x));
+        if (mode == KL_PAD_CIRCULAR && (l > core || r > core))
+            return ke_err(KL_ERR_ARG, op, "circular padding (%lld, %lld) wraps around dim %d of %s more than once",
+                          (long long)l, (long long)r, d, ke_fmt_tensor(b, sizeof b, x));
+    }
+    return 0;
+}
+
+/* pad's non-constant modes: the source index along a padded dim of size s
+ * for output index i, pads (l, r) (negative: cropped). The derivative
+ * (src/autograd/d_shape.c) writes the same map with kl_ ops and scatters back. */
+static int64_t pad_source(int mode, int64_t i, int64_t s, int64_t l, int64_t r) {
+    int64_t j = i - l;
+    if (mode == KL_PAD_REFLECT) {
+        if (j < 0) j = -j;
+        return j >= s ? 2 * (s - 1) - j : j;
+    }
+    if (mode == KL_PAD_REPLICATE) return j < 0 ? 0 : j >= s ? s - 1 : j;
+    /* circular wraps around the cropped core, as torch 1.13's _pad_circular */
+    int64_t cl = l < 0 ? -l : 0, core = s - cl - (r < 0 ? -r : 0);
+    j = (i - (l > 0 ? l : 0)) % core;
+    return cl + (j < 0 ? j + core : j);
+}
+
 int ke_infer_pad(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0];
@@ -371,6 +433,7 @@ int ke_infer_pad(ke_call *c, ke_outspec *out) {
     if (np / 2 > nd)
         return ke_err(KL_ERR_SHAPE, op, "%d pad values pad %d dims, but %s has %d", np, np / 2,
                       ke_fmt_tensor(b, sizeof b, x), nd);
+    if (check_pad_mode(c, x)) return -1;
     int positive = any_positive_pad(c);
     for (int d = 0; d < nd; d++) {
         int64_t l, r, s = x->shape[d], n;
@@ -396,13 +459,56 @@ int ke_infer_pad(ke_call *c, ke_outspec *out) {
     return ke_check_shape(op, nd, out->shape, out->dtype) ? -1 : 1;
 }
 
-/* Fills the output when anything grows, then copies the (cropped) input
- * into its place. */
+/* Rows of the output along its last dim: dst[k] = src[tab[k]] (element offsets). */
+#define KE_PAD_ROW(T)                                                                                  \
+    static void pad_row_##T(char *dst, int64_t dstep, const char *src, const int64_t *tab, int64_t n) { \
+        for (int64_t k = 0; k < n; k++) ((T *)dst)[k * dstep] = ((const T *)src)[tab[k]];              \
+    }
+KE_PAD_ROW(uint8_t)
+KE_PAD_ROW(uint16_t)
+KE_PAD_ROW(uint32_t)
+KE_PAD_ROW(uint64_t)
+
+/* reflect / replicate / circular: a gather moving elements by size (any
+ * dtype), through one table of source offsets per dim. */
+static int pad_gather(ke_call *c) {
+    const kl_tensor *x = c->in[0];
+    kl_tensor *o = c->out[0];
+    int nd = o->ndim, mode = (int)ke_attr_pad_mode(&c->a);
+    int64_t n = ke_numel(nd, o->shape), tot = 0;
+    if (n == 0) return 0;
+    for (int d = 0; d < nd; d++) tot += o->shape[d];
+    int64_t *tab = malloc(sizeof(int64_t) * (size_t)tot), *t[KL_MAX_DIMS];
+    if (!tab) return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for %lld offsets", (long long)tot);
+    for (int d = 0, at = 0; d < nd; at += (int)o->shape[d], d++) {
+        int64_t l, r;
+        pads_of(c, nd, d, &l, &r);
+        t[d] = tab + at;
+        for (int64_t i = 0; i < o->shape[d]; i++)
+            t[d][i] = (l || r ? pad_source(mode, i, x->shape[d], l, r) : i) * x->stride[d];
+    }
+    const size_t es = ke_dtypes[o->dtype].size;
+    void (*row)(char *, int64_t, const char *, const int64_t *, int64_t) =
+        es == 1 ? pad_row_uint8_t : es == 2 ? pad_row_uint16_t : es == 4 ? pad_row_uint32_t : pad_row_uint64_t;
+    int64_t idx[KL_MAX_DIMS] = {0}, inner = o->shape[nd - 1];
+    for (int64_t done = 0; done < n; done += inner) {
+        int64_t src = 0, dst = 0;
+        for (int d = 0; d < nd - 1; d++) src += t[d][idx[d]], dst += idx[d] * o->stride[d];
+        row(ke_data(o) + dst * (int64_t)es, o->stride[nd - 1], ke_data(x) + src * (int64_t)es, t[nd - 1], inner);
+        for (int d = nd - 2; d >= 0 && ++idx[d] == o->shape[d]; d--) idx[d] = 0;
+    }
+    free(tab);
+    return 0;
+}
+
+/* Constant: fills the output when anything grows, then copies the (cropped)
+ * input into its place. */
 int ke_cpu_pad(ke_call *c) {
     const kl_tensor *x = c->in[0];
     kl_tensor *o = c->out[0];
     const int nd = x->ndim;
     const int64_t es = (int64_t)ke_dtypes[o->dtype].size;
+    if (ke_attr_pad_mode(&c->a) != KL_PAD_CONSTANT) return pad_gather(c);
     if (ke_numel(o->ndim, o->shape) == 0) return 0;
     if (any_positive_pad(c)) {
         _Alignas(8) char val[8];
@@ -427,12 +533,15 @@ int ke_cpu_pad(ke_call *c) {
 
 /* ---- public wrappers ------------------------------------------------------------- */
 
-/* value: pad's fill value (repeat has none) */
-static kl_tensor *list_call(int op, kl_tensor *x, int n, const int64_t *v, double value) {
+/* value, mode: pad's fill value and kl_pad_mode (repeat has none) */
+static kl_tensor *list_call(int op, kl_tensor *x, int n, const int64_t *v, double value, int mode) {
     kl_tensor *in[1] = {x};
     ke_call c = {.op = op, .nin = 1, .in = in};
     if (ke_check_tensor(x, ke_ops[op].name, 1) || ke_set_list(&c, n, v)) return NULL;
-    if (op == KE_OP_pad) ke_attr_set_pad_value(&c.a, value);
+    if (op == KE_OP_pad) {
+        ke_attr_set_pad_value(&c.a, value);
+        ke_attr_set_pad_mode(&c.a, mode);
+    }
     return ke_call1(&c);
 }
 
@@ -457,11 +566,15 @@ kl_tensor *kl_cat(int n, kl_tensor *const *ts, int dim) { return join_call(KE_OP
 kl_tensor *kl_stack(int n, kl_tensor *const *ts, int dim) { return join_call(KE_OP_stack, n, ts, dim); }
 
 kl_tensor *kl_repeat(kl_tensor *x, int nrep, const int64_t *repeats) {
-    return list_call(KE_OP_repeat, x, nrep, repeats, 0);
+    return list_call(KE_OP_repeat, x, nrep, repeats, 0, 0);
 }
 
 kl_tensor *kl_pad(kl_tensor *x, int npad, const int64_t *pad, double value) {
-    return list_call(KE_OP_pad, x, npad, pad, value);
+    return list_call(KE_OP_pad, x, npad, pad, value, KL_PAD_CONSTANT);
+}
+
+kl_tensor *kl_pad_ex(kl_tensor *x, int npad, const int64_t *pad, kl_pad_mode mode, double value) {
+    return list_call(KE_OP_pad, x, npad, pad, value, mode);
 }
 
 /* Pieces come out KE_MAX_OUT at a time (a call's output slots); only the

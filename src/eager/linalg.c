@@ -21,6 +21,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* ---- BLAS layouts ----------------------------------------------------------- */
 
@@ -70,6 +71,18 @@ void ke_blas_prepare(void) {
     int n = kl_get_num_threads();
     if (atomic_exchange_explicit(&blas_threads, n, memory_order_relaxed) != n) openblas_set_num_threads(n);
     ke_pool_quiesce();
+}
+
+/* What runs the matmuls: OpenBLAS as the environment left it (its own
+ * kernel choice unless OPENBLAS_CORETYPE forces one), which is why a
+ * benchmark header should show it. */
+const char *kl_config_string(void) {
+    static _Thread_local char buf[512];
+    const char *core = openblas_get_corename(), *cfg = openblas_get_config(), *forced = getenv("OPENBLAS_CORETYPE");
+    snprintf(buf, sizeof buf, "Kiln %s, %d threads; OpenBLAS core %s (%s%s), %d threads; %s", kl_version(),
+             kl_get_num_threads(), core ? core : "unknown", forced ? "OPENBLAS_CORETYPE=" : "chosen by OpenBLAS",
+             forced ? forced : "", openblas_get_num_threads(), cfg ? cfg : "OpenBLAS config unknown");
+    return buf;
 }
 
 /* blas_f32, blas_f64: one BLAS call per matrix triple (tmpl/blas_gemm.h) */

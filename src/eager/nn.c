@@ -489,3 +489,286 @@ kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor
     ke_attr_set_scaled_dot_product_attention_has_mask(&c.a, mask != NULL);
     return ke_call1(&c);
 }
+
+/* ---- batch_norm and group_norm ---------------------------------------------------------------- */
+
+/* A per-channel parameter of x [N, C, ...]: 1-D [C], x's dtype. */
+static int check_channel_param(const char *op, const kl_tensor *x, const kl_tensor *t, const char *what) {
+    char b1[256];
+    int64_t C = x->shape[1];
+    if (t->dtype != x->dtype)
+        return ke_err(KL_ERR_DTYPE, op, "%s %s does not match the input's dtype %s", what,
+                      ke_fmt_tensor(b1, sizeof b1, t), ke_dtypes[x->dtype].name);
+    if (t->ndim != 1 || t->shape[0] != C)
+        return ke_err(KL_ERR_SHAPE, op, "%s %s must have shape [%lld] (the input's channels)", what,
+                      ke_fmt_tensor(b1, sizeof b1, t), (long long)C);
+    return 0;
+}
+
+static int check_channels_input(const char *op, const kl_tensor *x) {
+    char b1[256];
+    if (x->ndim < 2)
+        return ke_err(KL_ERR_SHAPE, op, "expects an input [N, C, ...] with at least 2 dims, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, x));
+    return 0;
+}
+
+/* Inputs: x[, running_mean, running_var (eval)][, weight][, bias]. */
+static void bn_inputs(const ke_call *c, kl_tensor *const *in, kl_tensor **rm, kl_tensor **rv, kl_tensor **w,
+                      kl_tensor **b) {
+    int k = 1;
+    *rm = *rv = NULL;
+    if (!ke_attr_batch_norm_training(&c->a)) *rm = in[k++], *rv = in[k++];
+    *w = ke_attr_batch_norm_has_weight(&c->a) ? in[k++] : NULL;
+    *b = ke_attr_batch_norm_has_bias(&c->a) ? in[k] : NULL;
+}
+
+int ke_infer_batch_norm(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    int training = ke_attr_batch_norm_training(&c->a);
+    if (c->nin != 1 + 2 * !training + ke_attr_batch_norm_has_weight(&c->a) + ke_attr_batch_norm_has_bias(&c->a))
+        return ke_err(KL_ERR_INTERNAL, op, "training/weight/bias flags and input count disagree");
+    if (ke_infer_same(c, out) < 0) return -1;
+    const kl_tensor *x = c->in[0];
+    if (check_channels_input(op, x)) return -1;
+    kl_tensor *p[4];
+    bn_inputs(c, c->in, &p[0], &p[1], &p[2], &p[3]);
+    static const char *const what[4] = {"running_mean", "running_var", "weight", "bias"};
+    for (int i = 0; i < 4; i++)
+        if (p[i] && check_channel_param(op, x, p[i], what[i])) return -1;
+    int64_t n = ke_numel(x->ndim, x->shape), C = x->shape[1];
+    char b1[256];
+    if (training && C > 0 && n / C == 1)
+        return ke_err(KL_ERR_SHAPE, op, "expected more than 1 value per channel when training, got input %s",
+                      ke_fmt_tensor(b1, sizeof b1, x));
+    return 1;
+}
+
+/* The batch dim and every spatial dim: the dims a channel's statistics cover. */
+static int bn_dims(const kl_tensor *x, int64_t *dims) {
+    int n = 0;
+    dims[n++] = 0;
+    for (int d = 2; d < x->ndim; d++) dims[n++] = d;
+    return n;
+}
+
+/* A [C] parameter shaped [C, 1, ...] to broadcast against x [N, C, ...]. */
+static kl_tensor *per_channel(const kl_tensor *x, kl_tensor *t) {
+    int64_t shape[KL_MAX_DIMS];
+    shape[0] = x->shape[1];
+    for (int d = 2; d < x->ndim; d++) shape[d - 1] = 1;
+    return kl_reshape(t, x->ndim - 1, shape);
+}
+
+/* (x - mean) * rsqrt(var + eps) * weight + bias, the statistics the batch's
+ * (biased variance) when training, else the running buffers. */
+int ke_decomp_batch_norm(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_batch_norm(c, &spec) < 0) return -1;
+    kl_tensor *x = c->in[0], *rm, *rv, *w, *b;
+    bn_inputs(c, c->in, &rm, &rv, &w, &b);
+    int64_t dims[KL_MAX_DIMS];
+    int nd = bn_dims(x, dims);
+    kl_scope_begin();
+    kl_tensor *xc, *var;
+    if (ke_attr_batch_norm_training(&c->a)) {
+        xc = kl_sub(x, kl_mean(x, nd, dims, true));
+        var = kl_mean(kl_mul(xc, xc), nd, dims, true);
+    } else {
+        xc = kl_sub(x, per_channel(x, rm));
+        var = per_channel(x, rv);
+    }
+    kl_tensor *y = kl_mul(xc, kl_rsqrt(kl_add_scalar(var, ke_attr_batch_norm_eps(&c->a))));
+    if (w) y = kl_mul(y, per_channel(x, w));
+    if (b) y = kl_add(y, per_channel(x, b));
+    kl_keep(y);
+    kl_scope_end();
+    return ke_set_out1(c, y);
+}
+
+/* The running buffers are updated after the op, with elementwise in-place
+ * ops (r = (1 - m) r + m stat, the variance unbiased as PyTorch's) that a
+ * trace records and the compiler functionalizes and writes back. Autograd is
+ * off for the update: it never enters the graph. */
+static int bn_update_running(kl_tensor *x, kl_tensor *rm, kl_tensor *rv, double momentum) {
+    int64_t dims[KL_MAX_DIMS];
+    int nd = bn_dims(x, dims);
+    ke_keyset saved = ke_tls_state.exclude;
+    ke_tls_state.exclude |= KE_KS(KE_KEY_AUTOGRAD);
+    kl_scope_begin();
+    kl_tensor *mean = kl_mean(x, nd, dims, false), *var = kl_var(x, nd, dims, 1, false);
+    int ok = kl_add_inplace(kl_mul_scalar_inplace(rm, 1 - momentum), kl_mul_scalar(mean, momentum)) &&
+             kl_add_inplace(kl_mul_scalar_inplace(rv, 1 - momentum), kl_mul_scalar(var, momentum));
+    kl_scope_end();
+    ke_tls_state.exclude = saved;
+    return ok ? 0 : -1;
+}
+
+kl_tensor *kl_batch_norm(kl_tensor *x, kl_tensor *running_mean, kl_tensor *running_var, kl_tensor *weight,
+                         kl_tensor *bias, bool training, double momentum, double eps) {
+    const char *op = "batch_norm";
+    if (ke_check_tensor(x, op, 1)) return NULL;
+    if (!running_mean != !running_var) {
+        ke_err(KL_ERR_ARG, op, "running_mean and running_var must be given together (both or neither)");
+        return NULL;
+    }
+    if (!training && !running_mean) {
+        ke_err(KL_ERR_ARG, op, "eval mode (training = false) needs running_mean and running_var");
+        return NULL;
+    }
+    if (running_mean) {
+        if (ke_check_tensor(running_mean, op, 2) || ke_check_tensor(running_var, op, 3)) return NULL;
+        if (kl_requires_grad(running_mean) || kl_requires_grad(running_var)) {
+            ke_err(KL_ERR_ARG, op, "running_mean and running_var are buffers: they must not require grad");
+            return NULL;
+        }
+        if (training && (check_channels_input(op, x) || check_channel_param(op, x, running_mean, "running_mean") ||
+                         check_channel_param(op, x, running_var, "running_var")))
+            return NULL;
+    }
+    kl_tensor *in[5] = {x};
+    ke_call c = {.op = KE_OP_batch_norm, .nin = 1, .in = in};
+    if (!training) in[c.nin++] = running_mean, in[c.nin++] = running_var;
+    if (weight) in[c.nin++] = weight;
+    if (bias) in[c.nin++] = bias;
+    ke_attr_set_batch_norm_training(&c.a, training);
+    ke_attr_set_batch_norm_has_weight(&c.a, weight != NULL);
+    ke_attr_set_batch_norm_has_bias(&c.a, bias != NULL);
+    ke_attr_set_batch_norm_eps(&c.a, eps);
+    kl_tensor *y = ke_call1(&c);
+    if (y && training && running_mean && bn_update_running(x, running_mean, running_var, momentum)) {
+        kl_release(y);
+        return NULL;
+    }
+    return y;
+}
+
+static void gn_inputs(const ke_call *c, kl_tensor *const *in, kl_tensor **w, kl_tensor **b) {
+    *w = ke_attr_group_norm_has_weight(&c->a) ? in[1] : NULL;
+    *b = ke_attr_group_norm_has_bias(&c->a) ? in[1 + ke_attr_group_norm_has_weight(&c->a)] : NULL;
+}
+
+int ke_infer_group_norm(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    if (c->nin != 1 + ke_attr_group_norm_has_weight(&c->a) + ke_attr_group_norm_has_bias(&c->a))
+        return ke_err(KL_ERR_INTERNAL, op, "weight/bias flags and input count disagree");
+    if (ke_infer_same(c, out) < 0) return -1;
+    const kl_tensor *x = c->in[0];
+    if (check_channels_input(op, x)) return -1;
+    int64_t G = ke_attr_group_norm_num_groups(&c->a), C = x->shape[1];
+    char b1[256];
+    if (G < 1 || C % G)
+        return ke_err(KL_ERR_ARG, op, "num_groups (%lld) must be positive and divide the channels of input %s",
+                      (long long)G, ke_fmt_tensor(b1, sizeof b1, x));
+    kl_tensor *w, *b;
+    gn_inputs(c, c->in, &w, &b);
+    if ((w && check_channel_param(op, x, w, "weight")) || (b && check_channel_param(op, x, b, "bias"))) return -1;
+    return 1;
+}
+
+/* layer_norm over each group's [C / G, ...] elements, then the per-channel
+ * affine: its fused kernel and derivative serve group_norm. */
+int ke_decomp_group_norm(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_group_norm(c, &spec) < 0) return -1;
+    kl_tensor *x = c->in[0], *w, *b;
+    gn_inputs(c, c->in, &w, &b);
+    int64_t N = x->shape[0], G = ke_attr_group_norm_num_groups(&c->a), per = x->shape[1] / G;
+    for (int d = 2; d < x->ndim; d++) per *= x->shape[d]; /* fits: a factor of numel */
+    kl_scope_begin();
+    kl_tensor *y = kl_layer_norm(kl_reshape(x, 3, (int64_t[]){N, G, per}), 1, NULL, NULL, ke_attr_group_norm_eps(&c->a));
+    y = kl_reshape(y, x->ndim, x->shape);
+    if (w) y = kl_mul(y, per_channel(x, w));
+    if (b) y = kl_add(y, per_channel(x, b));
+    kl_keep(y);
+    kl_scope_end();
+    return ke_set_out1(c, y);
+}
+
+kl_tensor *kl_group_norm(kl_tensor *x, int64_t num_groups, kl_tensor *weight, kl_tensor *bias, double eps) {
+    kl_tensor *in[3] = {x};
+    ke_call c = {.op = KE_OP_group_norm, .nin = 1, .in = in};
+    if (weight) in[c.nin++] = weight;
+    if (bias) in[c.nin++] = bias;
+    ke_attr_set_group_norm_num_groups(&c.a, num_groups);
+    ke_attr_set_group_norm_has_weight(&c.a, weight != NULL);
+    ke_attr_set_group_norm_has_bias(&c.a, bias != NULL);
+    ke_attr_set_group_norm_eps(&c.a, eps);
+    return ke_call1(&c);
+}
+
+/* ---- dropout2d --------------------------------------------------------------------------------- */
+
+/* dropout2d has dropout's attributes (AS(dropout) in its row). One uniform
+ * per plane (the leading two dims, [N, C] of [N, C, H, W] and, as PyTorch
+ * 1.13 reads a 3-D input, [N, C] of [N, C, L]) from the Philox stream
+ * dropout uses: plane i's fate depends only on (seed, offset, i). */
+int ke_infer_dropout2d(ke_call *c, ke_outspec *out) {
+    char b1[256];
+    if (ke_infer_same(c, out) < 0) return -1;
+    if (c->in[0]->ndim != 3 && c->in[0]->ndim != 4)
+        return ke_err(KL_ERR_SHAPE, ke_opname(c), "expects a 3-D [N,C,L] or 4-D [N,C,H,W] input, got %s",
+                      ke_fmt_tensor(b1, sizeof b1, c->in[0]));
+    return 1;
+}
+
+typedef struct dropout2d_ctx {
+    const char *x;
+    char *y;
+    int64_t plane;
+    uint64_t seed, offset;
+    double p;
+} dropout2d_ctx;
+
+#define KE_DROPOUT2D(T, sfx, UNIFORM)                                                                         \
+    static void dropout2d_##sfx(void *ctx, int64_t p0, int64_t p1) {                                          \
+        const dropout2d_ctx *p = ctx;                                                                         \
+        const T q = (T)(1 - p->p), scale = p->p < 1 ? (T)1 / q : 0;                                           \
+        _Alignas(64) T u[KE_DROPOUT_CHUNK];                                                                   \
+        for (int64_t b = p0; b < p1; b += KE_DROPOUT_CHUNK) {                                                 \
+            int64_t e = p1 - b < KE_DROPOUT_CHUNK ? p1 : b + KE_DROPOUT_CHUNK;                                \
+            UNIFORM(p->seed, p->offset, u - b, b, e, 0, 1);                                                   \
+            for (int64_t i = b; i < e; i++) {                                                                 \
+                const T *restrict x = (const T *)p->x + i * p->plane;                                         \
+                T *restrict y = (T *)p->y + i * p->plane;                                                     \
+                const T m = u[i - b] < q ? scale : (T)0;                                                      \
+                for (int64_t j = 0; j < p->plane; j++) y[j] = x[j] * m;                                       \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+KE_DROPOUT2D(float, f32, ke_philox_uniform_f32)
+KE_DROPOUT2D(double, f64, ke_philox_uniform_f64)
+
+static int dropout2d_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
+    const kl_tensor *x = xs[0];
+    int64_t planes = x->shape[0] * x->shape[1], n = ke_numel(x->ndim, x->shape);
+    dropout2d_ctx p = {ke_data(x), ke_data(y), planes ? n / planes : 0, (uint64_t)ke_attr_seed(&c->a),
+                       (uint64_t)ke_attr_offset(&c->a), ke_attr_dropout_p(&c->a)};
+    if (planes == 0) return 0;
+    ke_parallel_for(planes, p.plane >= 16384 ? 1 : 16384 / (p.plane ? p.plane : 1),
+                    y->dtype == KL_F64 ? dropout2d_f64 : dropout2d_f32, &p);
+    return 0;
+}
+
+int ke_cpu_dropout2d(ke_call *c) { return ke_with_compute_dtype(c, dropout2d_compute); }
+
+kl_tensor *kl_dropout2d(kl_tensor *x, double p, bool training) {
+    char b1[256];
+    if (ke_check_tensor(x, "dropout2d", 1)) return NULL;
+    if (!(p >= 0 && p <= 1)) {
+        ke_err(KL_ERR_ARG, "dropout2d", "probability has to be between 0 and 1, got %g", p);
+        return NULL;
+    }
+    if (x->ndim != 3 && x->ndim != 4) {
+        ke_err(KL_ERR_SHAPE, "dropout2d", "expects a 3-D [N,C,L] or 4-D [N,C,H,W] input, got %s",
+               ke_fmt_tensor(b1, sizeof b1, x));
+        return NULL;
+    }
+    int64_t n = ke_numel(x->ndim, x->shape);
+    if (!training || p == 0 || n == 0) return ke_unary(KE_OP_alias, x, 0);
+    kl_tensor *in[1] = {x};
+    ke_call c = {.op = KE_OP_dropout2d, .nin = 1, .in = in};
+    ke_attr_set_dropout_p(&c.a, p);
+    if (ke_random_reserve(&c)) return NULL;
+    return ke_call1(&c);
+}

@@ -72,7 +72,8 @@ int ke_cpu_max_pool2d_indices(ke_call *c) {
                       *pad = ke_attr_max_pool2d_padding(&c->a), *dil = ke_attr_max_pool2d_dilation(&c->a);
         pidx_ctx p = {ke_data(x), (int64_t *)ke_data(out), x->shape[b + 1], x->shape[b + 2], out->shape[b + 1],
                       out->shape[b + 2], k[0], k[1], s[0], s[1], pad[0], pad[1], dil[0], dil[1]};
-        int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per = p.OH * p.OW * p.kh * p.kw;
+        int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per;
+        if (ke_mul_ov(p.OH * p.OW, p.kh, &per) || ke_mul_ov(per, p.kw, &per)) per = INT64_MAX; /* huge kernels */
         ke_parallel_for(planes, per >= 16384 ? 1 : 16384 / (per ? per : 1),
                         x->dtype == KL_F64 ? pidx_f64 : pidx_f32, &p);
     }

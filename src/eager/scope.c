@@ -15,6 +15,7 @@
 typedef struct ke_scope_stack {
     ke_scope scopes[KE_MAX_SCOPES];
     int depth; /* index of the innermost scope; 0 = root */
+    int over;  /* kl_scope_begin calls past the limit, each sharing the innermost scope */
 } ke_scope_stack;
 
 static _Thread_local ke_scope_stack tl_scopes;
@@ -35,7 +36,7 @@ static void scope_clear(ke_scope *s);
 static void scope_thread_exit(void *arg) {
     ke_scope_stack *st = arg;
     for (int d = st->depth; d >= 0; d--) scope_clear(&st->scopes[d]);
-    st->depth = 0;
+    st->depth = st->over = 0;
     for (int d = 0; d < KE_MAX_SCOPES; d++) {
         ke_scope *s = &st->scopes[d];
         free(s->items);
@@ -104,13 +105,22 @@ static void scope_clear(ke_scope *s) {
 
 void kl_scope_begin(void) {
     if (tl_scopes.depth + 1 >= KE_MAX_SCOPES) {
-        ke_err(KL_ERR_STATE, "scope_begin", "more than %d nested scopes", KE_MAX_SCOPES - 1);
-        abort(); /* unbalanced scopes are a bug in the caller's control flow */
+        /* An error, not an abort (it used to abort): the level is counted so
+         * begin/end stay balanced, and shares the innermost scope, which
+         * frees its tensors when it ends. */
+        tl_scopes.over++;
+        ke_err(KL_ERR_STATE, "scope_begin", "more than %d nested scopes on this thread; the extra levels "
+                   "share the innermost scope", KE_MAX_SCOPES - 1);
+        return;
     }
     tl_scopes.depth++;
 }
 
 void kl_scope_end(void) {
+    if (tl_scopes.over > 0) {
+        tl_scopes.over--;
+        return;
+    }
     if (tl_scopes.depth == 0) {
         ke_assert_fail("kl_scope_end without a matching kl_scope_begin on this thread", __FILE__, __LINE__);
     }
@@ -118,7 +128,7 @@ void kl_scope_end(void) {
     tl_scopes.depth--;
 }
 
-int kl_scope_depth(void) { return tl_scopes.depth; }
+int kl_scope_depth(void) { return tl_scopes.depth + tl_scopes.over; }
 
 kl_tensor *kl_keep(kl_tensor *t) {
     if (ke_check_tensor(t, "keep", 1)) return NULL;

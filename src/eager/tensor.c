@@ -381,6 +381,9 @@ kl_tensor *ke_tensor_wrap(ke_storage *s, kl_dtype dt, int ndim, const int64_t *s
 }
 
 kl_tensor *ke_tensor_new(kl_dtype dt, int ndim, const int64_t *shape, kl_device dev, const char *op) {
+    /* Every op's result comes through here: whatever its shape rule computed,
+     * a size that overflows is an error before anything is allocated. */
+    if (KE_UNLIKELY(ke_check_shape(op, ndim, shape, dt))) return NULL;
     size_t nbytes = (size_t)ke_numel(ndim, shape) * ke_dtypes[dt].size;
     ke_block *b = block_alloc();
     if (!b) {
@@ -455,12 +458,11 @@ int ke_check_shape(const char *op, int ndim, const int64_t *shape, kl_dtype dt) 
         /* nonzero dims only (numpy's rule): strides multiply them even when
          * another dim makes the tensor empty */
         if (shape[i] == 0) continue;
-        if (n > INT64_MAX / 16 / shape[i]) {
+        if (ke_mul_ov(n, shape[i], &n) || n > INT64_MAX / 16) {
             char b[200];
             return ke_err(KL_ERR_OVERFLOW, op, "shape %s has too many elements",
                           ke_fmt_shape(b, sizeof b, ndim, shape));
         }
-        n *= shape[i];
     }
     return 0;
 }

@@ -12,7 +12,9 @@
 #include "core.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_NUM_KINDS };
 enum { OPT_MAX_STATE = 3 };
@@ -266,3 +268,136 @@ double kl_optim_get_lr(const kl_optim *o) {
 }
 
 int64_t kl_optim_steps(const kl_optim *o) { return o ? o->steps : -1; }
+
+/* ---- state files -------------------------------------------------------------------- */
+
+static const char *const opt_kind_names[] = {[OPT_SGD] = "sgd", [OPT_ADAM] = "adam", [OPT_ADAMW] = "adamw"};
+static const char *const opt_state_names[OPT_NUM_KINDS][OPT_MAX_STATE] = {
+    [OPT_SGD] = {"momentum_buffer"},
+    [OPT_ADAM] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+    [OPT_ADAMW] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+};
+
+/* Name of o's slot i in p (the optimizer holds p's tensors in p's order). */
+static const char *slot_name(const kl_optim *o, const kl_params *p, int i, const char *op) {
+    if (i >= kl_params_count(p) || kl_params_get(p, i) != o->slots[i].param) {
+        ke_err(KL_ERR_ARG, op, "parameter %d of the optimizer is not parameter %d of the collection", i, i);
+        return NULL;
+    }
+    return kl_params_name(p, i);
+}
+
+int kl_optim_save_safetensors(const kl_optim *o, const kl_params *p, const char *path) {
+    static const char *op = "optim_save_safetensors";
+    if (check_optim(o, op)) return -1;
+    if (!p) return ke_error_pending() ? -1 : ke_err(KL_ERR_NULL_ARG, op, "the parameter collection is NULL");
+    int cap = o->n * (OPT_MAX_STATE + 1), n = 0, rc = -1;
+    char **names = calloc((size_t)cap, sizeof *names);
+    kl_tensor **ts = calloc((size_t)cap, sizeof *ts);
+    kl_scope_begin();
+    if (!names || !ts) {
+        ke_err(KL_ERR_OOM, op, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < o->n; i++) {
+        const char *pn = slot_name(o, p, i, op);
+        if (!pn) goto out;
+        for (int k = -1; k < OPT_MAX_STATE; k++) {
+            kl_tensor *t = k < 0 ? kl_scalar_tensor((double)o->slots[i].step, KL_I64) : o->slots[i].state[k];
+            if (!t) continue;
+            const char *sn = k < 0 ? "step" : opt_state_names[o->kind][k];
+            size_t len = strlen(pn) + strlen(sn) + 2;
+            if (!(names[n] = malloc(len))) {
+                ke_err(KL_ERR_OOM, op, "out of memory");
+                goto out;
+            }
+            snprintf(names[n], len, "%s.%s", pn, sn);
+            ts[n++] = t;
+        }
+    }
+    char steps[32], lr[40];
+    snprintf(steps, sizeof steps, "%lld", (long long)o->steps);
+    snprintf(lr, sizeof lr, "%.17g", kl_optim_get_lr(o));
+    const char *meta[] = {"kiln.optim", opt_kind_names[o->kind], "steps", steps, "lr", lr, NULL};
+    rc = kl_save_safetensors(path, n, (const char *const *)names, ts, meta);
+out:
+    kl_scope_end();
+    for (int i = 0; names && i < n; i++) free(names[i]);
+    free(names);
+    free(ts);
+    return rc;
+}
+
+/* The file's tensor called "<pn>.<sn>" (NULL if absent), checked against
+ * want's shape and dtype when want is given. */
+static kl_tensor *state_in_file(const kl_safetensors *f, const char *pn, const char *sn, const kl_tensor *want,
+                                const char *path, int *rc) {
+    char name[512];
+    snprintf(name, sizeof name, "%s.%s", pn, sn);
+    kl_tensor *t = kl_safetensors_find(f, name);
+    if (!t || !want || *rc) return t;
+    char a[256], b[256];
+    if (t->ndim != want->ndim || memcmp(t->shape, want->shape, sizeof(int64_t) * (size_t)t->ndim))
+        *rc = ke_err(KL_ERR_SHAPE, "optim_load_safetensors", "%s: '%s' is %s but the parameter is %s", path, name,
+                     ke_fmt_tensor(a, sizeof a, t), ke_fmt_tensor(b, sizeof b, want));
+    else if (t->dtype != want->dtype)
+        *rc = ke_err(KL_ERR_DTYPE, "optim_load_safetensors", "%s: '%s' is %s but the parameter is %s", path, name,
+                     ke_fmt_tensor(a, sizeof a, t), ke_fmt_tensor(b, sizeof b, want));
+    return t;
+}
+
+int kl_optim_load_safetensors(kl_optim *o, const kl_params *p, const char *path) {
+    static const char *op = "optim_load_safetensors";
+    if (check_optim(o, op)) return -1;
+    if (!p) return ke_error_pending() ? -1 : ke_err(KL_ERR_NULL_ARG, op, "the parameter collection is NULL");
+    kl_safetensors *f = kl_load_safetensors(path);
+    if (!f) return -1;
+    int rc = 0;
+    const char *kind = kl_safetensors_metadata(f, "kiln.optim"), *steps = kl_safetensors_metadata(f, "steps");
+    const char *lr = kl_safetensors_metadata(f, "lr");
+    if (!kind || !steps || !lr)
+        rc = ke_err(KL_ERR_FORMAT, op, "%s: no optimizer metadata (kiln.optim, steps, lr)", path);
+    else if (strcmp(kind, opt_kind_names[o->kind]))
+        rc = ke_err(KL_ERR_ARG, op, "%s holds %s state, but the optimizer is %s", path, kind, opt_kind_names[o->kind]);
+    /* Check everything before writing anything. */
+    for (int i = 0; i < o->n && rc == 0; i++) {
+        const char *pn = slot_name(o, p, i, op);
+        if (!pn) {
+            rc = -1;
+            break;
+        }
+        kl_tensor *st = state_in_file(f, pn, "step", NULL, path, &rc);
+        if (!st || st->ndim != 0 || st->dtype != KL_I64) {
+            rc = ke_err(KL_ERR_ARG, op, "%s: no int64 '%s.step'", path, pn);
+            break;
+        }
+        for (int k = 0; k < OPT_MAX_STATE && opt_state_names[o->kind][k]; k++)
+            state_in_file(f, pn, opt_state_names[o->kind][k], o->slots[i].param, path, &rc);
+    }
+    if (rc == 0) {
+        kl_no_grad_begin();
+        kl_scope_begin();
+        for (int i = 0; i < o->n && rc == 0; i++) {
+            opt_slot *s = &o->slots[i];
+            const char *pn = kl_params_name(p, i);
+            s->step = (int64_t)kl_item(state_in_file(f, pn, "step", NULL, path, &rc));
+            for (int k = 0; k < OPT_MAX_STATE && opt_state_names[o->kind][k] && rc == 0; k++) {
+                kl_tensor *t = state_in_file(f, pn, opt_state_names[o->kind][k], NULL, path, &rc);
+                if (s->state[k]) { /* the file decides: state it lacks is dropped */
+                    ke_tensor_decref(s->state[k]);
+                    s->state[k] = NULL;
+                }
+                if (!t) continue;
+                if (!slot_state(s, k, kl_to_device(kl_clone(t), kl_device_of(s->param)))) rc = -1;
+            }
+        }
+        kl_scope_end();
+        kl_no_grad_end();
+        if (rc == 0) {
+            o->steps = strtoll(steps, NULL, 10);
+            kl_optim_set_lr(o, strtod(lr, NULL));
+        }
+    }
+    kl_safetensors_free(f);
+    return rc ? -1 : 0;
+}

@@ -133,20 +133,27 @@ int64_t kl_params_numel(const kl_params *p) {
     return n;
 }
 
-int kl_params_add_linear(kl_params *p, const char *prefix, int64_t in_features, int64_t out_features,
-                         bool bias, kl_tensor **weight, kl_tensor **b) {
-    static const char *op = "params_add_linear";
+/* "<prefix>.<what>" into buf; -1 (KL_ERR_ARG) if it does not fit. */
+static int param_name(char *buf, size_t cap, const char *op, const char *prefix, const char *what) {
+    const char *pre = prefix ? prefix : "", *dot = *pre ? "." : "";
+    if (snprintf(buf, cap, "%s%s%s", pre, dot, what) >= (int)cap)
+        return ke_err(KL_ERR_ARG, op, "prefix is too long (%zu characters)", strlen(pre));
+    return 0;
+}
+
+/* A layer's "<prefix>.weight" of wshape and, if bias, "<prefix>.bias"
+ * [nbias], in the default dtype, with the default init of PyTorch's
+ * nn.Linear / nn.ConvNd (reset_parameters): kaiming_uniform_(a = sqrt(5)),
+ * i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in from the weight's
+ * dims 1.. (kl_init_calculate_fans), and the bias from the same bound. */
+static int add_weight_bias(kl_params *p, const char *op, const char *prefix, int nd, const int64_t *wshape,
+                           int64_t nbias, bool bias, kl_tensor **weight, kl_tensor **b) {
     if (weight) *weight = NULL;
     if (b) *b = NULL;
     if (check_params(p, op)) return -1;
-    if (in_features < 0 || out_features < 0)
-        return ke_err(KL_ERR_SHAPE, op, "in_features (%lld) and out_features (%lld) must be >= 0",
-                      (long long)in_features, (long long)out_features);
-    const char *pre = prefix ? prefix : "", *dot = *pre ? "." : "";
     char wname[512], bname[512];
-    if (snprintf(wname, sizeof wname, "%s%sweight", pre, dot) >= (int)sizeof wname ||
-        snprintf(bname, sizeof bname, "%s%sbias", pre, dot) >= (int)sizeof bname)
-        return ke_err(KL_ERR_ARG, op, "prefix is too long (%zu characters)", strlen(pre));
+    if (param_name(wname, sizeof wname, op, prefix, "weight") || param_name(bname, sizeof bname, op, prefix, "bias"))
+        return -1;
     /* Name clashes first, so that nothing is created for nothing. */
     if (kl_params_index(p, wname) >= 0 || (bias && kl_params_index(p, bname) >= 0))
         return ke_err(KL_ERR_ARG, op, "a parameter named '%s' is already in the collection",
@@ -155,16 +162,15 @@ int kl_params_add_linear(kl_params *p, const char *prefix, int64_t in_features, 
     kl_dtype dt = kl_get_default_dtype();
     int rc = -1;
     kl_scope_begin();
-    kl_tensor *w = kl_empty(KL_SHAPE(out_features, in_features), dt);
-    /* nn.Linear.reset_parameters: kaiming_uniform_(a=sqrt(5)) gives
-     * U(-1/sqrt(in), 1/sqrt(in)); the bias uses the same bound. */
+    kl_tensor *w = kl_empty(nd, wshape, dt);
+    int64_t fan_in = 0;
     if (w && kl_init_kaiming_uniform(w, sqrt(5.0), KL_FAN_IN, KL_NONLIN_LEAKY_RELU) &&
-        kl_params_add(p, wname, w) >= 0) {
+        kl_init_calculate_fans(w, &fan_in, NULL) == 0 && kl_params_add(p, wname, w) >= 0) {
         if (!bias) {
             rc = 0;
         } else {
-            double bound = in_features > 0 ? 1.0 / sqrt((double)in_features) : 0.0;
-            kl_tensor *bt = kl_empty(KL_SHAPE(out_features), dt);
+            double bound = fan_in > 0 ? 1.0 / sqrt((double)fan_in) : 0.0;
+            kl_tensor *bt = kl_empty(1, &nbias, dt);
             if (bt && kl_init_uniform(bt, -bound, bound) && kl_params_add(p, bname, bt) >= 0) {
                 rc = 0;
                 if (b) *b = bt;
@@ -176,4 +182,111 @@ int kl_params_add_linear(kl_params *p, const char *prefix, int64_t in_features, 
     }
     kl_scope_end(); /* the collection's references keep w and b alive */
     return rc;
+}
+
+int kl_params_add_linear(kl_params *p, const char *prefix, int64_t in_features, int64_t out_features,
+                         bool bias, kl_tensor **weight, kl_tensor **b) {
+    static const char *op = "params_add_linear";
+    if (in_features < 0 || out_features < 0) {
+        if (weight) *weight = NULL;
+        if (b) *b = NULL;
+        if (check_params(p, op)) return -1;
+        return ke_err(KL_ERR_SHAPE, op, "in_features (%lld) and out_features (%lld) must be >= 0",
+                      (long long)in_features, (long long)out_features);
+    }
+    return add_weight_bias(p, op, prefix, 2, (int64_t[]){out_features, in_features}, out_features, bias, weight, b);
+}
+
+/* Channels and groups of a convolution layer: positive, both divisible. */
+static int check_conv_layer(const char *op, int64_t in, int64_t out, int64_t groups, int nk, const int64_t *k) {
+    if (in < 1 || out < 1 || groups < 1 || in % groups || out % groups)
+        return ke_err(KL_ERR_ARG, op,
+                      "in_channels (%lld) and out_channels (%lld) must be positive and divisible by groups (%lld)",
+                      (long long)in, (long long)out, (long long)groups);
+    for (int i = 0; i < nk; i++)
+        if (k[i] < 1) return ke_err(KL_ERR_ARG, op, "kernel size %lld must be positive", (long long)k[i]);
+    return 0;
+}
+
+int kl_params_add_conv1d(kl_params *p, const char *prefix, int64_t in_channels, int64_t out_channels,
+                         int64_t kernel_size, int64_t groups, bool bias, kl_tensor **weight, kl_tensor **b) {
+    static const char *op = "params_add_conv1d";
+    if (check_conv_layer(op, in_channels, out_channels, groups, 1, &kernel_size)) {
+        if (weight) *weight = NULL;
+        if (b) *b = NULL;
+        return -1;
+    }
+    return add_weight_bias(p, op, prefix, 3, (int64_t[]){out_channels, in_channels / groups, kernel_size},
+                           out_channels, bias, weight, b);
+}
+
+int kl_params_add_conv2d(kl_params *p, const char *prefix, int64_t in_channels, int64_t out_channels, int64_t kh,
+                         int64_t kw, int64_t groups, bool bias, kl_tensor **weight, kl_tensor **b) {
+    static const char *op = "params_add_conv2d";
+    if (check_conv_layer(op, in_channels, out_channels, groups, 2, (int64_t[]){kh, kw})) {
+        if (weight) *weight = NULL;
+        if (b) *b = NULL;
+        return -1;
+    }
+    return add_weight_bias(p, op, prefix, 4, (int64_t[]){out_channels, in_channels / groups, kh, kw},
+                           out_channels, bias, weight, b);
+}
+
+/* nn.ConvTranspose2d's weight is [in, out / groups, kh, kw]: its fan_in
+ * (dim 1) counts output channels, as PyTorch's init computes it. */
+int kl_params_add_conv_transpose2d(kl_params *p, const char *prefix, int64_t in_channels, int64_t out_channels,
+                                   int64_t kh, int64_t kw, int64_t groups, bool bias, kl_tensor **weight,
+                                   kl_tensor **b) {
+    static const char *op = "params_add_conv_transpose2d";
+    if (check_conv_layer(op, in_channels, out_channels, groups, 2, (int64_t[]){kh, kw})) {
+        if (weight) *weight = NULL;
+        if (b) *b = NULL;
+        return -1;
+    }
+    return add_weight_bias(p, op, prefix, 4, (int64_t[]){in_channels, out_channels / groups, kh, kw},
+                           out_channels, bias, weight, b);
+}
+
+int kl_params_add_batch_norm(kl_params *p, const char *prefix, int64_t num_features, bool affine,
+                             kl_tensor **weight, kl_tensor **b, kl_tensor **running_mean, kl_tensor **running_var) {
+    static const char *op = "params_add_batch_norm";
+    if (weight) *weight = NULL;
+    if (b) *b = NULL;
+    if (running_mean) *running_mean = NULL;
+    if (running_var) *running_var = NULL;
+    if (check_params(p, op)) return -1;
+    if (num_features < 1) return ke_err(KL_ERR_ARG, op, "num_features (%lld) must be positive", (long long)num_features);
+    char wname[512], bname[512];
+    if (param_name(wname, sizeof wname, op, prefix, "weight") || param_name(bname, sizeof bname, op, prefix, "bias"))
+        return -1;
+    if (affine && (kl_params_index(p, wname) >= 0 || kl_params_index(p, bname) >= 0))
+        return ke_err(KL_ERR_ARG, op, "a parameter named '%s' is already in the collection",
+                      kl_params_index(p, wname) >= 0 ? wname : bname);
+    kl_dtype dt = kl_get_default_dtype();
+    /* the buffers first: they belong to the caller's scope, the parameters to p */
+    kl_tensor *rm = running_mean ? kl_zeros(1, &num_features, dt) : NULL,
+              *rv = running_var ? kl_ones(1, &num_features, dt) : NULL;
+    if ((running_mean && !rm) || (running_var && !rv)) return -1;
+    if (affine) {
+        int rc = -1;
+        kl_scope_begin();
+        kl_tensor *w = kl_ones(1, &num_features, dt), *bt = kl_zeros(1, &num_features, dt);
+        if (w && bt && kl_params_add(p, wname, w) >= 0) {
+            if (kl_params_add(p, bname, bt) >= 0)
+                rc = 0;
+            else
+                params_pop(p);
+        }
+        kl_scope_end();
+        if (rc) {
+            if (rm) kl_release(rm);
+            if (rv) kl_release(rv);
+            return -1;
+        }
+        if (weight) *weight = w;
+        if (b) *b = bt;
+    }
+    if (running_mean) *running_mean = rm;
+    if (running_var) *running_var = rv;
+    return 0;
 }

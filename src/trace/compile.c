@@ -14,6 +14,7 @@
  * name, else each device's default.
  */
 #include "trace.h"
+#include "aot.h"
 #include "kernel.h"
 
 #include "log.h"
@@ -38,7 +39,10 @@ typedef struct tr_entry {
     tr_guard *in;
     uint8_t grad_mode;
     uint8_t eager;            /* the trace broke: run this signature eagerly */
-    ir_graph *g;
+    ir_graph *g;              /* with aot: the compiled forward */
+    tr_aot *aot;              /* differentiable: forward + backward graphs, one autograd node per call */
+    uint8_t *cap_rg;          /* per captured tensor of g: required grad at the trace (grad mode on) */
+    int32_t ncap;
     double ms[4];             /* compile time per phase: trace, passes, codegen, of which LLVM (kl_fn_explain) */
     char *why;                /* why it was traced: "first call" or the guard that failed */
     char *broke;              /* the trace break, if any */
@@ -127,7 +131,9 @@ void kl_fn_release(kl_fn *f) {
         free(f->entries[i].in);
         free(f->entries[i].why);
         free(f->entries[i].broke);
+        free(f->entries[i].cap_rg);
         ir_graph_free(f->entries[i].g);
+        tr_aot_release(f->entries[i].aot);
     }
     free(f->entries);
     free((char *)f->o.name);
@@ -216,6 +222,19 @@ static int guard_check(const tr_entry *e, kl_tensor *const *in, const int32_t *a
             return 1;
         }
     }
+    /* What the graph was built for also depends on its captured tensors: one that
+     * starts or stops requiring grad changes whether (and what) autograd records. */
+    for (int32_t i = 0; grad_mode && e->g && i < e->ncap; i++) {
+        const kl_tensor *t = e->g->captured[i];
+        if (e->cap_rg[i] != ((t->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0)) {
+            char b[200];
+            if (why)
+                snprintf(why, cap, "captured tensor %s %s requires grad", ke_fmt_tensor(b, sizeof b, t),
+                         e->cap_rg[i] ? "no longer" : "now");
+            return 1;
+        }
+    }
+    if (e->aot && tr_aot_guard(e->aot, why, cap)) return 1;
     return 0;
 }
 
@@ -357,6 +376,33 @@ static void prof_reason(ke_prof_cat cat, const char *name, const kl_fn *f, const
     ke_prof_instant(cat, name, args);
 }
 
+/* A signature differentiated in grad mode: replaces *g (fn's forward-only
+ * trace) by the compiled forward and sets e->aot, or leaves both alone where
+ * the function cannot be split (logged; it then runs op by op). 0 or -1. */
+static int make_aot(kl_fn *f, tr_entry *e, ir_graph **g, kl_tensor *const *in, const int32_t *alias, int n_in,
+                    int n_out) {
+    kl_tensor **params = calloc((size_t)(*g)->ncaptured + 1, sizeof *params);
+    if (!params) return ke_err(KL_ERR_OOM, "fn_call", "out of memory");
+    int np = 0;
+    for (int32_t i = 0; i < (*g)->ncaptured; i++)
+        if ((*g)->captured[i]->keys & KE_KS(KE_KEY_AUTOGRAD)) params[np++] = (*g)->captured[i];
+    tr_aot_spec sp = {.fn = f->fn, .user = f->user, .name = f->o.name, .inputs = in, .alias = alias, .n_in = n_in,
+                      .n_out = n_out, .g0 = *g, .params = params, .nparams = np, .fuse = 1, .cpu = f->cpu};
+    ir_graph *fw = NULL;
+    char why[256];
+    int rc = tr_aot_build(&sp, &fw, &e->aot, why, sizeof why);
+    free(params);
+    if (rc) return -1;
+    if (!fw) {
+        snprintf(f->st.grad_fallback, sizeof f->st.grad_fallback, "%s", why);
+        ke_log(KE_LOG_RECOMPILE, "%s: runs op by op so that autograd records (no compiled backward): %s", f->o.name, why);
+        return 0;
+    }
+    ir_graph_free(*g);
+    *g = fw;
+    return 0;
+}
+
 /* Traces a new signature into entry e (under f->lock). */
 static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n_in, int n_out, int grad_mode,
                      const char *why) {
@@ -382,6 +428,11 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
     int prof = ke_prof_active();
     int64_t p0 = prof ? ke_prof_now() : 0;
     ir_graph *g = tr_trace(f->fn, f->user, in, n_in, n_out, &broke, reason, sizeof reason);
+    int grad = g && needs_autograd(g, in, n_in, grad_mode);
+    if (grad && f->o.mode == KL_COMPILE_FUSE && make_aot(f, e, &g, in, alias, n_in, n_out)) {
+        ir_graph_free(g);
+        g = NULL;
+    }
     tl_tracing = frame.up;
     double t1 = now_ms();
     e->ms[0] = t1 - t0;
@@ -396,7 +447,6 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         ke_prof_complete(KE_PROF_TRACE, "trace", p0, ke_prof_now(), 0, args);
     }
     if (g) {
-        g->fuse = f->o.mode == KL_COMPILE_FUSE && !needs_autograd(g, in, n_in, grad_mode);
         ke_log(KE_LOG_TRACE, "%s: traced entry %d (%s): %d nodes in %.3f ms", f->o.name, f->nentries, why, g->nnodes,
                now_ms() - t0);
         if (ke_log_at(KE_LOG_TRACE, KL_LOG_DEBUG)) {
@@ -405,9 +455,12 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
             free(text);
         }
     }
-    for (int i = 0; g && i < n_in; i++) /* inputs sharing storage: writes through one reach both */
-        if (e->in[i].alias >= 0) ir_alias_input(g, i, e->in[i].alias);
-    if (g && f->o.mode != KL_COMPILE_TRACE_ONLY) {
+    if (g && !e->aot) {
+        g->fuse = f->o.mode == KL_COMPILE_FUSE && !grad;
+        for (int i = 0; i < n_in; i++) /* inputs sharing storage: writes through one reach both */
+            if (e->in[i].alias >= 0) ir_alias_input(g, i, e->in[i].alias);
+    }
+    if (g && !e->aot && f->o.mode != KL_COMPILE_TRACE_ONLY) {
         int64_t q0 = prof ? ke_prof_now() : 0;
         int bad = ir_optimize(g) != 0;
         double t2 = now_ms();
@@ -428,6 +481,16 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
             g = NULL;
         }
     }
+    if (g && grad_mode) {
+        e->ncap = g->ncaptured;
+        if (!(e->cap_rg = calloc((size_t)g->ncaptured + 1, 1))) {
+            ir_graph_free(g);
+            g = NULL;
+            ke_err(KL_ERR_OOM, "fn_call", "out of memory");
+        }
+        for (int32_t i = 0; g && i < g->ncaptured; i++)
+            e->cap_rg[i] = (g->captured[i]->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0;
+    }
     f->st.compile_ms += now_ms() - t0;
     f->st.traces++;
     if (f->nentries > 0) f->st.recompiles++;
@@ -436,6 +499,8 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         free(e->in);
         free(e->why);
         e->why = NULL;
+        tr_aot_release(e->aot);
+        e->aot = NULL;
         return -1;
     }
     if (broke) {
@@ -447,7 +512,10 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
     } else {
         e->g = g;
         f->st.graph_ops += g->nnodes;
-        f->st.kernels += tr_count_launches(g);
+        int64_t dispatched;
+        f->st.kernels += tr_count_launches(g, &dispatched);
+        f->st.library_calls += dispatched;
+        if (e->aot) f->st.backward_kernels += tr_aot_backward_launches(e->aot);
         if (ke_log_on(KE_LOG_FUSION))
             for (int32_t k = 0; k < g->nkernels; k++)
                 ke_log(KE_LOG_FUSION, "%s: kernel %d = %s", f->o.name, (int)k, g->kernels[k]->ops ? g->kernels[k]->ops : "?");
@@ -532,7 +600,21 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
      * started from; afterwards the generator is where the compiled call left
      * it, as if the check had not run. */
     ke_generator gen0 = check ? ke_generator_get_state(ke_default_generator()) : (ke_generator){0, 0};
-    int rc = tr_run_graph(hit->g, inputs, outputs);
+    int rc;
+    if (hit->aot) {
+        rc = tr_aot_call(hit->aot, hit->g, inputs, outputs);
+        pthread_mutex_lock(&f->lock);
+        f->st.aot_calls++;
+        f->st.saved_bytes = tr_aot_saved_bytes(hit->aot);
+        pthread_mutex_unlock(&f->lock);
+    } else {
+        if (needs_autograd(hit->g, inputs, n_in, grad_mode)) {
+            pthread_mutex_lock(&f->lock);
+            f->st.opbyop_grad_calls++;
+            pthread_mutex_unlock(&f->lock);
+        }
+        rc = tr_run_graph(hit->g, inputs, outputs);
+    }
     if (!rc && check) {
         ke_generator gen1 = ke_generator_get_state(ke_default_generator());
         ke_generator_set_state(ke_default_generator(), gen0);
@@ -605,6 +687,11 @@ int kl_fn_get_stats(const kl_fn *f, kl_fn_stats *out) {
     if (!f || !out) return ke_err(KL_ERR_NULL_ARG, "fn_get_stats", "argument is NULL");
     pthread_mutex_lock((pthread_mutex_t *)&f->lock);
     *out = f->st;
+    for (int i = 0; i < f->nentries; i++)
+        if (f->entries[i].aot) {
+            out->backward_calls += tr_aot_backward_calls(f->entries[i].aot);
+            out->double_backward_replays += tr_aot_replays(f->entries[i].aot);
+        }
     pthread_mutex_unlock((pthread_mutex_t *)&f->lock);
     return 0;
 }
@@ -708,7 +795,7 @@ int kl_fn_explain(const kl_fn *f, FILE *o) {
             fprintf(o, "  memory plan: peak %lld bytes of intermediates alive at once; %d slots, %lld bytes for %lld bytes "
                        "of kernel outputs\n",
                     (long long)peak, (int)g->plan->nslots, (long long)g->plan->slot_total, (long long)g->plan->value_bytes);
-        fprintf(o, "  launches per call: %lld\n", (long long)tr_count_launches(g));
+        fprintf(o, "  launches per call: %lld\n", (long long)tr_count_launches(g, NULL));
     }
     int nre = 0;
     for (int i = 1; i < f->nentries; i++) nre++;

@@ -58,15 +58,17 @@ static int slot_tensor(exec_mem *m, int32_t v, const ir_kbuf *b, kl_tensor **t) 
     return 0;
 }
 
-int64_t tr_count_launches(const ir_graph *g) {
-    int64_t n = 0;
+int64_t tr_count_launches(const ir_graph *g, int64_t *dispatched) {
+    int64_t n = 0, d = 0;
     for (int32_t k = 0; k < g->nnodes; k++) {
         const ir_node *nd = &g->nodes[k];
         if (nd->dead || (nd->op >= KE_OP_COUNT && nd->op != IR_OP_KERNEL) ||
             (nd->op < KE_OP_COUNT && ke_ops[nd->op].kind == KE_KIND_VIEW))
             continue;
         n++;
+        d += nd->op < KE_OP_COUNT;
     }
+    if (dispatched) *dispatched = d;
     return n;
 }
 
@@ -258,15 +260,26 @@ static int is_first(kl_tensor *const *outs, int32_t j) {
 }
 
 int tr_run_graph(const ir_graph *g, kl_tensor *const *inputs, kl_tensor **outputs) {
+    return tr_run_graph_rs(g, inputs, outputs, NULL);
+}
+
+int tr_run_graph_rs(const ir_graph *g, kl_tensor *const *inputs, kl_tensor **outputs, tr_rand *io) {
     kl_tensor **vals = calloc((size_t)g->nvalues + 1, sizeof *vals);
     if (!vals) return ke_err(KL_ERR_OOM, "fn_call", "out of memory");
     for (int32_t i = 0; i < g->ninputs; i++) vals[g->inputs[i]] = inputs[i];
     rand_slots rs = {.cap = 8};
     rs.rsv = rs.small;
     for (int i = 0; i < 8; i++) rs.small[2 * i] = -1;
+    int rc = 0;
+    if (io && io->n > rs.cap) {
+        if (!(rs.rsv = malloc(sizeof *rs.rsv * 2 * (size_t)io->n))) rc = ke_err(KL_ERR_OOM, "fn_call", "out of memory");
+        else rs.cap = io->n;
+    }
+    if (io && io->n && !rc) memcpy(rs.rsv, io->rsv, sizeof *rs.rsv * 2 * (size_t)io->n);
     kl_scope_begin();
     exec_mem m;
-    int rc = mem_begin(g, inputs, &m);
+    if (!rc) rc = mem_begin(g, inputs, &m);
+    else memset(&m, 0, sizeof m);
     int64_t live0 = tr_track_peak ? kl_live_storages() : 0, bytes0 = tr_track_peak ? ke_cpu_alloc_stats().live_bytes : 0;
     if (tr_track_peak) tr_peak_storages = tr_peak_bytes = 0;
     for (int32_t k = 0; k < g->nnodes && !rc; k++) {
@@ -277,6 +290,15 @@ int tr_run_graph(const ir_graph *g, kl_tensor *const *inputs, kl_tensor **output
             drop_after(g, k, vals, &m);
         }
         if (tr_track_peak) track_peak(live0, bytes0);
+    }
+    if (io && !rc) { /* the reservations go back to the caller */
+        int64_t *p = realloc(io->rsv, sizeof *p * 2 * (size_t)rs.cap);
+        if (!p) rc = ke_err(KL_ERR_OOM, "fn_call", "out of memory");
+        else {
+            memcpy(p, rs.rsv, sizeof *p * 2 * (size_t)rs.cap);
+            io->rsv = p;
+            io->n = rs.cap;
+        }
     }
     if (rs.rsv != rs.small) free(rs.rsv);
     /* Results made here outlive the scope: hold them, close it, then hand

@@ -15,6 +15,28 @@
 ir_graph *tr_trace(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_in, int n_out, int *broke,
                    char *why, size_t why_cap);
 
+/* Real tensors fn reads that are traced as inputs instead of being captured:
+ * real[k] is graph input first + k (the caller passes it there too), so a
+ * compiled function's parameters can be differentiated (aot.c). */
+typedef struct tr_subst {
+    int n, first;
+    kl_tensor *const *real;
+} tr_subst;
+ir_graph *tr_trace_ex(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_in, int n_out,
+                      const tr_subst *subst, int *broke, char *why, size_t why_cap);
+/* Nodes recorded so far by this thread's trace (-1: not tracing). */
+int32_t tr_trace_nnodes(void);
+
+/* Random reservations of one call, by slot (ir.h, IR_RANDOM_SLOT): seed and
+ * offset per slot, seed -1 where none was made. tr_run_graph_rs starts from
+ * *rs (NULL: none) and leaves the call's reservations there, so a second
+ * graph (a compiled backward) draws what the first drew. */
+typedef struct tr_rand {
+    int n;
+    int64_t *rsv;  /* [2n], malloc'd */
+} tr_rand;
+int tr_run_graph_rs(const ir_graph *g, kl_tensor *const *inputs, kl_tensor **outputs, tr_rand *rs);
+
 /* Runs g on real inputs: outputs[i] receive scope-owned results (or the
  * input / captured tensor itself). Returns 0 or -1. */
 int tr_run_graph(const ir_graph *g, kl_tensor *const *inputs, kl_tensor **outputs);
@@ -25,8 +47,9 @@ extern int tr_track_peak;
 extern int64_t tr_peak_storages, tr_peak_bytes;
 
 /* Op launches a graph makes per call (nodes other than views, constants and
- * captured reads). */
-int64_t tr_count_launches(const ir_graph *g);
+ * captured reads); *dispatched (if not NULL) gets those that are ops run
+ * through the dispatcher rather than compiled kernels. */
+int64_t tr_count_launches(const ir_graph *g, int64_t *dispatched);
 
 /* Compiles every kernel of g (after the last pass): CPU kernels with cpu
  * (NULL: the default CPU backend), others with their device's default

@@ -39,6 +39,10 @@ typedef struct tr_session {
     ke_storage **ost;
     int32_t *oid;
     int nost, ostcap;
+    /* real tensors traced as inputs (tr_subst): the stand-ins of inputs
+     * [subst->first, subst->first + subst->n) */
+    const tr_subst *subst;
+    kl_tensor **meta_in;
 } tr_session;
 
 static _Thread_local tr_session *cur;
@@ -178,6 +182,17 @@ static int32_t alias_id(const tr_session *s, kl_tensor *t, const char *op) {
                   ke_fmt_tensor(b, sizeof b, t));
 }
 
+static int subst_of(const tr_session *s, const kl_tensor *t) {
+    if (!s->subst) return -1;
+    for (int k = 0; k < s->subst->n; k++)
+        if (s->subst->real[k] == t) return k;
+    return -1;
+}
+
+int32_t tr_trace_nnodes(void) {
+    return cur ? cur->g->nnodes : -1;
+}
+
 int tr_trace_handler(ke_call *c) {
     tr_session *s = cur;
     if (!s) return ke_err(KL_ERR_INTERNAL, ke_opname(c), "trace key without a trace session");
@@ -205,6 +220,10 @@ int tr_trace_handler(ke_call *c) {
             if ((ids[i] = ir_add_scalar(s->g, v, (kl_dtype)t->dtype, 1, KL_DEVICE_CPU)) < 0) goto out;
         } else if (t->storage->device.type == KL_META) {
             if ((ids[i] = alias_id(s, t, ke_opname(c))) < 0) goto out;
+        } else if (subst_of(s, t) >= 0) {
+            int k = s->subst->first + subst_of(s, t);
+            sub[i] = s->meta_in[k];
+            ids[i] = (int32_t)sub[i]->trace_id;
         } else if ((ids[i] = captured_id(s, t, &sub[i])) < 0) {
             goto out;
         } else if (!s->grad_cap && (t->keys & KE_KS(KE_KEY_AUTOGRAD)) && kl_is_grad_enabled()) {
@@ -250,9 +269,14 @@ out:
 
 ir_graph *tr_trace(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_in, int n_out, int *broke,
                    char *why, size_t why_cap) {
+    return tr_trace_ex(fn, user, inputs, n_in, n_out, NULL, broke, why, why_cap);
+}
+
+ir_graph *tr_trace_ex(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_in, int n_out,
+                      const tr_subst *subst, int *broke, char *why, size_t why_cap) {
     *broke = 0;
     kl_init(); /* the Trace key's handler and the data hook */
-    tr_session s = {.target = ke_tls_state.default_device};
+    tr_session s = {.target = ke_tls_state.default_device, .subst = subst};
     if (!(s.g = ir_graph_new())) return NULL;
     kl_tensor **meta_in = calloc((size_t)n_in + 1, sizeof *meta_in);
     kl_tensor **outs = calloc((size_t)n_out + 1, sizeof *outs);
@@ -270,6 +294,7 @@ ir_graph *tr_trace(kl_traceable fn, void *user, kl_tensor *const *inputs, int n_
     ke_generator gen = ke_generator_get_state(ke_default_generator());
     s.gen0 = gen;
     kl_scope_begin();
+    s.meta_in = meta_in;
     int rc = 0;
     for (int i = 0; i < n_in && !rc; i++) {
         int32_t id = ir_add_input(s.g, inputs[i]);

@@ -17,12 +17,14 @@ static void PL_FN(maxpool)(void *ctx, int64_t p0, int64_t p1) {
         for (int64_t oh = 0; oh < p->OH; oh++)
             for (int64_t ow = 0; ow < p->OW; ow++) {
                 PL_T m = PL_LOWEST;
-                for (int64_t i = 0; i < p->kh; i++) {
-                    int64_t ih = oh * p->sh - p->ph + i * p->dh;
-                    if (ih < 0 || ih >= p->H) continue;
-                    for (int64_t j = 0; j < p->kw; j++) {
-                        int64_t iw = ow * p->sw - p->pw + j * p->dw;
-                        if (iw < 0 || iw >= p->W) continue;
+                /* only the taps inside the input: a kernel of 2^62 must not loop 2^62 times */
+                int64_t hb = oh * p->sh - p->ph, wb = ow * p->sw - p->pw;
+                int64_t i0 = pl_first_tap(hb, p->dh), i1 = pl_end_tap(hb, p->dh, p->H, p->kh);
+                int64_t j0 = pl_first_tap(wb, p->dw), j1 = pl_end_tap(wb, p->dw, p->W, p->kw);
+                for (int64_t i = i0; i < i1; i++) {
+                    int64_t ih = hb + i * p->dh;
+                    for (int64_t j = j0; j < j1; j++) {
+                        int64_t iw = wb + j * p->dw;
                         PL_T v = x[ih * p->W + iw];
                         if (v > m || PL_ISNAN(v)) m = v;
                     }
@@ -39,9 +41,10 @@ static void PL_FN(avgpool)(void *ctx, int64_t p0, int64_t p1) {
         for (int64_t oh = 0; oh < p->OH; oh++)
             for (int64_t ow = 0; ow < p->OW; ow++) {
                 int64_t hs = oh * p->sh - p->ph, ws = ow * p->sw - p->pw;
-                int64_t he = hs + p->kh < p->H + p->ph ? hs + p->kh : p->H + p->ph;
-                int64_t we = ws + p->kw < p->W + p->pw ? ws + p->kw : p->W + p->pw;
-                int64_t pool = (he - hs) * (we - ws);
+                /* kh < H + ph - hs, not hs + kh < ...: a huge kernel must not overflow */
+                int64_t he = p->kh < p->H + p->ph - hs ? hs + p->kh : p->H + p->ph;
+                int64_t we = p->kw < p->W + p->pw - ws ? ws + p->kw : p->W + p->pw;
+                double pool = (double)(he - hs) * (double)(we - ws); /* may pass 2^63 */
                 hs = hs < 0 ? 0 : hs, ws = ws < 0 ? 0 : ws;
                 he = he > p->H ? p->H : he, we = we > p->W ? p->W : we;
                 if (hs >= he || ws >= we) {
@@ -51,7 +54,11 @@ static void PL_FN(avgpool)(void *ctx, int64_t p0, int64_t p1) {
                 PL_A sum = 0;
                 for (int64_t ih = hs; ih < he; ih++)
                     for (int64_t iw = ws; iw < we; iw++) sum = PL_ADD(sum, x[ih * p->W + iw]);
-                PL_A div = (PL_A)(p->count_include_pad ? pool : (he - hs) * (we - ws));
+                if (p->count_include_pad && pool > 0x1p62) {
+                    y[oh * p->OW + ow] = (PL_T)((double)sum / pool); /* |result| < 1: 0 for integers */
+                    continue;
+                }
+                PL_A div = (PL_A)(p->count_include_pad ? (int64_t)pool : (he - hs) * (we - ws));
                 y[oh * p->OW + ow] = (PL_T)(sum / div);
             }
     }
