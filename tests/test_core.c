@@ -187,7 +187,9 @@ static void bad_shapes_and_dtypes(void **s) {
     assert_null(kl_zeros(KL_SHAPE(2, -1), KL_F32));
     KT_EXPECT_ERROR(KL_ERR_SHAPE, "negative dimension");
     assert_null(kl_zeros(KL_SHAPE(1ll << 40, 1ll << 40), KL_F32));
-    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "too many elements");
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "kl_zeros: shape [1099511627776,1099511627776] has too many elements");
+    assert_null(kl_ones(KL_SHAPE(1ll << 40, 1ll << 40), KL_F32));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "kl_ones: shape");
     assert_null(kl_empty(KL_SHAPE(0, 1ll << 62, 1ll << 62), KL_F32));
     KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "too many elements");
     assert_null(kl_zeros(9, (int64_t[9]){1, 1, 1, 1, 1, 1, 1, 1, 1}, KL_F32));

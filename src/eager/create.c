@@ -286,10 +286,12 @@ int ke_decomp_to_device(ke_call *c) {
 
 /* ---- public wrappers ---------------------------------------------------------- */
 
-/* value: full's fill value (empty has none) */
-static kl_tensor *create_call(int op, int ndim, const int64_t *shape, kl_dtype dt, kl_device dev, double value) {
+/* value: full's fill value (empty has none); name: the public function the
+   user called (kl_zeros is a full underneath, but its errors say "zeros") */
+static kl_tensor *create_call(int op, const char *name, int ndim, const int64_t *shape, kl_dtype dt, kl_device dev,
+                              double value) {
     ke_call c = {.op = op, .nin = 0, .device = dev};
-    if (ke_check_shape(ke_opname(&c), ndim, shape, dt)) return NULL;
+    if (ke_check_shape(name, ndim, shape, dt)) return NULL;
     ke_set_list(&c, ndim, shape);
     if (op == KE_OP_full) ke_attr_set_full_value(&c.a, value);
     ke_attr_set_dtype(&c.a, dt);
@@ -297,16 +299,20 @@ static kl_tensor *create_call(int op, int ndim, const int64_t *shape, kl_dtype d
 }
 
 kl_tensor *kl_empty_on(int ndim, const int64_t *shape, kl_dtype dt, kl_device dev) {
-    return create_call(KE_OP_empty, ndim, shape, dt, dev, 0);
+    return create_call(KE_OP_empty, "empty", ndim, shape, dt, dev, 0);
 }
 kl_tensor *kl_empty(int ndim, const int64_t *shape, kl_dtype dt) {
-    return create_call(KE_OP_empty, ndim, shape, dt, ke_tls_state.default_device, 0);
+    return create_call(KE_OP_empty, "empty", ndim, shape, dt, ke_tls_state.default_device, 0);
 }
 kl_tensor *kl_full(int ndim, const int64_t *shape, double value, kl_dtype dt) {
-    return create_call(KE_OP_full, ndim, shape, dt, ke_tls_state.default_device, value);
+    return create_call(KE_OP_full, "full", ndim, shape, dt, ke_tls_state.default_device, value);
 }
-kl_tensor *kl_zeros(int ndim, const int64_t *shape, kl_dtype dt) { return kl_full(ndim, shape, 0, dt); }
-kl_tensor *kl_ones(int ndim, const int64_t *shape, kl_dtype dt) { return kl_full(ndim, shape, 1, dt); }
+kl_tensor *kl_zeros(int ndim, const int64_t *shape, kl_dtype dt) {
+    return create_call(KE_OP_full, "zeros", ndim, shape, dt, ke_tls_state.default_device, 0);
+}
+kl_tensor *kl_ones(int ndim, const int64_t *shape, kl_dtype dt) {
+    return create_call(KE_OP_full, "ones", ndim, shape, dt, ke_tls_state.default_device, 1);
+}
 kl_tensor *kl_scalar_tensor(double value, kl_dtype dt) { return kl_full(0, NULL, value, dt); }
 
 kl_tensor *kl_arange(double start, double end, double step, kl_dtype dt) {
@@ -335,7 +341,7 @@ kl_tensor *kl_eye(int64_t n, int64_t m, kl_dtype dt) {
 
 static kl_tensor *like(const kl_tensor *t, int op, double v, const char *name) {
     if (ke_check_tensor(t, name, 1)) return NULL;
-    return create_call(op, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device, v);
+    return create_call(op, name, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device, v);
 }
 kl_tensor *kl_empty_like(const kl_tensor *t) { return like(t, KE_OP_empty, 0, "empty_like"); }
 kl_tensor *kl_zeros_like(const kl_tensor *t) { return like(t, KE_OP_full, 0, "zeros_like"); }
