@@ -126,8 +126,10 @@ static int parse_args(int argc, char **argv, options *o) {
     return 0;
 }
 
+/* Kiln's error if one is pending; the model's own checks (fashion_model.c) have printed theirs. */
 static int fail_kiln(const char *what) {
-    fprintf(stderr, "fashion: %s failed: %s\n", what, kl_last_error());
+    const char *e = kl_last_error();
+    fprintf(stderr, "fashion: %s failed%s%s\n", what, *e ? ": " : "", e);
     return 1;
 }
 
