@@ -56,11 +56,13 @@ demo)
 test)
     configure "$build"
     bash scripts/fetch_digits.sh || echo "kiln: digits data unavailable; the digits test will be skipped"
+    bash scripts/fetch_fashion.sh || echo "kiln: Fashion-MNIST unavailable; the fashion test will be skipped"
     meson test -C "$build" -v --num-processes 1
     ;;
 asan)
     configure "$build-asan" -Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Db_lundef=false
     bash scripts/fetch_digits.sh || echo "kiln: digits data unavailable; the digits test will be skipped"
+    bash scripts/fetch_fashion.sh || echo "kiln: Fashion-MNIST unavailable; the fashion test will be skipped"
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
         meson test -C "$build-asan" -v --num-processes 1 --timeout-multiplier 4
