@@ -2,8 +2,9 @@
  * test_charlm.c — the charlm demo's model (examples/charlm) in a tiny
  * configuration (1 layer, 2 heads, embedding 16, context 16) on a built-in
  * text: the corpus split and the bigram baseline against values computed
- * independently in Python, eager against compiled training (the compiled
- * step must really compile: one trace, no eager fallback), save/load and
+ * independently in Python, eager against compiled training (the whole step
+ * compiled, and the loss compiled with kl_backward from eager code; both must
+ * really compile: one trace, no eager fallback), save/load and
  * resume against uninterrupted training, and sampling (deterministic for a
  * seed; top-k 1 is argmax decoding).
  */
@@ -99,41 +100,54 @@ static void bad_configs_are_refused(void **state) {
     assert_null(charlm_params_new(&bad));
 }
 
+/* Eager, the compiled step and the compiled loss + kl_backward train alike. */
 static void eager_and_compiled_train_alike(void **state) {
     (void)state;
     charlm_corpus c;
     load_corpus(&c);
     charlm_config cfg = tiny(&c);
-    double loss[2][STEPS];
-    charlm_trainer t[2];
-    for (int m = 0; m < 2; m++) {
+    static const char *name[3] = {"eager", "compiled step", "compiled forward"};
+    double loss[3][STEPS];
+    charlm_trainer t[3];
+    for (int m = 0; m < 3; m++) {
         kl_manual_seed(7);
-        charlm_train_options o = schedule(m == 1);
+        charlm_train_options o = schedule(m > 0);
+        o.forward_only = m == 2;
         assert_int_equal(charlm_trainer_init(&t[m], &cfg, &o), 0);
         assert_int_equal(t[m].n_params, charlm_n_params(&cfg));
         run_steps(&t[m], &c, 0, STEPS, loss[m]);
     }
-    for (int s = 0; s < STEPS; s++)
-        if (fabs(loss[0][s] - loss[1][s]) > 1e-4 * (1 + fabs(loss[0][s])))
-            fail_msg("step %d: eager loss %.7f, compiled %.7f", s, loss[0][s], loss[1][s]);
+    for (int m = 1; m < 3; m++)
+        for (int s = 0; s < STEPS; s++)
+            if (fabs(loss[0][s] - loss[m][s]) > 1e-4 * (1 + fabs(loss[0][s])))
+                fail_msg("step %d: eager loss %.7f, %s %.7f", s, loss[0][s], name[m], loss[m][s]);
     /* Training does something: the loss falls from about ln(vocab). */
     assert_true(fabs(loss[0][0] - log(39.0)) < 0.3);
     assert_true(loss[0][STEPS - 1] < loss[0][0] - 0.3);
     kl_scope_begin();
-    for (int i = 0; i < t[0].n_params; i++)
-        if (kl_allclose(t[0].param[i], t[1].param[i], 1e-3, 1e-4, false) != 1)
-            fail_msg("parameter %s differs after %d steps", kl_params_name(t[0].params, i), STEPS);
+    for (int m = 1; m < 3; m++)
+        for (int i = 0; i < t[0].n_params; i++)
+            if (kl_allclose(t[0].param[i], t[m].param[i], 1e-3, 1e-4, false) != 1)
+                fail_msg("%s: parameter %s differs after %d steps", name[m], kl_params_name(t[0].params, i), STEPS);
     kl_scope_end();
+    /* Both compiled ways really compile: one trace, every later call a cache
+     * hit, nothing run eagerly; the forward-only one through the compiled
+     * forward and backward graphs (one autograd node per call). */
     kl_fn_stats st;
-    assert_int_equal(kl_fn_get_stats(t[1].fn, &st), 0);
-    assert_int_equal(st.calls, STEPS);
-    assert_int_equal(st.traces, 1);
-    assert_int_equal(st.eager_calls, 0);
-    assert_int_equal(st.cache_hits, STEPS - 1);
+    for (int m = 1; m < 3; m++) {
+        assert_int_equal(kl_fn_get_stats(t[m].fn, &st), 0);
+        assert_int_equal(st.calls, STEPS);
+        assert_int_equal(st.traces, 1);
+        assert_int_equal(st.eager_calls, 0);
+        assert_int_equal(st.cache_hits, STEPS - 1);
+    }
+    assert_int_equal(st.aot_calls, STEPS);
+    assert_int_equal(st.opbyop_grad_calls, 0);
+    assert_int_equal(st.backward_calls, STEPS);
     /* The held-out loss is a real number near the batch losses. */
     double v = charlm_eval(&t[1], c.val, c.n_val, 8, 3, 1);
     assert_true(isfinite(v) && fabs(v - loss[1][STEPS - 1]) < 1.5);
-    for (int m = 0; m < 2; m++) charlm_trainer_free(&t[m]);
+    for (int m = 0; m < 3; m++) charlm_trainer_free(&t[m]);
     charlm_corpus_free(&c);
 }
 
@@ -142,8 +156,9 @@ static void save_load_resumes(void **state) {
     charlm_corpus c;
     load_corpus(&c);
     charlm_config cfg = tiny(&c);
-    for (int compiled = 0; compiled < 2; compiled++) {
-        charlm_train_options o = schedule(compiled);
+    for (int way = 0; way < 3; way++) { /* eager, compiled step, compiled forward */
+        charlm_train_options o = schedule(way > 0);
+        o.forward_only = way == 2;
         double whole[STEPS], resumed[STEPS];
         charlm_trainer a, b;
         kl_manual_seed(3);
@@ -165,8 +180,7 @@ static void save_load_resumes(void **state) {
         run_steps(&b, &c, STEPS / 2, STEPS, resumed);
         for (int s = STEPS / 2; s < STEPS; s++)
             if (fabs(whole[s] - resumed[s]) > 1e-6)
-                fail_msg("%s step %d: uninterrupted %.9f, resumed %.9f", compiled ? "compiled" : "eager", s, whole[s],
-                         resumed[s]);
+                fail_msg("way %d step %d: uninterrupted %.9f, resumed %.9f", way, s, whole[s], resumed[s]);
         charlm_trainer_free(&b);
 
         /* A model of another shape does not load (and says why). */

@@ -23,13 +23,16 @@
  *          [--layers N] [--heads N] [--embed N] [--context N] [--lr X] [--warmup N]
  *          [--eval-every N] [--eval-windows N] [--save FILE] [--load FILE]
  *          [--sample N] [--temperature X] [--top-k K] [--data PATH] [--skip-missing]
- *          [--max-val-loss X] [--bench-steps N] [--profile]
+ *          [--max-val-loss X] [--bench-steps N] [--profile] [--compile step|forward]
  *
  * --mode both (the default) trains twice from the same seed (same
  * initialisation, same windows): once with the step's forward, loss and
  * backward run eagerly, once with that function compiled by kl_compile as a
  * whole (one trace, one graph with the backward, fused kernels); the
- * optimizer step, clipping and schedule are eager in both.
+ * optimizer step, clipping and schedule are eager in both. --compile forward
+ * compiles the loss only instead (the parameters captured, requiring grad:
+ * kl_compile's compiled forward and backward behind one autograd node) and
+ * calls kl_backward from eager code. --bench-steps times all three.
  */
 #include "charlm_data.h"
 #include "charlm_model.h"
@@ -49,6 +52,7 @@ typedef struct options {
     uint64_t seed;
     const char *data, *save, *load;
     bool skip_missing, profile;
+    bool forward_only; /* --compile forward */
 } options;
 
 static double now_s(void) {
@@ -63,11 +67,12 @@ static void usage(FILE *f) {
             "              [--layers N] [--heads N] [--embed N] [--context N] [--lr X] [--warmup N]\n"
             "              [--eval-every N] [--eval-windows N] [--save FILE] [--load FILE]\n"
             "              [--sample N] [--temperature X] [--top-k K] [--data PATH] [--skip-missing]\n"
-            "              [--max-val-loss X] [--bench-steps N] [--profile]\n"
+            "              [--max-val-loss X] [--bench-steps N] [--profile] [--compile step|forward]\n"
             "PATH is the folder of fortune files or one text file (default $KILN_DATA_DIR/fortunes, else\n"
             "./data/fortunes); scripts/fetch_fortunes.sh puts them there. --save FILE writes the parameters\n"
             "to FILE and the optimizer state to FILE.optim; --load reads both and resumes at their step.\n"
-            "--bench-steps N only times N training steps per mode (medians) and exits.\n");
+            "--bench-steps N only times N training steps per mode (medians) and exits. --compile step (the\n"
+            "default) compiles the whole loss-and-gradients function, forward the loss only (then kl_backward).\n");
 }
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -90,6 +95,7 @@ static int parse_args(int argc, char **argv, options *o) {
             size_t off;
         } opts[] = {
             {"--mode", 'm', 0},
+            {"--compile", 'c', 0},
             {"--steps", 'i', offsetof(options, steps)},
             {"--batch", 'i', offsetof(options, batch)},
             {"--threads", 'i', offsetof(options, threads)},
@@ -134,6 +140,10 @@ static int parse_args(int argc, char **argv, options *o) {
         case 'd': *(double *)field = strtod(v, &end); break;
         case 'u': *(uint64_t *)field = strtoull(v, &end, 10); break;
         case 's': *(const char **)field = v, end = ""; break;
+        case 'c':
+            end = strcmp(v, "step") && strcmp(v, "forward") ? "x" : "";
+            o->forward_only = !strcmp(v, "forward");
+            break;
         default: {
             static const char *modes[] = {[MODE_BOTH] = "both", [MODE_EAGER] = "eager", [MODE_COMPILED] = "compiled"};
             end = "x"; /* an unknown mode is a bad value */
@@ -161,9 +171,10 @@ static int fail_kiln(const char *what) {
     return 1;
 }
 
-static charlm_train_options train_options(const options *o, bool compiled) {
+static charlm_train_options train_options(const options *o, bool compiled, bool forward_only) {
     return (charlm_train_options){.lr = o->lr, .min_lr = o->lr / 10, .warmup = o->warmup, .total = o->steps,
-                                  .weight_decay = 0.01, .beta2 = 0.99, .clip = 1.0, .compiled = compiled};
+                                  .weight_decay = 0.01, .beta2 = 0.99, .clip = 1.0, .compiled = compiled,
+                                  .forward_only = forward_only};
 }
 
 /* The windows of step s: a generator seeded from (seed, s), so a resumed run
@@ -190,7 +201,7 @@ static void print_text(const charlm_vocab *v, const int64_t *ids, int n) {
 /* Trains a fresh model (or the one --load names) from o->seed; compiled or eager step. */
 static int train(const options *o, const charlm_corpus *c, bool compiled, run_result *res) {
     charlm_trainer t;
-    charlm_train_options to = train_options(o, compiled);
+    charlm_train_options to = train_options(o, compiled, o->forward_only);
     const int B = o->batch, T = o->cfg.context;
     int64_t *x = malloc(sizeof(int64_t) * (size_t)B * T), *y = malloc(sizeof(int64_t) * (size_t)B * T);
     int rc = 1;
@@ -205,7 +216,9 @@ static int train(const options *o, const charlm_corpus *c, bool compiled, run_re
     }
     int64_t first = charlm_trainer_steps(&t);
     printf("\n%s: loss and gradients %s; AdamW, clipping and schedule eager\n", compiled ? "compiled" : "eager",
-           compiled ? "by one kl_compile'd function (forward + backward traced once)" : "by eager ops and autograd");
+           !compiled         ? "by eager ops and autograd"
+           : o->forward_only ? "by a kl_compile'd loss (compiled forward and backward) and kl_backward"
+                             : "by one kl_compile'd function (forward + backward traced once)");
     if (first) printf("resuming at step %lld (%s)\n", (long long)first, o->load);
     printf(" step   lr        batch loss  train loss  val loss   tokens/s\n");
     double train_s = 0, first_step_s = 0, since = 0, loss_sum = 0;
@@ -296,11 +309,12 @@ static int cmp_double(const void *a, const void *b) {
 static int bench(const options *o, const charlm_corpus *c) {
     const int B = o->batch, T = o->cfg.context, n = o->bench_steps;
     int64_t *x = malloc(sizeof(int64_t) * (size_t)B * T), *y = malloc(sizeof(int64_t) * (size_t)B * T);
-    double *ms = malloc(sizeof(double) * (size_t)n), median[2] = {0};
+    double *ms = malloc(sizeof(double) * (size_t)n), median[3] = {0};
+    static const char *names[3] = {"eager", "compiled", "compiled-forward"};
     int rc = 0;
-    for (int mode = 0; mode < 2 && !rc && x && y && ms; mode++) {
+    for (int mode = 0; mode < 3 && !rc && x && y && ms; mode++) {
         charlm_trainer t;
-        charlm_train_options to = train_options(o, mode == 1);
+        charlm_train_options to = train_options(o, mode > 0, mode == 2);
         kl_manual_seed(o->seed);
         if (charlm_trainer_init(&t, &o->cfg, &to) < 0) return fail_kiln("setting up the model");
         for (int s = 0; s < n + 2 && !rc; s++) {
@@ -313,23 +327,29 @@ static int bench(const options *o, const charlm_corpus *c) {
         }
         if (o->profile && !rc) {
             kl_profiler_stop(NULL);
-            printf("\nprofile of %d %s steps:\n", n, mode ? "compiled" : "eager");
+            printf("\nprofile of %d %s steps:\n", n, names[mode]);
             kl_profiler_summary(stdout);
         }
         if (!rc) {
             qsort(ms, (size_t)n, sizeof *ms, cmp_double);
             median[mode] = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
-            printf("bench %-8s median %8.2f ms/step over %d steps (min %.2f, max %.2f), %.0f tokens/s", mode ? "compiled" : "eager",
+            printf("bench %-16s median %8.2f ms/step over %d steps (min %.2f, max %.2f), %.0f tokens/s", names[mode],
                    median[mode], n, ms[0], ms[n - 1], B * T / (median[mode] / 1e3));
             kl_fn_stats st;
-            if (t.fn && kl_fn_get_stats(t.fn, &st) == 0 && st.traces)
+            if (t.fn && kl_fn_get_stats(t.fn, &st) == 0 && st.traces && mode == 1)
                 printf("; %lld launches per step (%lld library calls) + the eager optimizer",
                        (long long)(st.kernels / st.traces), (long long)(st.library_calls / st.traces));
+            if (t.fn && kl_fn_get_stats(t.fn, &st) == 0 && st.traces && mode == 2)
+                printf("; %lld forward + %lld backward launches per step + the eager optimizer (%lld aot calls%s%s)",
+                       (long long)(st.kernels / st.traces), (long long)(st.backward_kernels / st.traces),
+                       (long long)st.aot_calls, st.grad_fallback[0] ? "; fallback: " : "", st.grad_fallback);
             printf("\n");
         }
         charlm_trainer_free(&t);
     }
-    if (!rc && median[1] > 0) printf("bench compiled/eager speed-up %.2fx\n", median[0] / median[1]);
+    if (!rc && median[1] > 0 && median[2] > 0)
+        printf("bench speed-up over eager: compiled step %.2fx, compiled forward + kl_backward %.2fx\n",
+               median[0] / median[1], median[0] / median[2]);
     free(x), free(y), free(ms);
     return rc;
 }

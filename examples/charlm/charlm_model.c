@@ -124,6 +124,16 @@ static int train_step(void *user, kl_tensor *const *in, int n_in, kl_tensor **ou
     return out[0] ? 0 : -1;
 }
 
+/* The loss alone, for opt.forward_only: in = {x, y}, out = {loss}; the
+ * parameters are captured tensors that require grad, so a compiled call
+ * records one autograd node whose backward is compiled too. */
+static int loss_fn(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    const charlm_trainer *t = user;
+    (void)n_in, (void)n_out;
+    out[0] = charlm_loss(&t->cfg, t->param, in[0], in[1]);
+    return out[0] ? 0 : -1;
+}
+
 int charlm_trainer_init(charlm_trainer *t, const charlm_config *cfg, const charlm_train_options *opt) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -152,8 +162,8 @@ int charlm_trainer_init(charlm_trainer *t, const charlm_config *cfg, const charl
     }
     if (opt->compiled) {
         kl_compile_options co = kl_compile_options_default();
-        co.name = "charlm_step";
-        if (!(t->fn = kl_compile(train_step, t, &co))) {
+        co.name = opt->forward_only ? "charlm_loss" : "charlm_step";
+        if (!(t->fn = kl_compile(opt->forward_only ? loss_fn : train_step, t, &co))) {
             charlm_trainer_free(t);
             return -1;
         }
@@ -186,9 +196,14 @@ int charlm_trainer_step(charlm_trainer *t, const int64_t *x, const int64_t *y, i
     in[0] = kl_from_data(x, KL_SHAPE(batch, T), KL_I64);
     in[1] = kl_from_data(y, KL_SHAPE(batch, T), KL_I64);
     for (int i = 0; i < np; i++) in[2 + i] = t->detached[i];
-    int bad = !in[0] || !in[1] ||
-              (t->fn ? kl_fn_call(t->fn, in, 2 + np, out, 1 + np) : train_step(t, in, 2 + np, out, 1 + np)) < 0;
-    for (int i = 0; i < np && !bad; i++) bad = kl_set_grad(t->param[i], out[1 + i]) < 0;
+    int bad = !in[0] || !in[1];
+    if (!bad && t->fn && o->forward_only) {
+        bad = kl_optim_zero_grad(t->optim) < 0 || kl_fn_call(t->fn, in, 2, out, 1) < 0 ||
+              kl_backward(out[0], NULL, NULL) < 0;
+    } else if (!bad) {
+        bad = (t->fn ? kl_fn_call(t->fn, in, 2 + np, out, 1 + np) : train_step(t, in, 2 + np, out, 1 + np)) < 0;
+        for (int i = 0; i < np && !bad; i++) bad = kl_set_grad(t->param[i], out[1 + i]) < 0;
+    }
     double norm = 0;
     /* A NaN norm is either an error or NaN gradients: the run has diverged either way. */
     if (!bad && o->clip > 0) bad = isnan(norm = kl_clip_grad_norm(t->params, o->clip, 2));

@@ -50,6 +50,9 @@ typedef struct charlm_train_options {
     double beta2;
     double clip;           /* max global gradient norm (kl_clip_grad_norm), 0 = none */
     bool compiled;         /* loss and gradients by a kl_compile'd step, else eagerly */
+    bool forward_only;     /* with compiled: kl_compile the loss only (the parameters captured,
+                              requiring grad: compiled forward and backward graphs behind one
+                              autograd node) and call kl_backward from eager code */
 } charlm_train_options;
 
 /* A model with its optimizer: what a training run (or a test) steps. */
@@ -58,7 +61,7 @@ typedef struct charlm_trainer {
     charlm_train_options opt;
     kl_params *params;
     kl_optim *optim;
-    kl_fn *fn;              /* the compiled step, or NULL for eager */
+    kl_fn *fn;              /* the compiled step (or loss), or NULL for eager */
     int n_params;
     kl_tensor **param;      /* borrowed from params */
     kl_tensor **detached;   /* own references: the step's inputs, sharing the parameters' storage */
