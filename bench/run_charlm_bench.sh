@@ -25,11 +25,12 @@ trap 'rm -f "$out"' EXIT
 "$build/examples/charlm/charlm" --bench-steps "$steps" --threads "$threads" "${extra[@]}" | tee -a "$out"
 /usr/bin/python3 bench/torch_charlm.py --steps "$steps" --threads "$threads" "${extra[@]}" | tee -a "$out"
 echo
-echo "| threads | Kiln eager ms/step | Kiln compiled ms/step | PyTorch eager ms/step | PyTorch / Kiln eager | PyTorch / Kiln compiled |"
-echo "|---|---|---|---|---|---|"
+echo "| threads | Kiln eager ms/step | Kiln compiled step ms/step | Kiln compiled forward + kl_backward ms/step | PyTorch eager ms/step | PyTorch / Kiln eager | PyTorch / Kiln compiled step | PyTorch / Kiln compiled forward |"
+echo "|---|---|---|---|---|---|---|---|"
 awk -v t="$threads" '
     $1 == "bench" && $2 == "eager" { ke = $4 }
     $1 == "bench" && $2 == "compiled" && $3 == "median" { kc = $4 }
+    $1 == "bench" && $2 == "compiled-forward" { kf = $4 }
     $1 == "torch" && $2 == "eager" { pt = $4 }
-    END { printf "| %s | %.2f | %.2f | %.2f | %.2fx | %.2fx |\n", t, ke, kc, pt, pt / ke, pt / kc }' "$out"
+    END { printf "| %s | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx | %.2fx |\n", t, ke, kc, kf, pt, pt / ke, pt / kc, pt / kf }' "$out"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
