@@ -92,6 +92,49 @@ static void corpus_split_and_bigram(void **state) {
     assert_non_null(strstr(err, "no validation text"));
 }
 
+/* A folder of fortune files reads as fetch_fortunes.sh leaves it: regular
+ * files by name, each ending its last fortune; no *.dat index, no SOURCES, no
+ * link (the packages' *.u8 names of the same files). */
+static void corpus_from_folder(void **state) {
+    (void)state;
+    const char *dir = kt_tmp_path("fortunes");
+    assert_int_equal(mkdir(dir, 0700), 0);
+    static const struct {
+        const char *name, *text;
+    } files[] = {
+        {"b", "two\n%\nthree\n%\nfour\n%\nfive\n%\nsix\n%\nseven\n%\neight\n%\nnine\n%\nten, the held-out one\n%\n"},
+        {"a", "one\n%\n"},
+        {"a.dat", "binary index"},
+        {"SOURCES", "fortunes 1:1.99.1-7.3"},
+        {"c", "eleven, no final newline"},
+    };
+    char path[600];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        fputs(files[i].text, f);
+        fclose(f);
+    }
+    char target[600];
+    snprintf(target, sizeof target, "%s/a", dir);
+    snprintf(path, sizeof path, "%s/a.u8", dir);
+    assert_int_equal(symlink(target, path), 0);
+    charlm_corpus c;
+    char err[256];
+    assert_int_equal(charlm_corpus_load(dir, &c, err, sizeof err), 0);
+    assert_int_equal(c.fortunes, 11);
+    char val[64] = {0}, train[256] = {0};
+    for (int64_t i = 0; i < c.n_val; i++) val[i] = (char)c.vocab.byte_of[c.val[i]];
+    for (int64_t i = 0; i < c.n_train; i++) train[i] = (char)c.vocab.byte_of[c.train[i]];
+    assert_string_equal(val, "ten, the held-out one\n%\n");
+    assert_string_equal(train, "one\n%\ntwo\n%\nthree\n%\nfour\n%\nfive\n%\nsix\n%\nseven\n%\neight\n%\nnine\n%\n"
+                               "eleven, no final newline\n%\n");
+    charlm_corpus_free(&c);
+    assert_int_equal(charlm_corpus_load(kt_tmp_path("nothing-here"), &c, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not found"));
+}
+
 static void bad_configs_are_refused(void **state) {
     (void)state;
     charlm_config bad = {.vocab = 10, .layers = 1, .heads = 3, .embed = 16, .context = 8};
@@ -254,6 +297,7 @@ static void sampling(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(corpus_split_and_bigram),
+        KT_TEST(corpus_from_folder),
         KT_TEST(bad_configs_are_refused),
         KT_TEST(eager_and_compiled_train_alike),
         KT_TEST(save_load_resumes),
