@@ -206,7 +206,8 @@ int charlm_trainer_step(charlm_trainer *t, const int64_t *x, const int64_t *y, i
     }
     double norm = 0;
     /* A NaN norm is either an error or NaN gradients: the run has diverged either way. */
-    if (!bad && o->clip > 0) bad = isnan(norm = kl_clip_grad_norm(t->params, o->clip, 2));
+    if (!bad && o->clip > 0 && (bad = isnan(norm = kl_clip_grad_norm(t->params, o->clip, 2))) && !*kl_last_error())
+        fprintf(stderr, "charlm: step %lld: the gradients' norm is NaN (training diverged)\n", (long long)step);
     if (!bad) bad = kl_optim_step(t->optim) < 0;
     if (!bad) *loss = kl_item(out[0]);
     if (grad_norm) *grad_norm = norm;
