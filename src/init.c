@@ -82,6 +82,7 @@ static void init_once(void) {
     ke_register_kernel(KE_KEY_CUDA, KE_OP_conv2d, ku_cuda_conv2d); /* cn_conv.c */
     ke_register_kernel(KE_KEY_CUDA, KE_OP_max_pool2d, ku_cuda_pool2d);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_avg_pool2d, ku_cuda_pool2d);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_adaptive_avg_pool2d, ku_cuda_pool2d);
     ke_register_device(KL_CUDA, &ku_cuda_device_ops);
 }
 

@@ -204,6 +204,28 @@ static void pooling(void **st) {
     v[5] = NAN;
     kl_tensor *x = kl_from_data(v, 4, (int64_t[]){1, 1, 4, 4}, KL_F32);
     compare(kl_max_pool2d(x, &os[0]), kl_max_pool2d(kl_to_device(x, CUDA0), &os[0]), 0, "max_pool2d with a NaN");
+    /* adaptive_avg_pool2d (windows of uneven sizes), and its gradient (matmuls) */
+    static const kl_dtype fdts[] = {KL_F32, KL_F64, KL_F16, KL_BF16};
+    for (int d = 0; d < 4; d++) {
+        kl_tensor *xa = kl_to_dtype(kl_randn(KL_SHAPE(2, 3, 7, 9), KL_F64), fdts[d]);
+        kl_tensor *gxa = kl_to_device(xa, CUDA0);
+        compare(kl_adaptive_avg_pool2d(xa, 3, 4), kl_adaptive_avg_pool2d(gxa, 3, 4), 0, "adaptive_avg_pool2d");
+        compare(kl_adaptive_avg_pool2d(kl_select(xa, 0, 1), 5, 2), kl_adaptive_avg_pool2d(kl_select(gxa, 0, 1), 5, 2),
+                0, "adaptive_avg_pool2d 3-D");
+    }
+    {
+        kl_tensor *xa = kl_randn(KL_SHAPE(2, 3, 7, 9), KL_F32), *ga[2];
+        for (int dev = 0; dev < 2; dev++) {
+            kl_tensor *p = kl_to_device(kl_clone(xa), dev ? CUDA0 : KL_DEVICE_CPU);
+            assert_int_equal(kl_set_requires_grad(p, true), 0);
+            kl_tensor *y = kl_adaptive_avg_pool2d(p, 3, 4);
+            int rc = kl_backward(kl_sum(kl_mul(y, y), 0, NULL, false), NULL, NULL);
+            if (rc) print_error("adaptive_avg_pool2d backward on %s: %s\n", dev ? "cuda" : "cpu", kl_last_error());
+            assert_int_equal(rc, 0);
+            ga[dev] = kl_grad(p);
+        }
+        compare(ga[0], ga[1], 1e-5, "adaptive_avg_pool2d gradient");
+    }
     /* avg_pool2d's gradient (a transposed convolution of ones) */
     kl_tensor *x0 = kl_randn(KL_SHAPE(2, 2, 7, 6), KL_F32), *gr[2];
     if (!have_index_select()) {

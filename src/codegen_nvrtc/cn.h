@@ -145,7 +145,7 @@ int ku_cuda_scan(struct ke_call *c);
  * f64 or i64); prod: cumprod, else cumsum. The tests compile it with NVRTC. */
 int cn_scan_program(int prod, kl_dtype t, cn_kernel_src *src);
 /* The eager CUDA kernels of conv2d (im2col + cuBLAS) and of max_pool2d /
- * avg_pool2d (cn_conv.c); registered by src/init.c. */
+ * avg_pool2d / adaptive_avg_pool2d (cn_conv.c); registered by src/init.c. */
 int ku_cuda_conv2d(struct ke_call *c);
 int ku_cuda_pool2d(struct ke_call *c);
 /* The conv program (pool 0: im2col and bias rows, by element size) or the

@@ -14,7 +14,7 @@
  * conv2d's derivatives are conv2d / conv_transpose2d of other shapes, so they
  * run here too.
  *
- * Pooling: a thread per output element running the CPU template's loop
+ * Pooling (max, avg, adaptive avg): a thread per output element running the CPU's loop
  * (src/eager/tmpl/pool.h) — the same taps in the same order, so max is
  * exact and float averages are the CPU's bits: max lets NaN win and never
  * counts padding; avg divides by PyTorch's divisor; integer averages
@@ -119,11 +119,27 @@ static const char pool_src[] =
     "        y[o] = (T)(sum / div);\n"
     "    }\n"
     "}\n"
-    "KL_EMU_EXPORT(kl_avgpool)\n";
+    "KL_EMU_EXPORT(kl_avgpool)\n"
+    "/* adaptive_avg_pool2d: each output its window's sum in double over the window's size */\n"
+    "extern \"C\" __global__ void kl_adaptive(const T *__restrict__ x, T *__restrict__ y, long long total, long long H,\n"
+    "                                        long long W, long long OH, long long OW) {\n"
+    "    const long long step = (long long)blockDim.x * gridDim.x;\n"
+    "    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += step) {\n"
+    "        const long long ow = o % OW, oh = (o / OW) % OH, pl = o / (OW * OH);\n"
+    "        const T *xp = x + pl * H * W;\n"
+    "        const long long hs = (oh * H) / OH, he = ((oh + 1) * H + OH - 1) / OH;\n"
+    "        const long long ws = (ow * W) / OW, we = ((ow + 1) * W + OW - 1) / OW;\n"
+    "        double s = 0;\n"
+    "        for (long long ih = hs; ih < he; ih++)\n"
+    "            for (long long iw = ws; iw < we; iw++) s += xp[ih * W + iw];\n"
+    "        y[o] = (T)(s / (double)((he - hs) * (we - ws)));\n"
+    "    }\n"
+    "}\n"
+    "KL_EMU_EXPORT(kl_adaptive)\n";
 
 typedef struct cv_gen {
     int pool; /* 0: the conv program (by element size), 1: the pool program (by dtype) */
-    int which; /* conv: 0 im2col, 1 bias rows; pool: 0 max, 1 avg */
+    int which; /* conv: 0 im2col, 1 bias rows; pool: 0 max, 1 avg, 2 adaptive avg */
     kl_dtype dt;
 } cv_gen;
 
@@ -167,7 +183,7 @@ static int gen_cv(void *ctx, cn_kernel_src *src) {
     }
     memset(src, 0, sizeof *src);
     src->src = s;
-    strcpy(src->name, g->pool ? (g->which ? "kl_avgpool" : "kl_maxpool") : g->which ? "kl_bias_rows" : "kl_im2col");
+    strcpy(src->name, g->pool ? (g->which == 2 ? "kl_adaptive" : g->which ? "kl_avgpool" : "kl_maxpool") : g->which ? "kl_bias_rows" : "kl_im2col");
     return 0;
 }
 
@@ -270,15 +286,20 @@ int ku_cuda_conv2d(ke_call *c) {
 int ku_cuda_pool2d(ke_call *c) {
     const char *op = ke_opname(c);
     kl_tensor *out = c->out[0], *x0 = c->in[0];
-    if (c->op != KE_OP_max_pool2d && c->op != KE_OP_avg_pool2d)
+    if (c->op != KE_OP_max_pool2d && c->op != KE_OP_avg_pool2d && c->op != KE_OP_adaptive_avg_pool2d)
         return ke_err(KL_ERR_UNSUPPORTED, op, "no CUDA kernel for this op (on %s)", ke_device_name(c->device));
     const int64_t total = ke_numel(out->ndim, out->shape);
     if (total == 0) return 0;
     /* f16 / bf16 computed in f32, as the CPU */
     const kl_dtype dt = x0->dtype == KL_F16 || x0->dtype == KL_BF16 ? KL_F32 : (kl_dtype)x0->dtype;
     const int b = x0->ndim == 4, dev = c->device.index;
-    const int64_t *k = ke_attr_max_pool2d_kernel_size(&c->a), *s = ke_attr_max_pool2d_stride(&c->a),
-                  *pad = ke_attr_max_pool2d_padding(&c->a), *dil = ke_attr_max_pool2d_dilation(&c->a);
+    const int adaptive = c->op == KE_OP_adaptive_avg_pool2d;
+    static const int64_t none[2] = {1, 1};
+    /* adaptive_avg_pool2d has no window attributes (its kernel ignores them) */
+    const int64_t *k = adaptive ? none : ke_attr_max_pool2d_kernel_size(&c->a),
+                  *s = adaptive ? none : ke_attr_max_pool2d_stride(&c->a),
+                  *pad = adaptive ? none : ke_attr_max_pool2d_padding(&c->a),
+                  *dil = adaptive ? none : ke_attr_max_pool2d_dilation(&c->a);
     kl_scope_begin();
     int rc = 0;
     kl_tensor *x = cn_as_contiguous(c, x0, dt), *y = out;
@@ -286,14 +307,14 @@ int ku_cuda_pool2d(ke_call *c) {
     if (!rc && (out->dtype != dt || !cn_is_contiguous(out)) && !(y = kl_empty_on(out->ndim, out->shape, dt, c->device)))
         rc = -1;
     CUfunction fn = NULL;
-    if (!rc) rc = cv_fn(op, dev, 1, c->op == KE_OP_avg_pool2d, dt, &fn);
+    if (!rc) rc = cv_fn(op, dev, 1, adaptive ? 2 : c->op == KE_OP_avg_pool2d, dt, &fn);
     if (!rc) rc = ku_device_enter(op, dev);
     if (!rc) {
         void *px = ke_data(x), *py = ke_data(y);
         long long a[13] = {total,  x0->shape[b + 1], x0->shape[b + 2], out->shape[b + 1], out->shape[b + 2],
                            k[0],   k[1],             s[0],             s[1],              pad[0],
                            pad[1], dil[0],           dil[1]};
-        int cip = (int)ke_attr_max_pool2d_count_include_pad(&c->a);
+        int cip = adaptive ? 0 : (int)ke_attr_max_pool2d_count_include_pad(&c->a);
         void *args[16] = {&px, &py};
         for (int i = 0; i < 13; i++) args[2 + i] = &a[i];
         args[15] = &cip;
