@@ -72,6 +72,17 @@ static void init_once(void) {
     ke_register_kernel(KE_KEY_CUDA, KE_OP_log_softmax, ku_cuda_softmax);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_layer_norm, ku_cuda_norm);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_rms_norm, ku_cuda_norm);
+    /* random ops drawn on the device (cn_rng.c) */
+    static const int rng_ops[] = {KE_OP_rand, KE_OP_randn, KE_OP_randint, KE_OP_bernoulli, KE_OP_dropout,
+                                  KE_OP_dropout2d};
+    for (size_t i = 0; i < sizeof rng_ops / sizeof rng_ops[0]; i++)
+        ke_register_kernel(KE_KEY_CUDA, rng_ops[i], ku_cuda_rng);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_cumsum, ku_cuda_scan); /* cn_scan.c */
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_cumprod, ku_cuda_scan);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_conv2d, ku_cuda_conv2d); /* cn_conv.c */
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_max_pool2d, ku_cuda_pool2d);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_avg_pool2d, ku_cuda_pool2d);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_adaptive_avg_pool2d, ku_cuda_pool2d);
     ke_register_device(KL_CUDA, &ku_cuda_device_ops);
 }
 

@@ -122,5 +122,34 @@ int ku_cuda_softmax(struct ke_call *c);
 /* The eager CUDA kernel of layer_norm and rms_norm (cn_reduce.c): one fused
  * row kernel; registered by src/init.c. */
 int ku_cuda_norm(struct ke_call *c);
+/* The eager CUDA kernel of the random ops (cn_rng.c): rand, randn, randint,
+ * bernoulli, dropout, dropout2d drawn on the device from the CPU's Philox
+ * stream; registered by src/init.c. */
+int ku_cuda_rng(struct ke_call *c);
+/* The random kernel's program (entry kl_rng) for a mode and a Philox kind
+ * (ke_philox_kind): what ku_cuda_rng loads; the tests compile each with NVRTC. */
+enum { CN_RNG_FILL, CN_RNG_DROPOUT, CN_RNG_BERNOULLI };
+int cn_rng_program(int mode, int kind, cn_kernel_src *src);
+/* Helpers of the hand-written eager kernels (cn_rng.c): whether t is
+ * contiguous (dims of size 1 aside); dst = src cast to dst's dtype on the
+ * device (the identity kernel: the device's ke_convert; same shape, any
+ * strides); t as a contiguous tensor of dtype dt in the current scope (t
+ * itself when it is one). 0 / -1, NULL on error. */
+struct kl_tensor;
+int cn_is_contiguous(const struct kl_tensor *t);
+int cn_cast_into(const struct ke_call *c, struct kl_tensor *src, struct kl_tensor *dst);
+struct kl_tensor *cn_as_contiguous(const struct ke_call *c, struct kl_tensor *t, kl_dtype dt);
+/* The eager CUDA kernel of cumsum and cumprod (cn_scan.c); registered by src/init.c. */
+int ku_cuda_scan(struct ke_call *c);
+/* The scan program (kl_scan_seq and kl_scan_blk) for element type t (f32,
+ * f64 or i64); prod: cumprod, else cumsum. The tests compile it with NVRTC. */
+int cn_scan_program(int prod, kl_dtype t, cn_kernel_src *src);
+/* The eager CUDA kernels of conv2d (im2col + cuBLAS) and of max_pool2d /
+ * avg_pool2d / adaptive_avg_pool2d (cn_conv.c); registered by src/init.c. */
+int ku_cuda_conv2d(struct ke_call *c);
+int ku_cuda_pool2d(struct ke_call *c);
+/* The conv program (pool 0: im2col and bias rows, by element size) or the
+ * pool program (pool 1: max and avg, by dtype) for dt; the tests compile them. */
+int cn_conv_program(int pool, kl_dtype dt, cn_kernel_src *src);
 
 #endif /* CN_H */

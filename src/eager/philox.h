@@ -7,7 +7,8 @@
  * threads, in any chunking, and still produce bit-identical tensors.  It is
  * also the generator cuRAND and PyTorch's CUDA backend use, and since the
  * transforms below are plain IEEE arithmetic a GPU kernel can reproduce
- * these streams bit for bit.
+ * these streams bit for bit: the per-element math is philox_xf.h, which the
+ * CUDA random kernels (src/codegen_nvrtc/cn_rng.c) compile too.
  *
  * Stream layout (the contract every fill function follows):
  *   key     = { lo32(seed), hi32(seed) }
