@@ -460,6 +460,22 @@ static void size_dependent_graph_stays_static(void **state) {
     kl_fn_release(f);
 }
 
+/* KL_COMPILE_CHECK=1 re-runs fn eagerly after each compiled call: specialised sizes agree. */
+static void check_mode_at_specialised_sizes(void **state) {
+    (void)state;
+    setenv("KL_COMPILE_CHECK", "1", 1);
+    kl_compile_options o = kl_compile_options_default();
+    o.dynamic_dims = 3;
+    kl_fn *f = kl_compile(row_plus, NULL, &o);
+    unsetenv("KL_COMPILE_CHECK");
+    for (int64_t b = 2; b < 40; b += 7) check_row_plus(f, b, b, 1);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 1);
+    assert_int_equal(st.specialisations, 5);
+    kl_fn_release(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(random_programs_at_untraced_sizes),
@@ -468,6 +484,7 @@ int main(void) {
         KT_TEST(sizes_0_and_1_are_specialised),
         KT_TEST(automatic_dynamic_after_one_retrace),
         KT_TEST(size_dependent_graph_stays_static),
+        KT_TEST(check_mode_at_specialised_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
