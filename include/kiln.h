@@ -1090,6 +1090,17 @@ typedef struct kl_compile_options {
     const char *backend;   /* CPU kernels of FUSE mode: a registered backend's name, "llvm" (the
                               default when built with LLVM) or "interp" (the reference
                               interpreter); NULL = $KL_CPU_BACKEND if set, else the default */
+    /* Dynamic sizes (docs/COMPILE.md "Dynamic sizes"): bit i marks dim 0 of input i (i < 64) as
+     * one batch size s shared by every marked input. The first call then traces and compiles
+     * a graph that serves every s >= 2 without another trace or LLVM compile; calls whose
+     * marked dims disagree, or s = 0 or 1, take (or trace) entries of their own. A function
+     * that cannot be made dynamic stays static, with the reason in KL_LOG=recompile and
+     * kl_fn_explain. Marking runs fn three times while tracing (two probe sizes). 0: none. */
+    uint64_t dynamic_dims;
+    /* Automatic dynamic (1 in kl_compile_options_default): a retrace whose only failed guards
+     * are input dims that all went from one size to another (both >= 2) traces those dims as
+     * dynamic, so later sizes reuse that entry. */
+    int auto_dynamic;
 } kl_compile_options;
 KL_API kl_compile_options kl_compile_options_default(void);
 
@@ -1127,6 +1138,9 @@ typedef struct kl_fn_stats {
     int64_t saved_bytes;      /* bytes of the values the last aot call saved for backward (inputs and
                                  captured tensors, held by reference, not counted) */
     char grad_fallback[256];  /* why the last differentiable signature runs op by op ("" if none) */
+    int64_t dynamic_entries;  /* cache entries serving every size of a dynamic dim */
+    int64_t specialisations;  /* graphs of dynamic entries specialised to a new size (no trace or
+                                 LLVM compile: their numbers rewritten, kernels' code shared) */
 } kl_fn_stats;
 /* Fills *out with f's counters. Returns 0 or -1. */
 KL_API int kl_fn_get_stats(const kl_fn *f, kl_fn_stats *out);

@@ -36,7 +36,7 @@
 #include <time.h>
 
 #define GRAIN 32768         /* elements per thread, at least (as interp) */
-#define CG_FORMAT "kiln-cg-2" /* the object layout; 2: own pass pipeline */
+#define CG_FORMAT "kiln-cg-3" /* the object layout; 2: own pass pipeline; 3: outer size out of the key */
 
 extern const unsigned char cg_bitcode_sha256[32]; /* computed at build time (embed_bitcode.py) */
 extern const char cg_generator_digest[];          /* of the code generator's sources, likewise */
@@ -127,13 +127,28 @@ static void put(sbuf *s, const void *v, size_t n) {
 #define PUT(s, x) put(s, &(x), sizeof(x))
 
 /* Every field that decides the code, field by field (structs have padding). */
+/* ir_kernel_outer_free: the emitted code does not depend on the domain's outermost size,
+ * since cg_plan_make never drops it or merges it into an earlier dim, cg_emit reads plan
+ * shapes only past the first, and the outer range (items) is the run's argument. Kernels
+ * differing only there share their code: the same kernel of a graph specialised to another
+ * batch size (src/trace/dyn.c) is compiled once. */
+static int outer_size_free(const ir_kernel *k) { return ir_kernel_outer_free(k); }
+
 static void serialize(sbuf *s, const ir_kernel *k) {
     PUT(s, k->ninputs), PUT(s, k->noutputs), PUT(s, k->nstmts), PUT(s, k->ndim), PUT(s, k->row);
-    put(s, k->shape, sizeof(int64_t) * k->ndim);
+    int free0 = outer_size_free(k);
+    const int64_t any = -2; /* stands for "outer size >= 2" */
+    for (int d = 0; d < k->ndim; d++) {
+        int64_t v = d == 0 && free0 ? any : k->shape[d];
+        PUT(s, v);
+    }
     for (int b = 0; b < k->ninputs + k->noutputs; b++) {
         const ir_kbuf *f = &k->bufs[b];
         PUT(s, f->dtype), PUT(s, f->ndim), PUT(s, f->output), PUT(s, f->row);
-        put(s, f->shape, sizeof(int64_t) * f->ndim);
+        for (int d = 0; d < f->ndim; d++) {
+            int64_t v = d == 0 && free0 && f->ndim == k->ndim && f->shape[0] == k->shape[0] ? any : f->shape[d];
+            PUT(s, v);
+        }
         put(s, f->index, sizeof(int64_t) * k->ndim);
     }
     for (int i = 0; i < k->nstmts; i++) {

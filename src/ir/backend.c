@@ -87,6 +87,29 @@ ir_kernel *ir_kernel_ref(ir_kernel *k) {
     return k;
 }
 
+ir_kernel *ir_kernel_copy(const ir_kernel *k) {
+    ir_kernel *c = calloc(1, sizeof *c);
+    int nb = k->ninputs + k->noutputs;
+    if (c) {
+        memcpy(c, k, sizeof *c);
+        atomic_store(&c->refs, 1);
+        c->backend = NULL;
+        c->handle = NULL;
+        c->bufs = malloc(sizeof *c->bufs * (size_t)(nb ? nb : 1));
+        c->stmts = malloc(sizeof *c->stmts * (size_t)(k->nstmts ? k->nstmts : 1));
+        c->ops = k->ops ? strdup(k->ops) : NULL;
+    }
+    if (!c || !c->bufs || !c->stmts || (k->ops && !c->ops)) {
+        if (c) free(c->bufs), free(c->stmts), free(c->ops);
+        free(c);
+        ke_err(KL_ERR_OOM, "compile", "out of memory copying a kernel");
+        return NULL;
+    }
+    memcpy(c->bufs, k->bufs, sizeof *c->bufs * (size_t)nb);
+    memcpy(c->stmts, k->stmts, sizeof *c->stmts * (size_t)k->nstmts);
+    return c;
+}
+
 void ir_kernel_free(ir_kernel *k) {
     if (!k || atomic_fetch_sub(&k->refs, 1) > 1) return;
     if (k->handle) k->backend->free(k->handle);

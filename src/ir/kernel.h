@@ -139,6 +139,16 @@ int ir_kernel_run(const ir_kernel *k, kl_tensor *const *in, kl_tensor *const *ou
  * share it (ref adds a reference, free drops one and frees the last). */
 ir_kernel *ir_kernel_ref(ir_kernel *k);
 void ir_kernel_free(ir_kernel *k);
+/* 1 if k's code need not depend on its domain's outermost size: at least 2 (size-1 dims
+ * coalesce away) and not the reduced dim of a row kernel. Backends may share code between
+ * kernels that differ only there (the LLVM backend leaves it out of its key), so a graph
+ * specialised to another batch size (src/trace/dyn.c) compiles such kernels for free. */
+static inline int ir_kernel_outer_free(const ir_kernel *k) {
+    return k->ndim >= 1 && k->shape[0] >= 2 && !(k->row && k->ndim == 1);
+}
+/* A private, not yet compiled copy of k (one reference): a graph specialised to another
+ * size (src/trace/dyn.c) rewrites its sizes. NULL + KL_ERR_OOM. */
+ir_kernel *ir_kernel_copy(const ir_kernel *k);
 /* The text form of a kernel (KL_DEBUG_DIR dumps, tests). */
 int ir_kernel_print(const ir_kernel *k, FILE *f);
 char *ir_kernel_to_string(const ir_kernel *k);

@@ -15,6 +15,7 @@
  */
 #include "trace.h"
 #include "aot.h"
+#include "dyn.h"
 #include "kernel.h"
 
 #include "log.h"
@@ -33,6 +34,8 @@ typedef struct tr_guard {
     int64_t stride[KL_MAX_DIMS];
     int32_t alias;            /* the first earlier input sharing this one's storage, or -1: a
                                  functionalized graph assumes the same sharing */
+    uint8_t dynmask;          /* bit d: dim d is the entry's dynamic size s (equal in every input
+                                 that has such a dim, s >= 2; shape[d] holds the traced size) */
 } tr_guard;
 
 typedef struct tr_entry {
@@ -46,6 +49,8 @@ typedef struct tr_entry {
     double ms[4];             /* compile time per phase: trace, passes, codegen, of which LLVM (kl_fn_explain) */
     char *why;                /* why it was traced: "first call" or the guard that failed */
     char *broke;              /* the trace break, if any */
+    tr_dyn *dyn;              /* dynamic: g is its template, specialised per size (dyn.c) */
+    char *static_why;         /* dynamic sizes were asked for and refused: why */
 } tr_entry;
 
 struct kl_fn {
@@ -65,7 +70,7 @@ struct kl_fn {
 };
 
 kl_compile_options kl_compile_options_default(void) {
-    return (kl_compile_options){.mode = KL_COMPILE_FUSE, .recompile_limit = 8, .name = "fn"};
+    return (kl_compile_options){.mode = KL_COMPILE_FUSE, .recompile_limit = 8, .name = "fn", .auto_dynamic = 1};
 }
 
 static int env_flag(const char *name, int dflt) {
@@ -132,7 +137,9 @@ void kl_fn_release(kl_fn *f) {
         free(f->entries[i].why);
         free(f->entries[i].broke);
         free(f->entries[i].cap_rg);
-        ir_graph_free(f->entries[i].g);
+        free(f->entries[i].static_why);
+        if (f->entries[i].dyn) tr_dyn_free(f->entries[i].dyn); /* owns g */
+        else ir_graph_free(f->entries[i].g);
         tr_aot_release(f->entries[i].aot);
     }
     free(f->entries);
@@ -187,6 +194,21 @@ static int aliases_of(kl_tensor *const *in, int n, int32_t *alias) {
     return 0;
 }
 
+/* 1 if t's shape (ndim already equal) is not what gd admits: the traced shape, with the
+ * dynamic dims equal to *s (the first one seen sets it) and s >= 2. */
+static int shape_differs(const tr_guard *gd, const kl_tensor *t, int64_t *s) {
+    if (!gd->dynmask) return memcmp(gd->shape, t->shape, sizeof(int64_t) * t->ndim) != 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (!(gd->dynmask >> d & 1)) {
+            if (gd->shape[d] != t->shape[d]) return 1;
+            continue;
+        }
+        if (*s < 0) *s = t->shape[d];
+        if (t->shape[d] != *s || *s < 2) return 1;
+    }
+    return 0;
+}
+
 /* The first guard that fails, described into why; 0 if e matches. */
 static int guard_check(const tr_entry *e, kl_tensor *const *in, const int32_t *alias, int n, int grad_mode, char *why,
                        size_t cap) {
@@ -194,13 +216,13 @@ static int guard_check(const tr_entry *e, kl_tensor *const *in, const int32_t *a
         if (why) snprintf(why, cap, "grad mode changed to %s", grad_mode ? "on" : "off");
         return 1;
     }
+    int64_t s = -1;
     for (int i = 0; i < n; i++) {
         const tr_guard *gd = &e->in[i];
         const kl_tensor *t = in[i];
         int bad = gd->dtype != t->dtype || gd->ndim != t->ndim || gd->device.type != t->storage->device.type ||
                   gd->device.index != t->storage->device.index ||
-                  gd->requires_grad != ((t->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0) ||
-                  memcmp(gd->shape, t->shape, sizeof(int64_t) * t->ndim) != 0;
+                  gd->requires_grad != ((t->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0) || shape_differs(gd, t, &s);
         if (!bad) bad = gd->contig ? !ke_is_contig(t) : memcmp(gd->stride, t->stride, sizeof(int64_t) * t->ndim) != 0;
         if (!bad) {
             int32_t a = alias[i];
@@ -209,6 +231,18 @@ static int guard_check(const tr_entry *e, kl_tensor *const *in, const int32_t *a
                 else if (why) snprintf(why, cap, "input %d no longer shares storage with input %d", i + 1, gd->alias + 1);
                 return 1;
             }
+        }
+        if (bad && why && gd->dynmask && gd->dtype == t->dtype && gd->ndim == t->ndim) {
+            for (int d = 0; d < t->ndim; d++)
+                if (gd->dynmask >> d & 1 && (t->shape[d] != s || s < 2)) {
+                    if (s < 2)
+                        snprintf(why, cap, "input %d dim %d is %lld: the dynamic size serves 2 and more (0 and 1 are "
+                                 "specialised)", i + 1, d, (long long)s);
+                    else
+                        snprintf(why, cap, "input %d dim %d is %lld, not the dynamic size s = %lld of the other inputs",
+                                 i + 1, d, (long long)t->shape[d], (long long)s);
+                    return 1;
+                }
         }
         if (bad) {
             if (why) {
@@ -248,6 +282,14 @@ static char *guards_text(const tr_entry *e, int n_in) {
         const tr_guard *gd = &e->in[i];
         char sh[200], st[200] = "contiguous";
         ke_fmt_shape(sh, sizeof sh, gd->ndim, gd->shape);
+        if (gd->dynmask) { /* "[s,64]": the dynamic dims by name */
+            size_t u = (size_t)snprintf(sh, sizeof sh, "[");
+            for (int d = 0; d < gd->ndim && u < sizeof sh; d++)
+                u += (gd->dynmask >> d & 1) ? (size_t)snprintf(sh + u, sizeof sh - u, "%ss", d ? "," : "")
+                                            : (size_t)snprintf(sh + u, sizeof sh - u, "%s%lld", d ? "," : "",
+                                                               (long long)gd->shape[d]);
+            if (u < sizeof sh) snprintf(sh + u, sizeof sh - u, "]");
+        }
         if (!gd->contig) {
             strcpy(st, "strides ");
             ke_fmt_shape(st + 8, sizeof st - 8, gd->ndim, gd->stride);
@@ -403,9 +445,90 @@ static int make_aot(kl_fn *f, tr_entry *e, ir_graph **g, kl_tensor *const *in, c
     return 0;
 }
 
-/* Traces a new signature into entry e (under f->lock). */
+/* fn traced (and run through the passes, kernels not compiled) with the dynamic dims of
+ * its inputs at size s: a probe of make_dynamic. NULL with why filled (no error left). */
+static ir_graph *probe(kl_fn *f, const tr_entry *e, kl_tensor *const *in, int n_in, int n_out, const uint8_t *dynmask,
+                       int64_t s, int fuse, char *why, size_t cap) {
+    kl_tensor **pin = calloc((size_t)n_in + 1, sizeof *pin);
+    uint8_t *mine = calloc((size_t)n_in + 1, 1);
+    ir_graph *g = NULL;
+    int ok = pin && mine;
+    for (int i = 0; i < n_in && ok; i++) {
+        if (!dynmask[i]) {
+            pin[i] = in[i];
+            continue;
+        }
+        int64_t shape[KL_MAX_DIMS], stride[KL_MAX_DIMS];
+        for (int d = 0; d < in[i]->ndim; d++) shape[d] = (dynmask[i] >> d & 1) ? s : in[i]->shape[d];
+        ke_contiguous_strides(in[i]->ndim, shape, stride);
+        /* on the input's device (nodes compute where their inputs live; fusion wants CPU) but
+         * holding nothing: tracing reads shapes only */
+        ke_storage *st = ke_storage_new(0, in[i]->storage->device, "compile");
+        pin[i] = st ? ke_tensor_wrap(st, (kl_dtype)in[i]->dtype, in[i]->ndim, shape, stride, 0) : NULL;
+        if (st) ke_storage_decref(st);
+        ok = mine[i] = pin[i] != NULL;
+    }
+    int broke = 0;
+    char reason[256] = "";
+    if (ok) g = tr_trace(f->fn, f->user, pin, n_in, n_out, &broke, reason, sizeof reason);
+    if (!ok) snprintf(why, cap, "out of memory");
+    else if (!g && broke) snprintf(why, cap, "traced at size %lld it breaks: %s", (long long)s, reason);
+    else if (!g) snprintf(why, cap, "traced at size %lld it fails: %s", (long long)s, kl_last_error());
+    if (g) {
+        g->fuse = (uint8_t)fuse;
+        for (int i = 0; i < n_in; i++)
+            if (e->in[i].alias >= 0) ir_alias_input(g, i, e->in[i].alias);
+        if (f->o.mode != KL_COMPILE_TRACE_ONLY && ir_optimize(g)) {
+            snprintf(why, cap, "at size %lld the passes fail: %s", (long long)s, kl_last_error());
+            ir_graph_free(g);
+            g = NULL;
+        }
+    }
+    if (!g) kl_clear_error();
+    for (int i = 0; i < n_in && pin; i++)
+        if (mine && mine[i]) ke_tensor_decref(pin[i]);
+    free(pin);
+    free(mine);
+    return g;
+}
+
+/* Makes entry e (static graph g, traced at the inputs' sizes) serve every size of the dims
+ * dynmask marks, or says in why why not (e->dyn stays NULL). 0, or -1 on an error. */
+static int make_dynamic(kl_fn *f, tr_entry *e, ir_graph *g, kl_tensor *const *in, int n_in, int n_out,
+                        const uint8_t *dynmask, char *why, size_t cap) {
+    int64_t s0 = -1;
+    for (int i = 0; i < n_in; i++) {
+        if (!dynmask[i]) continue;
+        if (!e->in[i].contig) return snprintf(why, cap, "input %d is not contiguous", i + 1), 0;
+        for (int j = 0; j < n_in; j++)
+            if ((j != i && e->in[j].alias == i) || (j == i && e->in[i].alias >= 0))
+                return snprintf(why, cap, "input %d shares its storage with another input", i + 1), 0;
+        for (int d = 0; d < in[i]->ndim; d++)
+            if (dynmask[i] >> d & 1) {
+                if (s0 < 0) s0 = in[i]->shape[d];
+                if (in[i]->shape[d] != s0)
+                    return snprintf(why, cap, "input %d dim %d is %lld, not %lld as the other dynamic dims", i + 1, d,
+                                    (long long)in[i]->shape[d], (long long)s0), 0;
+            }
+    }
+    if (s0 < 0) return snprintf(why, cap, "no marked input has the marked dim"), 0;
+    if (s0 < 2) return snprintf(why, cap, "the size is %lld (0 and 1 are specialised)", (long long)s0), 0;
+    int64_t s1 = s0 + 1, s2 = s0 >= 8 ? 3 : s0 + 5;
+    ir_graph *p1 = probe(f, e, in, n_in, n_out, dynmask, s1, g->fuse, why, cap);
+    ir_graph *p2 = p1 ? probe(f, e, in, n_in, n_out, dynmask, s2, g->fuse, why, cap) : NULL;
+    if (p1 && p2) e->dyn = tr_dyn_make(g, s0, p1, s1, p2, s2, why, cap);
+    ir_graph_free(p1);
+    ir_graph_free(p2);
+    if (!e->dyn && ke_error_pending()) return -1;
+    if (e->dyn)
+        for (int i = 0; i < n_in; i++) e->in[i].dynmask = dynmask[i];
+    return 0;
+}
+
+/* Traces a new signature into entry e (under f->lock); dynmask (NULL: none) marks the
+ * input dims to trace as one dynamic size. */
 static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n_in, int n_out, int grad_mode,
-                     const char *why) {
+                     const char *why, const uint8_t *dynmask) {
     tr_entry *e = &f->entries[f->nentries];
     memset(e, 0, sizeof *e);
     e->in = calloc((size_t)n_in + 1, sizeof *e->in);
@@ -481,10 +604,34 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
             g = NULL;
         }
     }
+    int want_dyn = 0;
+    for (int i = 0; dynmask && i < n_in; i++) want_dyn |= dynmask[i] != 0;
+    if (g && want_dyn) {
+        char no[320] = "";
+        double td = now_ms();
+        if (e->aot || grad) snprintf(no, sizeof no, "inputs or captured tensors require grad in grad mode");
+        else if (make_dynamic(f, e, g, in, n_in, n_out, dynmask, no, sizeof no)) {
+            ir_graph_free(g);
+            g = NULL;
+        }
+        e->ms[0] += now_ms() - td;
+        if (g && e->dyn) {
+            f->st.dynamic_entries++;
+            ke_log(KE_LOG_GUARDS, "%s: entry %d serves every size s >= 2 of its dynamic dims (traced at %lld): %d "
+                   "numbers rewritten per size", f->o.name, f->nentries, (long long)tr_dyn_size(e->dyn),
+                   (int)tr_dyn_nsites(e->dyn));
+        } else if (g) {
+            e->static_why = strdup(no);
+            ke_log(KE_LOG_RECOMPILE, "%s: entry %d stays static (dynamic sizes refused): %s", f->o.name, f->nentries, no);
+            ke_log(KE_LOG_GUARDS, "%s: entry %d stays static (dynamic sizes refused): %s", f->o.name, f->nentries, no);
+        }
+    }
     if (g && grad_mode) {
         e->ncap = g->ncaptured;
         if (!(e->cap_rg = calloc((size_t)g->ncaptured + 1, 1))) {
-            ir_graph_free(g);
+            if (e->dyn) tr_dyn_free(e->dyn); /* owns g */
+            else ir_graph_free(g);
+            e->dyn = NULL;
             g = NULL;
             ke_err(KL_ERR_OOM, "fn_call", "out of memory");
         }
@@ -498,6 +645,8 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
     if (!g && !broke) {
         free(e->in);
         free(e->why);
+        free(e->static_why);
+        e->static_why = NULL;
         e->why = NULL;
         tr_aot_release(e->aot);
         e->aot = NULL;
@@ -536,6 +685,46 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
     return 0;
 }
 
+/* Which input dims a new entry traces as dynamic (dynmask[n_in], zeroed by the caller):
+ * those the options mark, or (automatic dynamic) the dims in which the inputs differ from a
+ * static entry's when nothing else differs and all went from one size to one other, both
+ * >= 2. 1 if any dim is marked. */
+static int dynamic_dims_for(const kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n_in, int grad_mode,
+                            uint8_t *dynmask) {
+    if (f->o.dynamic_dims) {
+        int any = 0;
+        for (int i = 0; i < n_in && i < 64; i++)
+            if (f->o.dynamic_dims >> i & 1 && in[i]->ndim > 0) dynmask[i] = 1, any = 1;
+        return any;
+    }
+    if (!f->o.auto_dynamic) return 0;
+    for (int k = f->nentries - 1; k >= 0; k--) {
+        const tr_entry *e = &f->entries[k];
+        if (e->eager || e->aot || e->dyn || e->grad_mode != grad_mode) continue;
+        int64_t from = -1, to = -1;
+        int ok = 1, any = 0;
+        for (int i = 0; i < n_in && ok; i++) {
+            const tr_guard *gd = &e->in[i];
+            const kl_tensor *t = in[i];
+            dynmask[i] = 0;
+            ok = gd->dtype == t->dtype && gd->ndim == t->ndim && gd->device.type == t->storage->device.type &&
+                 gd->device.index == t->storage->device.index &&
+                 gd->requires_grad == ((t->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0) && gd->alias == alias[i];
+            for (int d = 0; ok && d < t->ndim; d++) {
+                if (gd->shape[d] == t->shape[d]) continue;
+                if (from < 0) from = gd->shape[d], to = t->shape[d];
+                ok = gd->contig && ke_is_contig(t) && gd->shape[d] == from && t->shape[d] == to && d < 8;
+                if (ok) dynmask[i] |= (uint8_t)(1u << d), any = 1;
+            }
+            if (ok && !dynmask[i] && !gd->contig) ok = !memcmp(gd->stride, t->stride, sizeof(int64_t) * t->ndim);
+            else if (ok && !dynmask[i]) ok = ke_is_contig(t);
+        }
+        if (ok && any && from >= 2 && to >= 2) return 1;
+    }
+    memset(dynmask, 0, (size_t)n_in);
+    return 0;
+}
+
 /* The rest of kl_fn_call, given the inputs' storage sharing. */
 static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, int n_in, kl_tensor **outputs,
                       int n_out) {
@@ -564,7 +753,21 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
             ke_log(KE_LOG_RECOMPILE, "%s: retracing: %s", f->o.name, why);
             if (ke_prof_active()) prof_reason(KE_PROF_RECOMPILE, "recompile", f, why);
         }
-        if (add_entry(f, inputs, alias, n_in, n_out, grad_mode, why)) {
+        uint8_t dm_stack[64], *dynmask = n_in <= 64 ? dm_stack : calloc((size_t)n_in, 1);
+        if (!dynmask) {
+            pthread_mutex_unlock(&f->lock);
+            return ke_err(KL_ERR_OOM, "fn_call", "out of memory");
+        }
+        memset(dynmask, 0, (size_t)n_in);
+        int dyn = f->o.mode != KL_COMPILE_OFF && dynamic_dims_for(f, inputs, alias, n_in, grad_mode, dynmask);
+        if (dyn && !f->o.dynamic_dims && f->nentries > 0) {
+            size_t u = strlen(why);
+            snprintf(why + u, sizeof why - u, " (automatic dynamic: traced with that size dynamic)");
+            ke_log(KE_LOG_RECOMPILE, "%s: automatic dynamic: the new entry traces the changed dims as dynamic", f->o.name);
+        }
+        int bad = add_entry(f, inputs, alias, n_in, n_out, grad_mode, why, dyn ? dynmask : NULL);
+        if (dynmask != dm_stack) free(dynmask);
+        if (bad) {
             pthread_mutex_unlock(&f->lock);
             return -1;
         }
@@ -581,6 +784,24 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
             ke_prof_instant(KE_PROF_CACHE, "cache hit", args);
         }
     }
+    ir_graph *g = hit->g;
+    int transient = 0;
+    if (hit->dyn) { /* the graph for this call's size */
+        int64_t s = -1;
+        for (int i = 0; i < n_in && s < 0; i++)
+            for (int d = 0; d < inputs[i]->ndim && s < 0; d++)
+                if (hit->in[i].dynmask >> d & 1) s = inputs[i]->shape[d];
+        int nb = tr_dyn_ninstances(hit->dyn);
+        g = tr_dyn_graph(hit->dyn, s, f->cpu, &transient);
+        if (transient || tr_dyn_ninstances(hit->dyn) != nb) {
+            f->st.specialisations++;
+            ke_log(KE_LOG_CACHE, "%s: entry %d specialised to size %lld", f->o.name, f->last, (long long)s);
+        }
+        if (!g) {
+            pthread_mutex_unlock(&f->lock);
+            return -1;
+        }
+    }
     pthread_mutex_unlock(&f->lock);
     if (hit->eager) return run_eager(f, inputs, n_in, outputs, n_out);
 
@@ -589,7 +810,10 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
     if (check) {
         /* the inputs' values before the call, for the eager run */
         before = calloc((size_t)n_in + 1, sizeof *before);
-        if (!before) return ke_err(KL_ERR_OOM, "fn_call", "out of memory");
+        if (!before) {
+            if (transient) ir_graph_free(g);
+            return ke_err(KL_ERR_OOM, "fn_call", "out of memory");
+        }
         kl_no_grad_begin();
         for (int i = 0; i < n_in; i++) before[i] = kl_clone(inputs[i]);
         kl_no_grad_end();
@@ -613,8 +837,9 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
             f->st.opbyop_grad_calls++;
             pthread_mutex_unlock(&f->lock);
         }
-        rc = tr_run_graph(hit->g, inputs, outputs);
+        rc = tr_run_graph(g, inputs, outputs);
     }
+    if (transient) ir_graph_free(g);
     if (!rc && check) {
         ke_generator gen1 = ke_generator_get_state(ke_default_generator());
         ke_generator_set_state(ke_default_generator(), gen0);
@@ -773,6 +998,12 @@ int kl_fn_explain(const kl_fn *f, FILE *o) {
             fprintf(o, "  runs eagerly: trace break: %s\n", e->broke ? e->broke : "?");
             continue;
         }
+        if (e->dyn)
+            fprintf(o, "  dynamic: serves every size s >= 2 of the dims marked s (traced at %lld; %d numbers rewritten "
+                       "per size; %d sizes specialised and kept)\n",
+                    (long long)tr_dyn_size(e->dyn), (int)tr_dyn_nsites(e->dyn), tr_dyn_ninstances(e->dyn));
+        else if (e->static_why)
+            fprintf(o, "  static: dynamic sizes refused: %s\n", e->static_why);
         const ir_graph *g = e->g;
         char *text = ir_to_string(g);
         fprintf(o, "  graph after the passes:\n");
