@@ -766,6 +766,26 @@ KL_API kl_tensor *kl_gather(kl_tensor *x, int dim, kl_tensor *index);
 /* x with src added at index along dim (out of place / in place into x). */
 KL_API kl_tensor *kl_scatter_add(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src);
 KL_API kl_tensor *kl_scatter_add_inplace(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src);
+/* x with src's elements written at index along dim: out[.., index[i,j,..], ..]
+ * = src[i,j,..] for dim's position (index int64, values in [0, size); when
+ * two entries name one element the last in index order wins). */
+KL_API kl_tensor *kl_scatter(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src);
+/* kl_scatter with every written element equal to value. */
+KL_API kl_tensor *kl_scatter_value(kl_tensor *x, int dim, kl_tensor *index, double value);
+/* torch.scatter_reduce's reductions. Enums only grow at the end. */
+typedef enum kl_scatter_reduction {
+    KL_SCATTER_SUM,
+    KL_SCATTER_PROD,
+    KL_SCATTER_MEAN, /* integers: floor division by the count */
+    KL_SCATTER_AMAX, /* NaN propagates */
+    KL_SCATTER_AMIN
+} kl_scatter_reduction;
+/* x with src reduced into the elements index names along dim, as PyTorch
+ * 1.13's scatter_reduce: include_self false reduces those elements without
+ * x's value (mean divides by the entries only; elements no entry names keep
+ * x's value). */
+KL_API kl_tensor *kl_scatter_reduce(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src,
+                                    kl_scatter_reduction reduce, bool include_self);
 /* x and index (int64) broadcast outside dim, then gather; dim = KL_DIM_NONE
  * takes both flattened. Index values must lie in [0, size) as for gather. */
 KL_API kl_tensor *kl_take_along_dim(kl_tensor *x, kl_tensor *index, int dim);
@@ -920,6 +940,24 @@ KL_API kl_conv_transpose2d_options kl_conv_transpose2d_options_default(void);
  * (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1. */
 KL_API kl_tensor *kl_conv_transpose2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias,
                                       const kl_conv_transpose2d_options *opts);
+/* F.interpolate's modes. Enums only grow at the end. */
+typedef enum kl_interp_mode { KL_INTERP_NEAREST, KL_INTERP_LINEAR, KL_INTERP_BILINEAR } kl_interp_mode;
+typedef struct kl_interpolate_options {
+    int64_t size[2];        /* output [L] or [H, W]; 0: from scale_factor */
+    double scale_factor[2]; /* per spatial dim; 0: from size (exactly one of the two) */
+    kl_interp_mode mode;
+    bool align_corners; /* linear modes only */
+} kl_interpolate_options;
+/* No size, no scale factor (one must be set), nearest, align_corners false. */
+KL_API kl_interpolate_options kl_interpolate_options_default(void);
+/* F.interpolate as PyTorch 1.13 (recompute_scale_factor unset): x [N, C, L]
+ * (nearest, linear) or [N, C, H, W] (nearest, bilinear); output sizes size,
+ * or floor(in * scale_factor) with source positions from 1 / scale_factor.
+ * Linear modes need floating x; nearest takes any dtype. */
+KL_API kl_tensor *kl_interpolate(kl_tensor *x, const kl_interpolate_options *opts);
+/* max(0, x) + weight * min(0, x), weight (0-dim or 1-D, x's dtype) of 1 or
+ * C = x's dim 1 elements (1-D and 0-dim x have one channel). */
+KL_API kl_tensor *kl_prelu(kl_tensor *x, kl_tensor *weight);
 /* softmax(q k^T * scale + mask) v; q [...,L,E], k [...,S,E], v [...,S,Ev];
  * mask bool (true = keep) or float (added) or NULL; scale <= 0 means 1/sqrt(E). */
 KL_API kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor *v,

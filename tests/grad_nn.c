@@ -842,6 +842,61 @@ static void grad_adaptive_avg_pool2d(void **state) {
     }
 }
 
+static kl_tensor *f_interpolate(void *u, int n, kl_tensor *const *in) {
+    (void)n;
+    return kl_interpolate(in[0], u);
+}
+
+/* nearest, linear and bilinear, up and down, sizes and scale factors. */
+static void grad_interpolate(void **state) {
+    (void)state;
+    kl_manual_seed(26);
+    static const struct {
+        int nd;
+        int64_t x[4], size[2];
+        double sf[2];
+        kl_interp_mode mode;
+        bool align;
+    } cases[] = {{4, {1, 2, 3, 4}, {5, 7}, {0, 0}, KL_INTERP_BILINEAR, false},
+                 {4, {1, 2, 5, 4}, {3, 6}, {0, 0}, KL_INTERP_BILINEAR, true},
+                 {4, {2, 1, 4, 3}, {0, 0}, {1.5, 0.6}, KL_INTERP_BILINEAR, false},
+                 {3, {2, 2, 5}, {8, 0}, {0, 0}, KL_INTERP_LINEAR, true},
+                 {3, {1, 3, 6}, {0, 0}, {0.5, 0}, KL_INTERP_LINEAR, false},
+                 {4, {1, 2, 3, 3}, {5, 2}, {0, 0}, KL_INTERP_NEAREST, false},
+                 {3, {2, 2, 4}, {0, 0}, {1.7, 0}, KL_INTERP_NEAREST, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kl_scope_begin();
+        kl_interpolate_options o = kl_interpolate_options_default();
+        o.size[0] = cases[i].size[0], o.size[1] = cases[i].size[1];
+        o.scale_factor[0] = cases[i].sf[0], o.scale_factor[1] = cases[i].sf[1];
+        o.mode = cases[i].mode, o.align_corners = cases[i].align;
+        kl_tensor *x = in_(cases[i].nd, cases[i].x, i % 2 ? KT_STRIDED : KT_CONTIG);
+        KT_GRADGRADCHECK(f_interpolate, &o, 1, &x);
+        kl_scope_end();
+    }
+}
+
+static kl_tensor *f_prelu(void *u, int n, kl_tensor *const *in) {
+    (void)u, (void)n;
+    return kl_prelu(in[0], in[1]);
+}
+
+static void grad_prelu(void **state) {
+    (void)state;
+    kl_manual_seed(27);
+    static const struct {
+        int nd;
+        int64_t x[4], nw;
+    } cases[] = {{4, {2, 3, 2, 2}, 3}, {4, {2, 3, 2, 2}, 1}, {2, {4, 3}, 3}, {1, {5}, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kl_scope_begin();
+        kl_tensor *in[2] = {in_(cases[i].nd, cases[i].x, i % 2 ? KT_TRANSPOSED : KT_CONTIG),
+                            kt_input(KL_SHAPE(cases[i].nw), KT_CONTIG, -0.5, 0.5)};
+        KT_GRADGRADCHECK(f_prelu, NULL, 2, in);
+        kl_scope_end();
+    }
+}
+
 /* Reseeded at each call so that every evaluation draws the same planes. */
 static kl_tensor *f_dropout2d(void *u, int n, kl_tensor *const *in) {
     (void)n;
@@ -947,6 +1002,8 @@ const struct CMUnitTest kt_grad_nn_tests[] = {
     KT_TEST(grad_batch_norm),
     KT_TEST(grad_group_norm),
     KT_TEST(grad_adaptive_avg_pool2d),
+    KT_TEST(grad_interpolate),
+    KT_TEST(grad_prelu),
     KT_TEST(grad_dropout2d),
     KT_TEST(grad_conv1d_transpose2d),
 };

@@ -785,6 +785,50 @@ static void grad_scatter_add(void **state) {
         }
 }
 
+/* scatter (src written, and the value form), scatter_reduce in every
+ * reduction with and without self; repeated targets, src larger than index. */
+typedef struct scatter_r_arg {
+    int dim, reduce; /* reduce -1: kl_scatter, -2: kl_scatter_value */
+    bool include_self;
+    kl_tensor *index;
+} scatter_r_arg;
+static kl_tensor *f_scatter_r(void *u, int n, kl_tensor *const *in) {
+    const scatter_r_arg *a = u;
+    if (a->reduce == -2) return kl_scatter_value(in[0], a->dim, a->index, 0.5);
+    if (a->reduce == -1) return kl_scatter(in[0], a->dim, a->index, in[n - 1]);
+    return kl_scatter_reduce(in[0], a->dim, a->index, in[1], (kl_scatter_reduction)a->reduce, a->include_self);
+}
+
+static void grad_scatter_reduce(void **state) {
+    (void)state;
+    kl_manual_seed(25);
+    kl_tensor *uniq = I64(2, ((int64_t[]){2, 3}), 2, 0, 1, 1, 2, 0);   /* no element written twice */
+    kl_tensor *rep = I64(2, ((int64_t[]){3, 3}), 2, 0, 2, 1, 2, 0, 2, 1, 1); /* repeated targets */
+    for (int l = 0; l < NLAYOUTS; l++) {
+        kl_scope_begin();
+        kl_tensor *in[2] = {kt_input(2, (int64_t[]){3, 4}, kt_layouts[l], 0.5, 2),
+                            kt_input(2, (int64_t[]){3, 3}, kt_layouts[(l + 1) % 3], 0.5, 2)};
+        scatter_r_arg sa = {0, -1, true, uniq};
+        if (l == 0) KT_GRADGRADCHECK(f_scatter_r, &sa, 2, in);
+        else KT_GRADCHECK(f_scatter_r, &sa, 2, in);
+        scatter_r_arg sv = {0, -2, true, uniq};
+        KT_GRADCHECK(f_scatter_r, &sv, 1, in);
+        for (int r = KL_SCATTER_SUM; r <= KL_SCATTER_AMIN; r++)
+            for (int inc = 0; inc < 2; inc++) {
+                scatter_r_arg a = {0, r, inc, rep};
+                if (l == 0) KT_GRADGRADCHECK(f_scatter_r, &a, 2, in);
+                else KT_GRADCHECK(f_scatter_r, &a, 2, in);
+            }
+        /* src larger than index along dim -1 */
+        kl_tensor *big[2] = {in[0], kt_input(2, (int64_t[]){3, 5}, kt_layouts[l], 0.5, 2)};
+        scatter_r_arg b = {-1, KL_SCATTER_MEAN, false, I64(2, ((int64_t[]){2, 2}), 3, 3, 0, 1)};
+        KT_GRADCHECK(f_scatter_r, &b, 2, big);
+        b.reduce = KL_SCATTER_PROD;
+        KT_GRADCHECK(f_scatter_r, &b, 2, big);
+        kl_scope_end();
+    }
+}
+
 typedef struct emb_arg {
     kl_tensor *indices;
 } emb_arg;
@@ -991,6 +1035,7 @@ const struct CMUnitTest kt_grad_shape_tests[] = {
     KT_TEST(grad_index_select),
     KT_TEST(grad_gather),
     KT_TEST(grad_scatter_add),
+    KT_TEST(grad_scatter_reduce),
     KT_TEST(grad_embedding),
     KT_TEST(grad_copies),
     KT_TEST(grad_sort_topk),

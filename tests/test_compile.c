@@ -462,6 +462,23 @@ static kl_tensor *loss_conv1d_pool(kl_tensor *const *p, kl_tensor *const *in) {
     return weighted(kl_adaptive_avg_pool2d(h, 1, 3), in[3]);
 }
 
+/* in: x, prelu weight | w: prelu, then bilinear and nearest resizing */
+static kl_tensor *loss_interp_prelu(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_interpolate_options o = kl_interpolate_options_default();
+    o.size[0] = 7, o.size[1] = 9, o.mode = KL_INTERP_BILINEAR;
+    kl_tensor *h = kl_prelu(p[0], p[1]), *a = kl_interpolate(h, &o);
+    o.mode = KL_INTERP_NEAREST;
+    return weighted(kl_add(a, kl_interpolate(h, &o)), in[2]);
+}
+/* in: self, src | index, w: scatter and scatter_reduce's reductions */
+static kl_tensor *loss_scatter(kl_tensor *const *p, kl_tensor *const *in) {
+    kl_tensor *y = kl_scatter(p[0], 0, in[2], p[1]);
+    y = kl_add(y, kl_scatter_reduce(p[0], 0, in[2], p[1], KL_SCATTER_AMAX, false));
+    y = kl_add(y, kl_scatter_reduce(p[0], 0, in[2], p[1], KL_SCATTER_MEAN, true));
+    y = kl_add(y, kl_scatter_reduce(p[0], 0, in[2], p[1], KL_SCATTER_PROD, true));
+    return weighted(y, in[3]);
+}
+
 /* A training step: out = {the np gradients, the loss}. */
 static int case_step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
     (void)n_in, (void)n_out;
@@ -557,6 +574,17 @@ static void make_case_inputs(int c, kl_tensor **in) {
         in[2] = kl_randn(KL_SHAPE(2, 3, 5, 8), KL_F32);
         in[3] = kl_randn(KL_SHAPE(2, 3, 7, 8), KL_F32);
         break;
+    case 15:
+        in[0] = kl_randn(KL_SHAPE(2, 3, 5, 4), KL_F32);
+        in[1] = kl_mul_scalar(kl_rand(KL_SHAPE(3), KL_F32), 0.5);
+        in[2] = kl_randn(KL_SHAPE(2, 3, 7, 9), KL_F32);
+        break;
+    case 16:
+        in[0] = kl_add_scalar(kl_rand(KL_SHAPE(4, 6), KL_F32), 0.5);
+        in[1] = kl_add_scalar(kl_rand(KL_SHAPE(5, 6), KL_F32), 0.5);
+        in[2] = kl_randint(0, 4, KL_SHAPE(5, 6), KL_I64);
+        in[3] = kl_randn(KL_SHAPE(4, 6), KL_F32);
+        break;
     default:
         in[0] = kl_randn(KL_SHAPE(2, 2, 6, 8), KL_F32);
         in[1] = kl_mul_scalar(kl_randn(KL_SHAPE(8, 8), KL_F32), 0.3);
@@ -583,6 +611,8 @@ static const train_case train_cases[] = {
     {"cross_entropy weighted", 2, 5, loss_cross_entropy_weighted},
     {"cross_entropy probabilities", 2, 5, loss_cross_entropy_prob},
     {"pad modes", 2, 4, loss_pad_modes},
+    {"interpolate prelu", 2, 3, loss_interp_prelu},
+    {"scatter scatter_reduce", 2, 4, loss_scatter},
 };
 #define N_TRAIN_CASES ((int)(sizeof train_cases / sizeof train_cases[0]))
 

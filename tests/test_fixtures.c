@@ -375,6 +375,15 @@ static int run_scatter_add(fx_ctx *cx) { return fx_out1(cx, kl_scatter_add(IN(0)
 static int run_scatter_add_ip(fx_ctx *cx) {
     return fx_out_inplace(cx, kl_scatter_add_inplace(IN(0), (int)fx_i(cx, "dim"), IN(1), IN(2)));
 }
+static int run_scatter(fx_ctx *cx) { return fx_out1(cx, kl_scatter(IN(0), (int)fx_i(cx, "dim"), IN(1), IN(2))); }
+static int run_scatter_value(fx_ctx *cx) {
+    return fx_out1(cx, kl_scatter_value(IN(0), (int)fx_i(cx, "dim"), IN(1), fx_f(cx, "value")));
+}
+/* reduce: kl_scatter_reduction's value */
+static int run_scatter_reduce(fx_ctx *cx) {
+    return fx_out1(cx, kl_scatter_reduce(IN(0), (int)fx_i(cx, "dim"), IN(1), IN(2),
+                                         (kl_scatter_reduction)fx_i(cx, "reduce"), fx_b(cx, "include_self")));
+}
 static int run_take_along_dim(fx_ctx *cx) { return fx_out1(cx, kl_take_along_dim(IN(0), IN(1), fx_dim(cx, "dim"))); }
 
 /* linear algebra */
@@ -438,6 +447,18 @@ static int run_batch_norm(fx_ctx *cx) {
 }
 static int run_group_norm(fx_ctx *cx) {
     return fx_out1(cx, kl_group_norm(IN(0), fx_i(cx, "num_groups"), IN(1), IN(2), fx_f(cx, "eps")));
+}
+/* interpolate: size (list, or absent) or scale_h[/scale_w]; mode a kl_interp_mode */
+static int run_interpolate(fx_ctx *cx) {
+    kl_interpolate_options o = kl_interpolate_options_default();
+    for (int i = 0; i < cx->c->nattr; i++) {
+        if (!strcmp(cx->c->key[i], "size")) fx_list(cx, "size", o.size, 2);
+        if (!strcmp(cx->c->key[i], "scale_h")) o.scale_factor[0] = fx_f(cx, "scale_h");
+        if (!strcmp(cx->c->key[i], "scale_w")) o.scale_factor[1] = fx_f(cx, "scale_w");
+    }
+    o.mode = (kl_interp_mode)fx_i(cx, "mode");
+    o.align_corners = fx_b(cx, "align_corners");
+    return fx_out1(cx, kl_interpolate(IN(0), &o));
 }
 static int run_conv1d(fx_ctx *cx) {
     kl_conv1d_options o = {fx_i(cx, "stride"), fx_i(cx, "padding"), fx_i(cx, "dilation"), fx_i(cx, "groups")};
@@ -611,6 +632,9 @@ static const fx_op fx_ops[] = {
     {"gather", "gather", run_gather, {0}},
     {"scatter_add", "scatter_add", run_scatter_add, {0}},
     {"scatter_add_inplace", "scatter_add", run_scatter_add_ip, {0}},
+    {"scatter", "scatter", run_scatter, {0}},
+    {"scatter_value", "scatter", run_scatter_value, {0}},
+    {"scatter_reduce", "scatter_reduce", run_scatter_reduce, {0}},
     {"take_along_dim", "take_along_dim", run_take_along_dim, {0}},
     {"embedding", "embedding", run_b, {.b = kl_embedding}},
     /* sorting and reordering */
@@ -653,6 +677,8 @@ static const fx_op fx_ops[] = {
     {"conv_transpose2d", "conv_transpose2d", run_conv_transpose2d, {0}},
     {"adaptive_avg_pool2d", "adaptive_avg_pool2d", run_adaptive_avg_pool2d, {0}},
     {"dropout2d", "dropout2d", run_dropout2d, {0}},       /* training with p > 0 */
+    {"interpolate", "interpolate", run_interpolate, {0}},
+    {"prelu", "prelu", run_b, {.b = kl_prelu}},
     {"dropout2d_eval", "alias", run_dropout2d, {0}},      /* eval or p == 0: a view of x */
     {"scaled_dot_product_attention", "scaled_dot_product_attention", run_sdpa, {0}},
 };

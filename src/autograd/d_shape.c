@@ -565,15 +565,11 @@ int ag_d_gather(ag_ctx *c) {
     return set_gin(c, 0, kl_scatter_add(zeros_for(m, g), (int)ke_attr_gather_dim(c->a), c->in[1], g));
 }
 
-/* scatter_add(x, index, src): x's gradient passes through; src's is gout
- * gathered at index, zero where src reaches beyond index. */
-int ag_d_scatter_add(ag_ctx *c) {
-    kl_tensor *g = c->gout[0];
-    if (c->need[0] && set_gin(c, 0, g)) return -1;
+/* r (index-shaped) padded with zeros to src's shape: src elements beyond
+ * index take no part in a scatter. */
+static kl_tensor *pad_to_src(ag_ctx *c, kl_tensor *r) {
     const ag_tmeta *im = &c->in_meta[1], *sm = &c->in_meta[2];
-    if (!c->need[2] || numel_of(im) == 0) return 0;
-    kl_tensor *r = kl_gather(g, (int)ke_attr_scatter_add_dim(c->a), c->in[1]);
-    if (im->ndim != sm->ndim) return set_gin(c, 2, r); /* 0-dim vs [1]: same elements */
+    if (im->ndim != sm->ndim) return r; /* 0-dim vs [1]: same elements */
     int64_t pad[2 * KL_MAX_DIMS];
     int np = 0, grow = 0;
     for (int d = sm->ndim - 1; d >= 0; d--) {
@@ -581,7 +577,82 @@ int ag_d_scatter_add(ag_ctx *c) {
         pad[np++] = sm->shape[d] - im->shape[d];
         grow |= sm->shape[d] != im->shape[d];
     }
-    return set_gin(c, 2, grow ? kl_pad(r, np, pad, 0) : r);
+    return grow ? kl_pad(r, np, pad, 0) : r;
+}
+
+/* scatter_add(x, index, src): x's gradient passes through; src's is gout
+ * gathered at index, zero where src reaches beyond index. */
+int ag_d_scatter_add(ag_ctx *c) {
+    kl_tensor *g = c->gout[0];
+    if (c->need[0] && set_gin(c, 0, g)) return -1;
+    if (!c->need[2] || numel_of(&c->in_meta[1]) == 0) return 0;
+    return set_gin(c, 2, pad_to_src(c, kl_gather(g, (int)ke_attr_scatter_add_dim(c->a), c->in[1])));
+}
+
+/* scatter(x, index, src): the elements src overwrote get no gradient in x;
+ * src's is scatter_add's. */
+int ag_d_scatter(ag_ctx *c) {
+    kl_tensor *g = c->gout[0];
+    int d = (int)ke_attr_scatter_dim(c->a), empty = numel_of(&c->in_meta[1]) == 0;
+    if (c->need[0] && set_gin(c, 0, empty ? g : kl_scatter_value(g, d, c->in[1], 0))) return -1;
+    if (!c->need[2] || empty) return 0;
+    return set_gin(c, 2, pad_to_src(c, kl_gather(g, d, c->in[1])));
+}
+
+/* scatter_reduce: PyTorch 1.13's scatter_reduce_backward, written with kl_
+ * ops on src narrowed to index's shape (torch fails on a larger src; here
+ * the rest of src gets zeros). prod treats zeros with masks (an element's
+ * product without one zero factor); amax/amin share the gradient evenly
+ * among the values equal to the result. */
+int ag_d_scatter_reduce(ag_ctx *c) {
+    kl_tensor *g = c->gout[0], *x = c->in[0], *idx = c->in[1], *src = c->in[2], *res = c->out[0];
+    const ag_tmeta *im = &c->in_meta[1];
+    int d = wrap(ke_attr_scatter_reduce_dim(c->a), c->in_meta[0].ndim);
+    int red = (int)ke_attr_scatter_reduce_reduce(c->a), inc = ke_attr_scatter_reduce_include_self(c->a);
+    if (numel_of(im) == 0) return c->need[0] ? set_gin(c, 0, g) : 0;
+    if (im->ndim == c->in_meta[2].ndim)
+        for (int e = 0; e < im->ndim && src; e++)
+            if (im->shape[e] != c->in_meta[2].shape[e]) src = kl_narrow(src, e, 0, im->shape[e]);
+    kl_dtype dt = kl_dtype_of(g);
+    kl_tensor *gs = NULL, *gsrc = NULL;
+    switch (red) {
+    case KL_SCATTER_SUM:
+        gs = g;
+        gsrc = kl_gather(g, d, idx);
+        break;
+    case KL_SCATTER_MEAN: {
+        kl_tensor *n = kl_scatter_add(kl_full_like(g, inc ? 1 : 0), d, idx, kl_ones_like(src));
+        n = kl_masked_fill(n, kl_eq_scalar(n, 0), 1);
+        gs = kl_div(g, n);
+        gsrc = kl_div(kl_gather(g, d, idx), kl_gather(n, d, idx));
+        break;
+    }
+    case KL_SCATTER_AMAX:
+    case KL_SCATTER_AMIN: {
+        kl_tensor *self_is = kl_to_dtype(kl_eq(x, res), dt);
+        kl_tensor *src_is = kl_to_dtype(kl_eq(src, kl_gather(res, d, idx)), dt);
+        kl_tensor *share = kl_div(g, kl_scatter_add(self_is, d, idx, src_is));
+        gs = kl_mul(self_is, share);
+        gsrc = kl_mul(src_is, kl_gather(share, d, idx));
+        break;
+    }
+    case KL_SCATTER_PROD: {
+        kl_tensor *mself = kl_masked_fill(x, kl_eq_scalar(x, 0), 1);
+        gs = kl_div(kl_mul(g, kl_scatter_reduce(mself, d, idx, src, KL_SCATTER_PROD, inc)), mself);
+        kl_tensor *src_zero = kl_eq_scalar(src, 0);
+        kl_tensor *nzeros = kl_gather(kl_scatter_add(kl_zeros_like(x), d, idx, kl_to_dtype(src_zero, dt)), d, idx);
+        kl_tensor *single = kl_logical_and(src_zero, kl_eq_scalar(nzeros, 1));
+        kl_tensor *msrc_res = kl_scatter_reduce(x, d, idx, kl_masked_fill(src, single, 1), KL_SCATTER_PROD, inc);
+        gsrc = kl_where(single, kl_gather(kl_mul(g, msrc_res), d, idx),
+                        kl_div(kl_gather(kl_mul(g, res), d, idx), kl_masked_fill(src, src_zero, 1)));
+        break;
+    }
+    default: return ke_err(KL_ERR_ARG, "scatter_reduce", "no derivative for reduce %d", red);
+    }
+    if (!inc && gs) gs = kl_scatter_value(gs, d, idx, 0); /* x's value took no part where index points */
+    if (c->need[0] && set_gin(c, 0, gs)) return -1;
+    if (c->need[2] && set_gin(c, 2, gsrc ? pad_to_src(c, gsrc) : NULL)) return -1;
+    return 0;
 }
 
 /* embedding: each gout row is added into the weight row its index names. */

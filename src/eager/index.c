@@ -13,6 +13,9 @@
 #include "kernels_index.h"
 
 #include "alloc.h"
+#include "dtype_conv.h"
+
+#include <math.h>
 #include "threadpool.h"
 
 /* Size and stride of dim d, with a 0-dim tensor seen as [1] (PyTorch's
@@ -270,17 +273,49 @@ int ke_cpu_gather(ke_call *c) {
     return rc;
 }
 
-/* ---- scatter_add ------------------------------------------------------------------------ */
+/* ---- scatter, scatter_add, scatter_reduce --------------------------------------------------- */
 
-int ke_infer_scatter_add(ke_call *c, ke_outspec *out) {
+/* The three share one shape rule and one kernel; they differ in what an
+ * element written to does with what it holds (ke_scatter_kind). */
+enum { SC_ASSIGN, SC_SUM, SC_PROD, SC_MEAN, SC_AMAX, SC_AMIN };
+
+static int scatter_dim_attr(const ke_call *c) {
+    switch (c->op) {
+    case KE_OP_scatter: return (int)ke_attr_scatter_dim(&c->a);
+    case KE_OP_scatter_reduce: return (int)ke_attr_scatter_reduce_dim(&c->a);
+    default: return (int)ke_attr_scatter_add_dim(&c->a);
+    }
+}
+
+/* scatter_reduce's kl_scatter_reduction as a kind (-1 if out of range). */
+static int scatter_kind(const ke_call *c) {
+    if (c->op == KE_OP_scatter) return SC_ASSIGN;
+    if (c->op == KE_OP_scatter_add) return SC_SUM;
+    switch (ke_attr_scatter_reduce_reduce(&c->a)) {
+    case KL_SCATTER_SUM: return SC_SUM;
+    case KL_SCATTER_PROD: return SC_PROD;
+    case KL_SCATTER_MEAN: return SC_MEAN;
+    case KL_SCATTER_AMAX: return SC_AMAX;
+    case KL_SCATTER_AMIN: return SC_AMIN;
+    default: return -1;
+    }
+}
+
+static int infer_scatter(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0], *index = c->in[1], *src = c->in[2];
     char b1[256], b2[256], b3[256];
+    int kind = scatter_kind(c);
+    if (kind < 0)
+        return ke_err(KL_ERR_ARG, op, "reduce %lld is not a kl_scatter_reduction (sum, prod, mean, amax, amin)",
+                      (long long)ke_attr_scatter_reduce_reduce(&c->a));
     if (index->dtype != KL_I64) return bad_index_dtype(op, "index", index, 0);
     if (src->dtype != x->dtype)
         return ke_err(KL_ERR_DTYPE, op, "src %s must have the dtype of self %s", ke_fmt_tensor(b1, sizeof b1, src),
                       ke_fmt_tensor(b2, sizeof b2, x));
-    int d = ke_wrap_dim(op, ke_attr_scatter_add_dim(&c->a), x->ndim);
+    if (kind == SC_MEAN && x->dtype == KL_BOOL)
+        return ke_err(KL_ERR_DTYPE, op, "reduce mean needs a numeric self, got %s", ke_fmt_tensor(b1, sizeof b1, x));
+    int d = ke_wrap_dim(op, scatter_dim_attr(c), x->ndim);
     if (d < 0) return -1;
     /* PyTorch skips the shape checks for an empty index */
     if (ke_numel(index->ndim, index->shape) > 0) {
@@ -301,44 +336,100 @@ int ke_infer_scatter_add(ke_call *c, ke_outspec *out) {
     memcpy(out->shape, x->shape, sizeof(int64_t) * x->ndim);
     return 1;
 }
+int ke_infer_scatter_add(ke_call *c, ke_outspec *out) { return infer_scatter(c, out); }
+int ke_infer_scatter(ke_call *c, ke_outspec *out) { return infer_scatter(c, out); }
+int ke_infer_scatter_reduce(ke_call *c, ke_outspec *out) { return infer_scatter(c, out); }
 
-/* One accumulation per dtype: f16/bf16 add in f32 and round after every
- * add (as PyTorch's Half +=), integers wrap, bool ORs. A run of n adds:
- * element k goes to O[ix[k*is] * os + k*ol] from S[k*ss]. */
+/* One update per kind and dtype, generated: values are loaded into the
+ * compute type C (f16/bf16 in f32, rounded back after every update as
+ * PyTorch's Half +=), integers wrap, bool adds as OR and multiplies as AND.
+ * amax/amin propagate NaN. A run of n updates: element k goes to
+ * O[ix[k*is] * os + k*ol] from S[k*ss]; mean's division (by a count of
+ * updates, floor division for integers) is div over n contiguous elements. */
 typedef void (*scatter_fn)(char *o, int64_t os, int64_t ol, const int64_t *ix, int64_t is, const char *s, int64_t ss,
                            int64_t n);
-#define KE_SCATTER_ADD(name, T, ADD)                                                                          \
+typedef void (*scatter_div_fn)(char *o, const double *cnt, int64_t n);
+#define KE_SC_ONE(name, T, C, LD, ST, UPD)                                                                    \
     static void name(char *o, int64_t os, int64_t ol, const int64_t *ix, int64_t is, const char *s, int64_t ss, \
                      int64_t n) {                                                                             \
         T *O = (T *)o;                                                                                        \
         const T *S = (const T *)s;                                                                            \
         for (int64_t k = 0; k < n; k++) {                                                                     \
-            T *p = O + ix[k * is] * os + k * ol, a = *p, b = S[k * ss];                                       \
-            *p = (T)(ADD);                                                                                    \
+            T *p = O + ix[k * is] * os + k * ol;                                                              \
+            C a = LD(*p), b = LD(S[k * ss]);                                                                  \
+            (void)a;                                                                                          \
+            *p = ST(UPD);                                                                                     \
         }                                                                                                     \
     }
-KE_SCATTER_ADD(scatter_f32, float, a + b)
-KE_SCATTER_ADD(scatter_f64, double, a + b)
-KE_SCATTER_ADD(scatter_f16, uint16_t, ke_f32_to_f16(ke_f16_to_f32(a) + ke_f16_to_f32(b)))
-KE_SCATTER_ADD(scatter_bf16, uint16_t, ke_f32_to_bf16(ke_bf16_to_f32(a) + ke_bf16_to_f32(b)))
-KE_SCATTER_ADD(scatter_i32, int32_t, KE_WRAP_ADD(int32_t, uint32_t, a, b))
-KE_SCATTER_ADD(scatter_i64, int64_t, KE_WRAP_ADD(int64_t, uint64_t, a, b))
-KE_SCATTER_ADD(scatter_u8, uint8_t, KE_WRAP_ADD(uint8_t, uint32_t, a, b))
-KE_SCATTER_ADD(scatter_bool, uint8_t, (a | b) != 0)
-static const scatter_fn scatter_fns[KL_NUM_DTYPES] = {
-    [KL_F32] = scatter_f32, [KL_F64] = scatter_f64, [KL_F16] = scatter_f16, [KL_BF16] = scatter_bf16,
-    [KL_I32] = scatter_i32, [KL_I64] = scatter_i64, [KL_U8] = scatter_u8,   [KL_BOOL] = scatter_bool,
+#define KE_SC_ID(v) (v)
+#define KE_SC_MAX(a, b) ((a) != (a) || (a) > (b) ? (a) : (b))
+#define KE_SC_MIN(a, b) ((a) != (a) || (a) < (b) ? (a) : (b))
+#define KE_SC_FDIV(a, n) ((a) / (n))
+#define KE_SC_IDIV(a, n) ((a) / (n) - (((a) % (n) != 0) && (((a) < 0) != ((n) < 0))))
+/* the five updates and the division of one dtype: sfx names them, ADD/MUL
+ * combine a and b in C, DIV(a, n) divides a by the C count n */
+#define KE_SC_DTYPE(sfx, T, C, LD, ST, ADD, MUL, DIV)                                                         \
+    KE_SC_ONE(sc_assign_##sfx, T, C, LD, ST, b)                                                               \
+    KE_SC_ONE(sc_sum_##sfx, T, C, LD, ST, ADD)                                                                \
+    KE_SC_ONE(sc_prod_##sfx, T, C, LD, ST, MUL)                                                               \
+    KE_SC_ONE(sc_amax_##sfx, T, C, LD, ST, KE_SC_MAX(a, b))                                                   \
+    KE_SC_ONE(sc_amin_##sfx, T, C, LD, ST, KE_SC_MIN(a, b))                                                   \
+    static void sc_div_##sfx(char *o, const double *cnt, int64_t n) {                                         \
+        T *O = (T *)o;                                                                                        \
+        for (int64_t k = 0; k < n; k++) {                                                                     \
+            C a = LD(O[k]), c = (C)cnt[k];                                                                    \
+            O[k] = ST(DIV(a, c));                                                                             \
+        }                                                                                                     \
+    }
+KE_SC_DTYPE(f32, float, float, KE_SC_ID, KE_SC_ID, a + b, a * b, KE_SC_FDIV)
+KE_SC_DTYPE(f64, double, double, KE_SC_ID, KE_SC_ID, a + b, a * b, KE_SC_FDIV)
+KE_SC_DTYPE(f16, uint16_t, float, ke_f16_to_f32, ke_f32_to_f16, a + b, a * b, KE_SC_FDIV)
+KE_SC_DTYPE(bf16, uint16_t, float, ke_bf16_to_f32, ke_f32_to_bf16, a + b, a * b, KE_SC_FDIV)
+KE_SC_DTYPE(i32, int32_t, int32_t, KE_SC_ID, KE_SC_ID, KE_WRAP_ADD(int32_t, uint32_t, a, b),
+            KE_WRAP_MUL(int32_t, uint32_t, a, b), KE_SC_IDIV)
+KE_SC_DTYPE(i64, int64_t, int64_t, KE_SC_ID, KE_SC_ID, KE_WRAP_ADD(int64_t, uint64_t, a, b),
+            KE_WRAP_MUL(int64_t, uint64_t, a, b), KE_SC_IDIV)
+KE_SC_DTYPE(u8, uint8_t, uint8_t, KE_SC_ID, KE_SC_ID, KE_WRAP_ADD(uint8_t, uint32_t, a, b),
+            KE_WRAP_MUL(uint8_t, uint32_t, a, b), KE_SC_FDIV)
+KE_SC_DTYPE(bool, uint8_t, uint8_t, KE_SC_ID, KE_SC_ID, (a | b) != 0, (a & b) != 0, KE_SC_FDIV)
+#define KE_SC_ROW(k)                                                                                          \
+    {[KL_F32] = sc_##k##_f32, [KL_F64] = sc_##k##_f64, [KL_F16] = sc_##k##_f16, [KL_BF16] = sc_##k##_bf16,      \
+     [KL_I32] = sc_##k##_i32, [KL_I64] = sc_##k##_i64, [KL_U8] = sc_##k##_u8,   [KL_BOOL] = sc_##k##_bool}
+/* mean accumulates as sum */
+static const scatter_fn scatter_fns[SC_AMIN + 1][KL_NUM_DTYPES] = {
+    [SC_ASSIGN] = KE_SC_ROW(assign), [SC_SUM] = KE_SC_ROW(sum),   [SC_PROD] = KE_SC_ROW(prod),
+    [SC_MEAN] = KE_SC_ROW(sum),      [SC_AMAX] = KE_SC_ROW(amax), [SC_AMIN] = KE_SC_ROW(amin),
 };
+static const scatter_div_fn scatter_div_fns[KL_NUM_DTYPES] = KE_SC_ROW(div);
 _Static_assert(KL_NUM_DTYPES == 8, "scatter_fns covers every dtype");
+
+/* The value an element reduced without itself (include_self false) starts
+ * from: the identity of the reduction (PyTorch's, lowest/highest for
+ * integer amax/amin), written as one element of dt into buf. */
+static void scatter_identity(int kind, kl_dtype dt, char *buf) {
+    double v = kind == SC_PROD ? 1 : kind == SC_AMAX ? -INFINITY : kind == SC_AMIN ? INFINITY : 0;
+    if (!isinf(v) || ke_is_float(dt)) {
+        const int64_t one = 1;
+        ke_copy_nd(1, &one, buf, dt, &one, (const char *)&v, KL_F64, &one);
+        return;
+    }
+    int lo = v < 0;
+    switch (dt) {
+    case KL_I32: *(int32_t *)buf = lo ? INT32_MIN : INT32_MAX; break;
+    case KL_I64: *(int64_t *)buf = lo ? INT64_MIN : INT64_MAX; break;
+    default: *(uint8_t *)buf = lo ? 0 : (dt == KL_BOOL ? 1 : UINT8_MAX); break; /* u8, bool */
+    }
+}
 
 /* The index space is split as [outer dims] x dim d x [run dim]: the run dim
  * is the last dim, or none when d is the last (then runs go along d). A
  * work item is one outer position and one block of the run dim, and does
  * every k along d for it, in order. Items never share an output element,
- * so the adds each element receives come from one thread in index order
- * whatever the thread count or block size: deterministic. Walking blocks
- * of the last dim for each k keeps rows of src and index streaming when d
- * is a leading dim (the common scatter over dim 0). */
+ * so the updates each element receives come from one thread in index order
+ * whatever the thread count or block size: deterministic (scatter's last
+ * write wins, as PyTorch's CPU kernel). Walking blocks of the last dim for
+ * each k keeps rows of src and index streaming when d is a leading dim
+ * (the common scatter over dim 0). */
 typedef struct scatter_job {
     scatter_fn fn;
     char *o;
@@ -373,12 +464,43 @@ static void scatter_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-int ke_cpu_scatter_add(ke_call *c) {
+static void scatter_run(scatter_job *j, int64_t outer) {
+    int64_t per_item = j->L * (j->J < j->B ? j->J : j->B), grain = KE_ROWS_GRAIN / per_item;
+    ke_parallel_for(outer * j->nblk, grain > 0 ? grain : 1, scatter_range, j);
+}
+
+/* mean: each element of o divided by 1 (include_self) or 0 plus the number
+ * of index entries naming it, a count of 0 taken as 1 (PyTorch's). o is
+ * contiguous (a new result). */
+static int scatter_mean_divide(const char *op, kl_tensor *o, const scatter_job *j, int include_self) {
+    int64_t no = ke_numel(o->ndim, o->shape);
+    double *cnt = ke_cpu_alloc((size_t)no * sizeof(double));
+    if (!cnt) return ke_err(KL_ERR_OOM, op, "out of memory for %lld counts", (long long)no);
+    for (int64_t i = 0; i < no; i++) cnt[i] = include_self;
+    int64_t outer = 1, coord[KL_MAX_DIMS] = {0};
+    for (int e = 0; e < j->nd; e++) outer *= j->shape[e];
+    for (int64_t w = 0; w < outer; w++) {
+        int64_t oo = 0, io = 0;
+        for (int e = 0; e < j->nd; e++) oo += coord[e] * j->st[0][e], io += coord[e] * j->st[1][e];
+        for (int64_t k = 0; k < j->L; k++)
+            for (int64_t r = 0; r < j->J; r++)
+                cnt[oo + j->idx[io + k * j->dst[1] + r * j->jst[1]] * j->dst[0] + r * j->jst[0]] += 1;
+        for (int e = j->nd - 1; e >= 0 && ++coord[e] == j->shape[e]; e--) coord[e] = 0;
+    }
+    for (int64_t i = 0; i < no; i++)
+        if (cnt[i] == 0) cnt[i] = 1;
+    scatter_div_fns[o->dtype](ke_data(o), cnt, no);
+    ke_cpu_free(cnt, (size_t)no * sizeof(double));
+    return 0;
+}
+
+static int cpu_scatter(ke_call *c) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0], *index = c->in[1], *src = c->in[2];
     kl_tensor *o = c->out[0];
-    int d = ke_wrap_dim(op, ke_attr_scatter_add_dim(&c->a), x->ndim);
-    if (d < 0) return -1;
+    int d = ke_wrap_dim(op, scatter_dim_attr(c), x->ndim), kind = scatter_kind(c);
+    int include_self = c->op != KE_OP_scatter_reduce || ke_attr_scatter_reduce_include_self(&c->a);
+    if (d < 0 || kind < 0) return -1;
     int64_t n = ke_numel(index->ndim, index->shape), *owned = NULL;
     const int64_t *idx = NULL;
     /* every index is checked before anything is written (in place included) */
@@ -392,12 +514,13 @@ int ke_cpu_scatter_add(ke_call *c) {
     if (!c->inplace && ke_numel(x->ndim, x->shape) > 0)
         ke_copy_nd(x->ndim, x->shape, ke_data(o), (kl_dtype)o->dtype, o->stride, ke_data(x), (kl_dtype)x->dtype,
                    x->stride);
+    int rc = 0;
     if (n > 0) {
         int nd = ndim_ne(index), last = nd - 1;
         int64_t shape[KL_MAX_DIMS], cs[KL_MAX_DIMS];
         for (int e = 0; e < nd; e++) shape[e] = size_ne(index, e);
         ke_contiguous_strides(nd, shape, cs);
-        scatter_job j = {.fn = scatter_fns[o->dtype], .o = ke_data(o), .idx = idx, .s = ke_data(src),
+        scatter_job j = {.fn = scatter_fns[kind][o->dtype], .o = ke_data(o), .idx = idx, .s = ke_data(src),
                          .es = (int64_t)ke_dtypes[o->dtype].size, .L = shape[d], .J = 1};
         const kl_tensor *ops[3] = {o, NULL, src};
         for (int e = 0; e < nd; e++) {
@@ -419,12 +542,25 @@ int ke_cpu_scatter_add(ke_call *c) {
         j.B = j.J / (want > outer ? (want + outer - 1) / outer : 1);
         j.B = j.B < 16 ? 16 : j.B > 1024 ? 1024 : j.B;
         j.nblk = j.J == 1 ? 1 : (j.J + j.B - 1) / j.B;
-        int64_t per_item = j.L * (j.J < j.B ? j.J : j.B), grain = KE_ROWS_GRAIN / per_item;
-        ke_parallel_for(outer * j.nblk, grain > 0 ? grain : 1, scatter_range, &j);
+        if (!include_self) { /* the elements index names start from the identity: a scatter of it */
+            char id[8];
+            scatter_identity(kind, (kl_dtype)o->dtype, id);
+            scatter_job f = j;
+            f.fn = scatter_fns[SC_ASSIGN][o->dtype];
+            f.s = id;
+            f.dst[2] = f.jst[2] = 0;
+            for (int e = 0; e < f.nd; e++) f.st[2][e] = 0;
+            scatter_run(&f, outer);
+        }
+        scatter_run(&j, outer);
+        if (kind == SC_MEAN) rc = scatter_mean_divide(op, o, &j, include_self);
     }
     index_free(owned, n);
-    return 0;
+    return rc;
 }
+int ke_cpu_scatter_add(ke_call *c) { return cpu_scatter(c); }
+int ke_cpu_scatter(ke_call *c) { return cpu_scatter(c); }
+int ke_cpu_scatter_reduce(ke_call *c) { return cpu_scatter(c); }
 
 /* ---- take_along_dim (decomposition) ------------------------------------------------------- */
 
@@ -493,6 +629,7 @@ static kl_tensor *index_call(int op, int nin, kl_tensor *a, kl_tensor *b, kl_ten
     case KE_OP_index_select: ke_attr_set_index_select_dim(&c.a, dim); break;
     case KE_OP_gather: ke_attr_set_gather_dim(&c.a, dim); break;
     case KE_OP_scatter_add: ke_attr_set_scatter_add_dim(&c.a, dim); break;
+    case KE_OP_scatter: ke_attr_set_scatter_dim(&c.a, dim); break;
     case KE_OP_take_along_dim: ke_attr_set_take_along_dim_dim(&c.a, dim); break;
     default: break; /* embedding: no attributes */
     }
@@ -508,6 +645,29 @@ kl_tensor *kl_scatter_add(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *sr
 }
 kl_tensor *kl_scatter_add_inplace(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src) {
     return index_call(KE_OP_scatter_add, 3, x, index, src, dim, 1);
+}
+kl_tensor *kl_scatter(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src) {
+    return index_call(KE_OP_scatter, 3, x, index, src, dim, 0);
+}
+/* The value as a 0-dim tensor of x's dtype and device expanded over index:
+ * one op row serves both forms. */
+kl_tensor *kl_scatter_value(kl_tensor *x, int dim, kl_tensor *index, double value) {
+    if (ke_check_tensor(x, "scatter", 1) || ke_check_tensor(index, "scatter", 2)) return NULL;
+    kl_scope_begin();
+    kl_tensor *v = kl_to_device(kl_scalar_tensor(value, (kl_dtype)x->dtype), kl_device_of(x));
+    kl_tensor *y = kl_scatter(x, dim, index, v ? kl_expand(v, index->ndim, index->shape) : NULL);
+    kl_keep(y);
+    kl_scope_end();
+    return y;
+}
+kl_tensor *kl_scatter_reduce(kl_tensor *x, int dim, kl_tensor *index, kl_tensor *src, kl_scatter_reduction reduce,
+                             bool include_self) {
+    kl_tensor *in[3] = {x, index, src};
+    ke_call c = {.op = KE_OP_scatter_reduce, .nin = 3, .in = in};
+    ke_attr_set_scatter_reduce_dim(&c.a, dim);
+    ke_attr_set_scatter_reduce_reduce(&c.a, (int64_t)reduce);
+    ke_attr_set_scatter_reduce_include_self(&c.a, include_self);
+    return ke_call1(&c);
 }
 kl_tensor *kl_take_along_dim(kl_tensor *x, kl_tensor *index, int dim) {
     return index_call(KE_OP_take_along_dim, 2, x, index, NULL, dim, 0);
