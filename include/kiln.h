@@ -55,6 +55,58 @@
  * that autograd saved, or of a borrowed blob after its owner freed it, is not
  * detected. Tensors may be passed between threads but not used by two
  * threads at once while one of them writes.
+ *
+ * THREAD SAFETY
+ *
+ * Kiln is serialized where it must be and free elsewhere (SQLite's
+ * "multi-thread" mode, with the exceptions below made safe). Checked by
+ * tests/test_threads.c under ThreadSanitizer (scripts/kiln.sh tsan).
+ *  - Tensors: any number of threads may read one tensor at once (ops on it,
+ *    kl_retain/kl_release: refcounts are atomic). A thread that writes a
+ *    tensor (an _inplace op, kl_copy_, kl_data_ptr stores, an optimizer step)
+ *    must be the only one using it, or any view of its storage, meanwhile.
+ *  - Per thread: scopes, the error record, grad mode, the default device.
+ *    When a thread exits, its open scopes and its root scope close
+ *    (innermost first); a tensor it kl_retain'ed survives and may be
+ *    kl_release'd by any thread. Scopes are never shared: closing a scope
+ *    opened on another thread aborts (a bug).
+ *  - Compiled functions: one kl_fn may be called from many threads at once.
+ *    The first call of a new signature traces under the function's lock;
+ *    callers racing on it wait and then run the one cached graph (fn is
+ *    traced exactly once per signature). kl_fn_release only when no call is
+ *    running.
+ *  - Autograd: forward ops recording history may run on many threads on
+ *    separate tensors; backward passes (kl_backward, kl_autograd_grad) take
+ *    one process-wide lock: one backward at a time, the others wait. Two
+ *    threads must not backward through the same graph or accumulate into the
+ *    same leaf's grad concurrently with reading it.
+ *  - Process-wide settings (kl_set_num_threads, kl_set_print_options,
+ *    kl_set_default_dtype, kl_manual_seed, KL_LOG): set them before
+ *    starting threads; kl_set_num_threads must not run while another thread
+ *    runs ops. Random ops may run on many threads; each draw reserves its own
+ *    counters under a lock, so the numbers a thread gets depend on the order
+ *    of the draws.
+ *  - The kernel cache folder (KL_CACHE_DIR) may be shared by any number of
+ *    processes and threads: entries are written atomically and checked
+ *    when read.
+ *
+ * LIMITS
+ *
+ *  - Dims: at most KL_MAX_DIMS (8); a shape's element count times 16 must fit
+ *    in int64 (KL_ERR_OVERFLOW).
+ *  - Scope nesting: 1023 scopes per thread above the root; one more
+ *    kl_scope_begin is KL_ERR_STATE and shares the innermost scope (each
+ *    begin still takes its end).
+ *  - Compiled functions: recompile_limit in [1, 1024] (default 8) signatures
+ *    are traced; later new signatures run eagerly.
+ *  - Print options: precision in [0, 64] (larger values print 64 digits),
+ *    threshold >= 0, edgeitems >= 1, linewidth >= 1; a value below its
+ *    minimum keeps the setting.
+ *  - Memory-mapped .npy: kl_load_npy maps the file copy-on-write, so writing
+ *    to the tensor never changes the file, but a later rewrite of the file
+ *    in place by another process may show through and truncating it raises
+ *    SIGBUS on access (as with any mmap). kl_load_npy_copy reads the file
+ *    into memory instead (no mapping is kept).
  */
 #ifndef KILN_H
 #define KILN_H
@@ -1354,6 +1406,9 @@ KL_API void kl_set_print_options(int precision, int64_t threshold, int edgeitems
  * is refused), and only a regular file is ever replaced: a FIFO, device node,
  * socket or directory at the path is KL_ERR_IO and stays as it was. */
 KL_API kl_tensor *kl_load_npy(const char *path);
+/* As kl_load_npy, but always reads the data into memory owned by the tensor:
+ * nothing stays mapped, so later changes to the file never show through. */
+KL_API kl_tensor *kl_load_npy_copy(const char *path);
 KL_API kl_tensor *kl_load_npy_buffer(const void *buf, size_t len);
 /* Returns 0 or a negative status. */
 KL_API int kl_save_npy(const char *path, const kl_tensor *t);

@@ -6,6 +6,9 @@
 #   scripts/kiln.sh asan    the suites again under AddressSanitizer + UBSan
 #   scripts/kiln.sh fuzz    build the libFuzzer targets (clang-16, ASan + UBSan,
 #                           build-fuzz) and run each for KILN_FUZZ_SECONDS (50)
+#   scripts/kiln.sh tsan    the threaded suites under ThreadSanitizer (gcc, build-tsan)
+#   scripts/kiln.sh valgrind  memcheck over a subset of the suites (build-valgrind,
+#                           without -march=native; installs valgrind)
 #   scripts/kiln.sh setup   only install and build
 # Set KILN_BUILD to choose the build folder (default: build).
 set -euo pipefail
@@ -40,6 +43,7 @@ configure() { # folder, extra meson args...
 }
 
 cmd=${1:-demo}
+[ "$cmd" = valgrind ] && packages+=(valgrind)
 install_missing
 case "$cmd" in
 setup) configure "$build" ;;
@@ -66,6 +70,37 @@ asan)
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
         meson test -C "$build-asan" -v --num-processes 1 --timeout-multiplier 4
+    ;;
+tsan)
+    # ThreadSanitizer over the suites that run Kiln from many threads: the
+    # pool (runtime), tests/test_threads.c (concurrent first calls of one
+    # compiled function, forward + backward, scopes at thread exit, two
+    # processes sharing the kernel cache) and the hardening suite (thread
+    # exit). OpenBLAS is not instrumented, so TSan cannot see how its worker
+    # threads synchronize: tests/tsan.supp names what that leaves (with why).
+    if [ ! -f "$build-tsan/build.ninja" ]; then
+        meson setup "$build-tsan" -Db_sanitize=thread -Dbuildtype=debugoptimized -Db_lundef=false
+    fi
+    suites=(runtime threads hardening)
+    ninja -C "$build-tsan" $(printf 'tests/test_%s ' "${suites[@]}")
+    TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$PWD/tests/tsan.supp} \
+        meson test -C "$build-tsan" -v --num-processes 1 --timeout-multiplier 4 --no-rebuild "${suites[@]}"
+    ;;
+valgrind)
+    # memcheck over a representative subset (tensors, views, eager ops, autograd,
+    # the IR and its passes, the kernel cache) on a
+    # build without -march=native: valgrind 3.19 cannot decode AVX-512. For the
+    # same reason compiled kernels run on the interpreter (LLVM's JIT targets
+    # the host's whole ISA) and OpenBLAS keeps the Haswell kernels the test
+    # environment pins (OPENBLAS_CORETYPE, tests/meson.build).
+    if [ ! -f "$build-valgrind/build.ninja" ]; then
+        meson setup "$build-valgrind" -Dnative=false -Dbuildtype=debugoptimized
+    fi
+    suites=(core index autograd ir plan objcache)
+    ninja -C "$build-valgrind" $(printf 'tests/test_%s ' "${suites[@]}")
+    KL_CPU_BACKEND=interp meson test -C "$build-valgrind" --no-rebuild -v --num-processes 1 --timeout-multiplier 20 \
+        --wrapper "valgrind --tool=memcheck --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite -q" \
+        "${suites[@]}"
     ;;
 fuzz)
     # The library with coverage for libFuzzer (-fsanitize=fuzzer-no-link),
@@ -102,7 +137,7 @@ fuzz)
     exit $status
     ;;
 *)
-    echo "usage: scripts/kiln.sh demo|test|asan|fuzz|setup" >&2
+    echo "usage: scripts/kiln.sh demo|test|asan|tsan|fuzz|valgrind|setup" >&2
     exit 2
     ;;
 esac

@@ -13,9 +13,13 @@
 #ifdef KL_HAVE_LLVM
 #include "cg_llvm.h"
 #endif
+#include "diskcache.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -379,10 +383,11 @@ static void backward_over_captured_leaf_runs_eagerly(void **s) {
 
 /* ---- 9: compiling under memory pressure ---------------------------------------------- */
 
-#if defined(__SANITIZE_ADDRESS__)
+/* ASan and TSan both reserve terabytes of address space */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define HARD_UNDER_ASAN 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define HARD_UNDER_ASAN 1
 #endif
 #endif
@@ -439,7 +444,7 @@ static int pressure_child(size_t headroom, int64_t n) {
 static void compile_under_memory_pressure_survives(void **s) {
     (void)s;
 #if defined(HARD_UNDER_ASAN) || !defined(KL_HAVE_LLVM)
-    skip(); /* ASan reserves terabytes of address space: RLIMIT_AS stops it starting */
+    skip(); /* the sanitizer's reservations: RLIMIT_AS stops it starting */
 #else
     int seen[10] = {0};
     for (int i = 0; i < 12; i++) {
@@ -735,6 +740,293 @@ static void oom_at_every_allocation(void **s) {
     }
 }
 
+/* ---- limits: the header's LIMITS section, each one ----------------------------- */
+
+static void limits_dims_and_sizes(void **s) {
+    (void)s;
+    int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, eight[8] = {1, 1, 1, 1, 1, 1, 1, 2};
+    kt_assert_shape(kl_zeros(8, eight, KL_F32), 8, eight);
+    assert_null(kl_zeros(9, nine, KL_F32));
+    assert_int_not_equal(kl_last_status(), KL_OK);
+    kl_clear_error();
+    assert_null(kl_reshape(kl_ones(KL_SHAPE(1), KL_F32), 9, nine));
+    assert_int_not_equal(kl_last_status(), KL_OK);
+    kl_clear_error();
+    /* element count times 16 must fit in int64 */
+    assert_null(kl_empty(KL_SHAPE((int64_t)1 << 30, (int64_t)1 << 30), KL_F32));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "");
+    assert_null(kl_zeros(KL_SHAPE(-1, 2), KL_F32));
+    assert_int_not_equal(kl_last_status(), KL_OK);
+    kl_clear_error();
+}
+
+static int limit_fn(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    out[0] = kl_exp(in[0]);
+    return out[0] ? 0 : -1;
+}
+
+static void limits_recompile(void **s) {
+    (void)s;
+    kl_compile_options o = kl_compile_options_default();
+    o.recompile_limit = 0;
+    assert_null(kl_compile(limit_fn, NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "recompile_limit must be in [1, 1024], got 0");
+    o.recompile_limit = 1025;
+    assert_null(kl_compile(limit_fn, NULL, &o));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "recompile_limit must be in [1, 1024], got 1025");
+    o.recompile_limit = 2;
+    kl_fn *f = kl_compile(limit_fn, NULL, &o);
+    assert_non_null(f);
+    for (int n = 1; n <= 4; n++) { /* four signatures: two traced, two eager */
+        kl_tensor *x = kl_full(1, (int64_t[]){n}, 0.5, KL_F32), *y = NULL;
+        assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), 0);
+        assert_int_equal(kl_allclose(y, kl_exp(x), 1e-6, 1e-7, false), 1);
+    }
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 2);
+    assert_int_equal(st.eager_calls, 2);
+    kl_fn_release(f);
+    KT_NO_ERROR();
+}
+
+static void limits_print_options(void **s) {
+    (void)s;
+    char buf[512];
+    kl_tensor *t = kl_full(KL_SHAPE(1), 1.0 / 3, KL_F64);
+    kl_set_print_options(1000000, -1, -1, -1); /* past the range: 64 digits */
+    assert_true(kl_format(t, buf, sizeof buf) > 0);
+    const char *dot = strchr(buf, '.');
+    assert_non_null(dot);
+    size_t digits = strspn(dot + 1, "0123456789");
+    assert_int_equal(digits, 64);
+    kl_set_print_options(2, -1, -1, -1);
+    kl_set_print_options(-1, -1, 0, 0); /* below the minimums: kept */
+    assert_true(kl_format(t, buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, "0.33"));
+    assert_null(strstr(buf, "0.333"));
+    kl_set_print_options(4, 1000, 3, 80); /* the defaults */
+    assert_true(kl_format(t, buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, "0.3333"));
+    KT_NO_ERROR();
+}
+
+/* A mapped .npy shows a later in-place rewrite of the file, and truncation is
+ * SIGBUS; kl_load_npy_copy sees neither. */
+static void bus_exit(int sig) {
+    (void)sig;
+    _exit(42);
+}
+
+static int read_in_child(const kl_tensor *t) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct sigaction sa = {.sa_handler = bus_exit};
+        sigaction(SIGBUS, &sa, NULL);
+        volatile float sum = 0;
+        const float *p = kl_data_ptr((kl_tensor *)t);
+        for (int i = 0; i < 1024; i++) sum += p[i];
+        _exit(0);
+    }
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
+}
+
+static void limits_mapped_npy(void **s) {
+    (void)s;
+    const char *path = kt_tmp_path("mapped.npy");
+    assert_int_equal(kl_save_npy(path, kl_arange(0, 1024, 1, KL_F32)), 0);
+    kl_tensor *mapped = kl_load_npy(path), *copied = kl_load_npy_copy(path);
+    assert_non_null(mapped);
+    assert_non_null(copied);
+    assert_null(kl_load_npy_copy(kt_tmp_path("missing.npy")));
+    KT_EXPECT_ERROR(KL_ERR_IO, "load_npy_copy");
+    /* another writer rewrites the data in place: the mapping shows it */
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    float v = -5;
+    assert_int_equal(pwrite(fd, &v, sizeof v, sb.st_size - 1024 * 4), (ssize_t)sizeof v);
+    close(fd);
+    assert_true(kt_get(mapped, 0) == -5);
+    assert_true(kt_get(copied, 0) == 0);
+    /* truncated: touching the mapping is SIGBUS; the copy is unaffected */
+    assert_int_equal(truncate(path, 0), 0);
+    assert_int_equal(read_in_child(mapped), 42);
+    assert_int_equal(read_in_child(copied), 0);
+    assert_true(kt_get(copied, 1023) == 1023);
+    KT_NO_ERROR();
+}
+
+/* ---- fault injection: the kernel cache and LLVM ----------------------------------- */
+
+#ifdef KL_HAVE_LLVM
+/* A function whose kernels no other test compiles (the constant differs). */
+static int cache_step(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    double c = *(const double *)user;
+    (void)n_in, (void)n_out;
+    out[0] = kl_add_scalar(kl_mul(kl_sin(in[0]), kl_exp(kl_mul_scalar(in[0], c))), c);
+    return out[0] ? 0 : -1;
+}
+
+/* Compiles, calls and checks against eager; 0 if the answer is right. */
+static int cache_round(double c) {
+    kl_scope_begin();
+    kl_tensor *x = kl_mul_scalar(kl_arange(0, 37, 1, KL_F32), 0.1), *y = NULL, *r = NULL;
+    kl_compile_options o = kl_compile_options_default();
+    o.backend = "llvm";
+    kl_fn *f = kl_compile(cache_step, &c, &o);
+    int rc = f ? kl_fn_call(f, &x, 1, &y, 1) : -1;
+    cache_step(&c, &x, 1, &r, 1);
+    if (!rc) rc = kl_allclose(y, r, 1e-5, 1e-6, false) == 1 ? 0 : -2;
+    kl_fn_release(f);
+    kl_scope_end();
+    return rc;
+}
+
+static char saved_cache_env[1024];
+static void use_cache_dir(const char *dir) {
+    if (!saved_cache_env[0]) {
+        const char *e = getenv("KL_CACHE_DIR");
+        snprintf(saved_cache_env, sizeof saved_cache_env, "%s", e ? e : "off");
+    }
+    setenv("KL_CACHE_DIR", dir ? dir : saved_cache_env, 1);
+    ke_cache_reset();
+}
+
+static int count_entries(const char *dir, const char *suffix) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t l = strlen(e->d_name), ls = strlen(suffix);
+        if (e->d_name[0] != '.' && l >= ls && !strcmp(e->d_name + l - ls, suffix)) n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+#endif
+
+static void forced_llvm_failure_falls_back(void **s) {
+    (void)s;
+#ifdef KL_HAVE_LLVM
+    use_cache_dir("off");
+    int64_t fb = cg_llvm_fallbacks();
+    cg_llvm_fail_next(1000);
+    assert_int_equal(cache_round(0.125), 0); /* the interpreter ran what LLVM refused */
+    cg_llvm_fail_next(0);
+    KT_NO_ERROR();
+    assert_true(cg_llvm_fallbacks() > fb);
+    /* and LLVM compiles again afterwards */
+    fb = cg_llvm_fallbacks();
+    assert_int_equal(cache_round(0.125), 0);
+    assert_int_equal(cg_llvm_fallbacks(), fb);
+    use_cache_dir(NULL);
+#else
+    skip();
+#endif
+}
+
+static void corrupt_cache_entries_recompile(void **s) {
+    (void)s;
+#ifdef KL_HAVE_LLVM
+    const char *dir = kt_tmp_path("kc-corrupt");
+    use_cache_dir(dir);
+    ke_cache_stats a, b;
+    ke_cache_get_stats(&a);
+    assert_int_equal(cache_round(0.25), 0);
+    ke_cache_get_stats(&b);
+    int n = count_entries(dir, KE_CACHE_OBJ);
+    assert_true(n > 0);
+    assert_int_equal(b.stores - a.stores, n);
+    /* damage every entry: truncate the first, flip a payload byte of the rest */
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int k = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        assert_int_equal(stat(p, &sb), 0);
+        if (k++ == 0) {
+            assert_int_equal(truncate(p, sb.st_size / 2), 0);
+        } else {
+            int fd = open(p, O_RDWR);
+            uint8_t byte;
+            assert_int_equal(pread(fd, &byte, 1, sb.st_size - 3), 1);
+            byte ^= 0x5a;
+            assert_int_equal(pwrite(fd, &byte, 1, sb.st_size - 3), 1);
+            close(fd);
+        }
+    }
+    closedir(d);
+    /* a transparent recompile: right answer, bad entries counted and rewritten */
+    ke_cache_get_stats(&a);
+    assert_int_equal(cache_round(0.25), 0);
+    ke_cache_get_stats(&b);
+    assert_int_equal(b.corrupt - a.corrupt, n);
+    assert_int_equal(b.stores - a.stores, n);
+    /* and now every kernel is a hit */
+    ke_cache_get_stats(&a);
+    assert_int_equal(cache_round(0.25), 0);
+    ke_cache_get_stats(&b);
+    assert_int_equal(b.hits - a.hits, n);
+    assert_int_equal(b.misses - a.misses, 0);
+    use_cache_dir(NULL);
+    KT_NO_ERROR();
+#else
+    skip();
+#endif
+}
+
+static void full_or_unusable_cache_dir(void **s) {
+    (void)s;
+#ifdef KL_HAVE_LLVM
+    /* full: every write past 100 bytes fails (EFBIG, as ENOSPC would) */
+    const char *dir = kt_tmp_path("kc-full");
+    use_cache_dir(dir);
+    ke_cache_stats a, b;
+    ke_cache_get_stats(&a);
+    struct rlimit old;
+    getrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = {100, old.rlim_max};
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    int rc = cache_round(0.375);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_DFL);
+    assert_int_equal(rc, 0);
+    ke_cache_get_stats(&b);
+    assert_true(b.store_failures > a.store_failures);
+    /* nothing half-written is left behind: no entry, no temporary file */
+    DIR *d = opendir(dir);
+    int files = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) files++;
+    if (d) closedir(d);
+    assert_int_equal(files, 0);
+    /* unusable: a regular file where the folder should be */
+    const char *file = kt_tmp_path("kc-file");
+    FILE *fp = fopen(file, "w");
+    assert_non_null(fp);
+    fclose(fp);
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/cache", file);
+    use_cache_dir(sub);
+    assert_int_equal(cache_round(0.375), 0);
+    use_cache_dir(NULL);
+    KT_NO_ERROR();
+#else
+    skip();
+#endif
+}
+
 /* ---- fuzz_dlpack: a byte offset past the address space ---------------------- */
 
 static int dl_deletes;
@@ -783,6 +1075,13 @@ int main(void) {
         KT_TEST(scope_nesting_limit_is_an_error),
         KT_TEST(oom_at_every_allocation),
         KT_TEST(dlpack_byte_offset_overflow),
+        KT_TEST(limits_dims_and_sizes),
+        KT_TEST(limits_recompile),
+        KT_TEST(limits_print_options),
+        KT_TEST(limits_mapped_npy),
+        KT_TEST(forced_llvm_failure_falls_back),
+        KT_TEST(corrupt_cache_entries_recompile),
+        KT_TEST(full_or_unusable_cache_dir),
     };
     int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);
     kt_tmp_cleanup();

@@ -55,6 +55,9 @@ static _Atomic int64_t fallbacks;
 
 int64_t cg_llvm_fallbacks(void) { return atomic_load(&fallbacks); }
 
+static _Atomic int fail_next; /* cg_llvm_fail_next: a test's forced failures left */
+void cg_llvm_fail_next(int n) { atomic_store(&fail_next, n > 0 ? n : 0); }
+
 typedef struct cg_handle {
     const ir_kernel *k;
     cg_plan plan;
@@ -204,6 +207,11 @@ static const char *debug_prefix(char *buf, size_t cap, const ir_kernel *k, const
 static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
     double t0 = now_ms();
     if (cg_jit_init()) return NULL;
+    for (int left = atomic_load(&fail_next); left > 0;)
+        if (atomic_compare_exchange_weak(&fail_next, &left, left - 1)) {
+            ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: forced compile failure (cg_llvm_fail_next)");
+            return NULL;
+        }
     sbuf s = {0};
     serialize(&s, k);
     if (s.oom) {

@@ -14,5 +14,8 @@ extern const ir_backend cg_llvm_backend;
 void *cg_llvm_compile_strict(const ir_kernel *k);
 int cg_llvm_is_compiled(const void *handle); /* 1 if the handle runs LLVM code */
 int64_t cg_llvm_fallbacks(void);             /* kernels handed to the interpreter so far */
+/* Test-only: the next n kernels LLVM would compile fail as if LLVM had
+ * refused them (KL_ERR_INTERNAL inside the backend), cached or not; 0 ends it. */
+void cg_llvm_fail_next(int n);
 
 #endif /* CG_LLVM_H */

@@ -18,7 +18,9 @@
  * Fortran-order files load as a column-major strided view of the data
  * (zero-copy; kl_contiguous gives C order). Bool bytes other than 0/1 are
  * normalized to 1 so kernels only ever see 0/1. kl_load_npy_buffer always
- * copies (the buffer is borrowed). Loads never yield bfloat16.
+ * copies (the buffer is borrowed), and so does kl_load_npy_copy (the opt-out
+ * of the mapping: a later rewrite or truncation of the file cannot reach the
+ * tensor). Loads never yield bfloat16.
  *
  * Saving writes format 1.0 (2.0 if the header outgrows 65535 bytes) in C
  * order, byte-for-byte as numpy 1.24 writes it, to a temporary file renamed
@@ -372,13 +374,14 @@ static void npy_unmap(void *data, void *ctx) {
     free(m);
 }
 
-/* Reads a non-regular file (pipe, character device) to its end. */
-kl_tensor *kl_load_npy(const char *path) {
+/* map: wrap the file's private mapping in place when it can (kl_load_npy);
+ * otherwise read it all and copy (kl_load_npy_copy, pipes, procfs). */
+static kl_tensor *load_npy(const char *op, const char *path, int map) {
     if (!path) {
-        ke_err(KL_ERR_NULL_ARG, "load_npy", "path is NULL");
+        ke_err(KL_ERR_NULL_ARG, op, "path is NULL");
         return NULL;
     }
-    npy_src src = {"load_npy", path};
+    npy_src src = {op, path};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         npy_fail(&src, KL_ERR_IO, "cannot open: %s", strerror(errno));
@@ -394,7 +397,7 @@ kl_tensor *kl_load_npy(const char *path) {
     npy_header h;
     size_t len = (size_t)st.st_size;
     void *base = MAP_FAILED;
-    if (S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX)
+    if (map && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX)
         base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (base == MAP_FAILED) {
         /* Pipes, size-less files (procfs) and filesystems without mmap: read it all. */
@@ -433,6 +436,10 @@ kl_tensor *kl_load_npy(const char *path) {
     if (!t) npy_unmap(data, m); /* kl_from_blob leaves the memory to us on failure */
     return t;
 }
+
+kl_tensor *kl_load_npy(const char *path) { return load_npy("load_npy", path, 1); }
+
+kl_tensor *kl_load_npy_copy(const char *path) { return load_npy("load_npy_copy", path, 0); }
 
 /* ---- saving ---------------------------------------------------------------------------- */
 

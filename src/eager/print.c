@@ -36,7 +36,9 @@ static _Atomic int opt_linewidth = 80;
  * linewidth 1), e.g. -1, keep that setting: torch's edgeitems=0 prints the
  * whole dim after "..." (a slicing accident), so it is refused. */
 void kl_set_print_options(int precision, int64_t threshold, int edgeitems, int linewidth) {
-    if (precision >= 0) atomic_store(&opt_precision, precision);
+    /* past 64 digits a double has nothing left to show, and "%.*f" with a
+     * huge precision would build a gigabyte string per element */
+    if (precision >= 0) atomic_store(&opt_precision, precision < 64 ? precision : 64);
     if (threshold >= 0) atomic_store(&opt_threshold, threshold);
     if (edgeitems >= 1) atomic_store(&opt_edgeitems, edgeitems);
     if (linewidth >= 1) atomic_store(&opt_linewidth, linewidth);
