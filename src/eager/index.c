@@ -13,6 +13,7 @@
 #include "kernels_index.h"
 
 #include "alloc.h"
+#include "index_add.h"
 #include "threadpool.h"
 
 /* Size and stride of dim d, with a 0-dim tensor seen as [1] (PyTorch's
@@ -59,13 +60,14 @@ static int index_check(const char *op, const int64_t *idx, int64_t n, int64_t si
     unsigned bad = 0;
     for (int64_t i = 0; i < n; i++) bad |= (uint64_t)idx[i] >= (uint64_t)size;
     if (!bad) return 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v = idx[i];
-        if (v >= 0 && v < size) continue;
-        return ke_err(KL_ERR_INDEX, op, "index %lld is out of range for dim %d with size %lld%s", (long long)v, dim,
-                      (long long)size, v < 0 && v >= -size ? " (negative indices are not accepted)" : "");
-    }
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= size) return ke_index_range_error(op, idx[i], dim, size);
     return 0;
+}
+
+int ke_index_range_error(const char *op, int64_t v, int dim, int64_t size) {
+    return ke_err(KL_ERR_INDEX, op, "index %lld is out of range for dim %d with size %lld%s", (long long)v, dim,
+                  (long long)size, v < 0 && v >= -size ? " (negative indices are not accepted)" : "");
 }
 
 /* ---- the select kernel (index_select, embedding) --------------------------------------
@@ -194,14 +196,13 @@ int ke_cpu_embedding(ke_call *c) {
 
 /* ---- gather ---------------------------------------------------------------------------- */
 
-/* take_along_dim runs as gather and asks for its own name in messages (caller). */
-static const char *gather_name(const ke_call *c) {
+const char *ke_gather_name(const ke_call *c) {
     int64_t h = ke_attr_gather_caller(&c->a);
     return h > 0 && h <= KE_OP_COUNT ? ke_ops[h - 1].name : ke_opname(c);
 }
 
 int ke_infer_gather(ke_call *c, ke_outspec *out) {
-    const char *op = gather_name(c);
+    const char *op = ke_gather_name(c);
     const kl_tensor *x = c->in[0], *index = c->in[1];
     char b1[256], b2[256];
     if (index->dtype != KL_I64) return bad_index_dtype(op, "index", index, 0);
@@ -244,7 +245,7 @@ static void gather_row(void *ctx, const int64_t *coord, const int64_t *off, int6
 }
 
 int ke_cpu_gather(ke_call *c) {
-    const char *op = gather_name(c);
+    const char *op = ke_gather_name(c);
     const kl_tensor *x = c->in[0], *index = c->in[1];
     kl_tensor *o = c->out[0];
     int d = ke_wrap_dim(op, ke_attr_gather_dim(&c->a), x->ndim);
@@ -302,8 +303,7 @@ int ke_infer_scatter_add(ke_call *c, ke_outspec *out) {
     return 1;
 }
 
-/* One accumulation per dtype: f16/bf16 add in f32 and round after every
- * add (as PyTorch's Half +=), integers wrap, bool ORs. A run of n adds:
+/* One accumulation per dtype (index_add.h). A run of n adds:
  * element k goes to O[ix[k*is] * os + k*ol] from S[k*ss]. */
 typedef void (*scatter_fn)(char *o, int64_t os, int64_t ol, const int64_t *ix, int64_t is, const char *s, int64_t ss,
                            int64_t n);
@@ -317,14 +317,14 @@ typedef void (*scatter_fn)(char *o, int64_t os, int64_t ol, const int64_t *ix, i
             *p = (T)(ADD);                                                                                    \
         }                                                                                                     \
     }
-KE_SCATTER_ADD(scatter_f32, float, a + b)
-KE_SCATTER_ADD(scatter_f64, double, a + b)
-KE_SCATTER_ADD(scatter_f16, uint16_t, ke_f32_to_f16(ke_f16_to_f32(a) + ke_f16_to_f32(b)))
-KE_SCATTER_ADD(scatter_bf16, uint16_t, ke_f32_to_bf16(ke_bf16_to_f32(a) + ke_bf16_to_f32(b)))
-KE_SCATTER_ADD(scatter_i32, int32_t, KE_WRAP_ADD(int32_t, uint32_t, a, b))
-KE_SCATTER_ADD(scatter_i64, int64_t, KE_WRAP_ADD(int64_t, uint64_t, a, b))
-KE_SCATTER_ADD(scatter_u8, uint8_t, KE_WRAP_ADD(uint8_t, uint32_t, a, b))
-KE_SCATTER_ADD(scatter_bool, uint8_t, (a | b) != 0)
+KE_SCATTER_ADD(scatter_f32, float, KE_SADD_F32(a, b))
+KE_SCATTER_ADD(scatter_f64, double, KE_SADD_F64(a, b))
+KE_SCATTER_ADD(scatter_f16, uint16_t, KE_SADD_F16(a, b))
+KE_SCATTER_ADD(scatter_bf16, uint16_t, KE_SADD_BF16(a, b))
+KE_SCATTER_ADD(scatter_i32, int32_t, KE_SADD_I32(a, b))
+KE_SCATTER_ADD(scatter_i64, int64_t, KE_SADD_I64(a, b))
+KE_SCATTER_ADD(scatter_u8, uint8_t, KE_SADD_U8(a, b))
+KE_SCATTER_ADD(scatter_bool, uint8_t, KE_SADD_BOOL(a, b))
 static const scatter_fn scatter_fns[KL_NUM_DTYPES] = {
     [KL_F32] = scatter_f32, [KL_F64] = scatter_f64, [KL_F16] = scatter_f16, [KL_BF16] = scatter_bf16,
     [KL_I32] = scatter_i32, [KL_I64] = scatter_i64, [KL_U8] = scatter_u8,   [KL_BOOL] = scatter_bool,
