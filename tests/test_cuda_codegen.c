@@ -473,6 +473,31 @@ static void dyn_kernels_are_shape_free(void **state) {
     assert_int_equal(cn_dyn_class(&a.k), 0);
 }
 
+/* The hand-written kernels of the eager CUDA ops (cn_argreduce.c, cn_index.c):
+ * every program they generate, for sm_80 and sm_90, no spills. */
+static void handwritten_kernels_compile(void **state) {
+    (void)state;
+    if (!have_nvrtc()) return;
+    max_registers = compiled_programs = 0;
+    for (int d = 0; d < KL_NUM_DTYPES; d++) {
+        const kl_dtype cd = d == KL_BOOL ? KL_U8 : ke_compute_dtype((kl_dtype)d);
+        for (int k = 0; k < 2; k++) {
+            char *src = cn_argreduce_source(k ? KE_OP_argmin : KE_OP_argmax, (kl_dtype)d, cd), what[64];
+            assert_non_null(src);
+            snprintf(what, sizeof what, "arg%s_%s.cu", k ? "min" : "max", ke_dtypes[d].short_name);
+            compile_both(src, what, 2);
+            free(src);
+            src = cn_index_source((kl_dtype)d, k ? KL_I32 : KL_I64);
+            assert_non_null(src);
+            snprintf(what, sizeof what, "index_%s_%s.cu", ke_dtypes[d].short_name, k ? "i32" : "i64");
+            compile_both(src, what, 4);
+            free(src);
+        }
+    }
+    print_message("%d hand-written programs: no spills, at most %d registers\n", compiled_programs, max_registers);
+    assert_int_equal(compiled_programs, 4 * KL_NUM_DTYPES);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_loop_has_a_device_function),
@@ -482,6 +507,7 @@ int main(void) {
         cmocka_unit_test(one_op_kernels_compile),
         cmocka_unit_test(row_kernels_compile),
         cmocka_unit_test(compiled_program_kernels_compile),
+        cmocka_unit_test(handwritten_kernels_compile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

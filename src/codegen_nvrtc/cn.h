@@ -159,6 +159,12 @@ int ku_cuda_one_hot(struct ke_call *c);
 /* argmax, argmin, max_dim and min_dim on CUDA tensors (cn_argreduce.c): a row
  * kernel carrying (value, position) pairs; registered by src/init.c. */
 int ku_cuda_argreduce(struct ke_call *c);
+/* The CUDA C programs these kernels run (malloc'd, NULL when out of memory),
+ * for the NVRTC suite: the arg reduction of op (argmax-like or argmin-like)
+ * over input dtype in compared in cd; the indexing kernels of element dtype
+ * dt with index dtype it. */
+char *cn_argreduce_source(int op, kl_dtype in, kl_dtype cd);
+char *cn_index_source(kl_dtype dt, kl_dtype it);
 
 /* The eager CUDA kernel of softmax and log_softmax (cn_reduce.c): one fused
  * row kernel; registered by src/init.c. */

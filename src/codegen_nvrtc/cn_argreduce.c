@@ -154,6 +154,11 @@ static char *ka_source(const ka_gen *g) {
     return s;
 }
 
+char *cn_argreduce_source(int op, kl_dtype in, kl_dtype cd) {
+    const ka_gen g = {op == KE_OP_argmax || op == KE_OP_max_dim ? KE_OP_argmax : KE_OP_argmin, in, cd, 0};
+    return ka_source(&g);
+}
+
 static int ka_generate(void *ctx, cn_kernel_src *src) {
     const ka_gen *g = ctx;
     memset(src, 0, sizeof *src);

@@ -127,17 +127,22 @@ typedef struct ki_gen {
     const char *entry;
 } ki_gen;
 
-static int ki_generate(void *ctx, cn_kernel_src *src) {
-    const ki_gen *g = ctx;
+char *cn_index_source(kl_dtype dt, kl_dtype it) {
     static const char *const bits[9] = {[1] = "uint8_t", [2] = "uint16_t", [4] = "uint32_t", [8] = "uint64_t"};
     const char *fmt = "#include \"kiln_cuda.h\"\n#include \"dtype_conv.h\"\n\ntypedef %s kl_idxdims;\n"
                       "#define KI_B %s\n#define KI_V %s\n#define KI_IT %s\n#define KI_ADD(a, b) %s\n\n%s";
     const char *dims = KI_STR(KI_DIMS_DEF);
     size_t n = strlen(fmt) + strlen(dims) + sizeof ki_template + 256;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, fmt, dims, bits[ke_dtypes[dt].size], cn_ctype(dt), cn_ctype(it), ki_add[dt], ki_template);
+    return s;
+}
+
+static int ki_generate(void *ctx, cn_kernel_src *src) {
+    const ki_gen *g = ctx;
     memset(src, 0, sizeof *src);
-    if (!(src->src = malloc(n))) return ke_err(KL_ERR_OOM, "compile", "out of memory generating CUDA C");
-    snprintf(src->src, n, fmt, dims, bits[ke_dtypes[g->dt].size], cn_ctype(g->dt), cn_ctype(g->it), ki_add[g->dt],
-             ki_template);
+    if (!(src->src = cn_index_source(g->dt, g->it)))
+        return ke_err(KL_ERR_OOM, "compile", "out of memory generating CUDA C");
     snprintf(src->name, sizeof src->name, "%s", g->entry);
     return 0;
 }
