@@ -68,6 +68,17 @@ static void init_once(void) {
     for (int op = 0; op < KE_OP_COUNT; op++)
         if (ke_ops[op].kind == KE_KIND_REDUCE && ku_cuda_reduce_supported(op))
             ke_register_kernel(KE_KEY_CUDA, op, ku_cuda_reduce);
+    /* max / min with positions: a row kernel of (value, position) pairs (cn_argreduce.c) */
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_argmax, ku_cuda_argreduce);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_argmin, ku_cuda_argreduce);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_max_dim, ku_cuda_argreduce);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_min_dim, ku_cuda_argreduce);
+    /* indexing: hand-written kernels, indices checked on the device (cn_index.c) */
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_gather, ku_cuda_gather);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_index_select, ku_cuda_index_select);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_embedding, ku_cuda_embedding);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_scatter_add, ku_cuda_scatter_add);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_one_hot, ku_cuda_one_hot);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_softmax, ku_cuda_softmax);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_log_softmax, ku_cuda_softmax);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_layer_norm, ku_cuda_norm);

@@ -1,7 +1,8 @@
 /*
  * cuda_harness.h — what the CUDA suites share: whether the device in use is
  * the emulated one, and skipping (with the reason) a test that needs a
- * device, or the emulator's knobs (capacity, held streams, poisoning).
+ * device, or the emulator's knobs (capacity, held streams, poisoning); the
+ * device cuda:0 (CUDA0), moving results to the host, a sequence of values.
  * Include after harness.h; the including file defines `OP`, the op name its
  * driver calls are made under.
  */
@@ -13,6 +14,48 @@
 static inline int kt_cuda_emulated(const char *op) {
     const ku_driver *d = kl_cuda_is_available() ? ku_driver_get(op) : NULL;
     return d && d->emulated;
+}
+
+#define CUDA0 ((kl_device){KL_CUDA, 0})
+
+/* t on the CPU, contiguous (moves a CUDA tensor through kl_to_device). */
+static inline kl_tensor *host(kl_tensor *t) {
+    kl_tensor *c = kl_contiguous(kl_to_device(t, KL_DEVICE_CPU));
+    if (!c) print_error("moving to the CPU failed: %s\n", kl_last_error());
+    assert_non_null(c);
+    assert_int_equal(kl_device_of(c).type, KL_CPU);
+    return c;
+}
+
+/* a and b (CPU tensors, contiguous) hold the same bytes (NaNs included),
+ * shape and dtype. */
+static inline int same_bytes(kl_tensor *a, kl_tensor *b) {
+    if (kl_dtype_of(a) != kl_dtype_of(b) || kl_ndim(a) != kl_ndim(b)) return 0;
+    for (int d = 0; d < kl_ndim(a); d++)
+        if (kl_shape(a)[d] != kl_shape(b)[d]) return 0;
+    return !memcmp(kl_data_ptr(a), kl_data_ptr(b), (size_t)kl_numel(a) * kl_dtype_size(kl_dtype_of(a)));
+}
+
+/* n values (i - n/2) * scale in dtype dt, on the CPU. */
+static inline kl_tensor *seq(int64_t n, double scale, kl_dtype dt) {
+    return kl_to_dtype(kl_mul_scalar(kl_sub_scalar(kl_arange(0, (double)n, 1, KL_F64), (double)n / 2), scale), dt);
+}
+
+/* Functions both the code generation and the compile suites trace: two
+ * outputs, a clamp and a where (attributes, bool operands), pow by a scalar;
+ * integer arithmetic with remainder (an error word), comparisons to bool. */
+static inline int kt_two_outputs(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *c = kl_clamp(kl_mul(in[0], in[1]), -0.5, 0.75);
+    out[0] = kl_where(kl_gt(c, in[1]), kl_pow_scalar(c, 2), kl_neg(in[1]));
+    out[1] = kl_leaky_relu(kl_sub(in[0], c), 0.01);
+    return out[0] && out[1] ? 0 : -1;
+}
+static inline int kt_int_ops(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *r = kl_remainder(kl_add(in[0], in[1]), kl_add_scalar(kl_abs(in[1]), 1));
+    out[0] = kl_logical_and(kl_ge(r, in[0]), kl_ne(r, in[1]));
+    return out[0] ? 0 : -1;
 }
 
 #define NEED_CUDA()                                                                             \

@@ -458,7 +458,6 @@ static void test_unavailable(void **state) {
 /* ---- The eager kernels (cuda_matmul.c) on CUDA tensors ----------------------
  * Called as the dispatcher would, after infer, on tensors of the CUDA device
  * kl_init registers. */
-static const kl_device CUDA0 = {KL_CUDA, 0};
 
 /* A fresh contiguous CUDA tensor in the current scope (kl_empty_on would
  * dispatch to a CUDA creation kernel, which comes with CUDA tensors). */

@@ -13,6 +13,8 @@
  */
 #include "harness.h"
 
+#include "cuda_harness.h"
+
 #include "../src/codegen_nvrtc/cn.h"
 #include "../src/codegen_nvrtc/cuda_api.h"
 #include "ew.h"
@@ -296,25 +298,7 @@ static int layer_norm_ops(void *u, kl_tensor *const *in, int n_in, kl_tensor **o
     out[0] = kl_add(kl_mul(y, in[1]), in[2]);
     return out[0] ? 0 : -1;
 }
-/* two outputs, a clamp and a where (attributes, bool operands), pow by a scalar */
-static int many_outputs(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *c = kl_clamp(kl_mul(in[0], in[1]), -0.5, 0.75);
-    out[0] = kl_where(kl_gt(c, in[1]), kl_pow_scalar(c, 2), kl_neg(in[1]));
-    out[1] = kl_leaky_relu(kl_sub(in[0], c), 0.01);
-    return out[0] && out[1] ? 0 : -1;
-}
-/* integer arithmetic, remainder (an error word), comparisons to bool */
-static int int_ops(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *r = kl_remainder(kl_add(in[0], in[1]), kl_add_scalar(kl_abs(in[1]), 1));
-    out[0] = kl_logical_and(kl_ge(r, in[0]), kl_ne(r, in[1]));
-    return out[0] ? 0 : -1;
-}
 
-static kl_tensor *seq(int64_t n, double scale, kl_dtype dt) {
-    return kl_to_dtype(kl_mul_scalar(kl_sub_scalar(kl_arange(0, (double)n, 1, KL_F64), (double)n / 2), scale), dt);
-}
 
 static int interp_run(void *h, kl_tensor *const *in, kl_tensor *const *out) { return ir_interp_backend.run(h, in, out); }
 static void interp_free(void *h) { ir_interp_backend.free(h); }
@@ -359,9 +343,9 @@ static void compiled_program_kernels_compile(void **state) {
     assert_true(capture(softmax_ops, g1, 1, 1, 1e-5) >= 1);
     kl_tensor *ln[3] = {x, w, seq(7, -0.25, KL_F32)};
     assert_true(capture(layer_norm_ops, ln, 3, 1, 1e-5) >= 1);
-    assert_true(capture(many_outputs, in2, 2, 2, 0) >= 1);
+    assert_true(capture(kt_two_outputs, in2, 2, 2, 0) >= 1);
     kl_tensor *ii[2] = {kl_to_dtype(seq(12, 3, KL_F64), KL_I32), kl_to_dtype(seq(12, -2, KL_F64), KL_I64)};
-    assert_true(capture(int_ops, ii, 2, 1, 0) >= 1);
+    assert_true(capture(kt_int_ops, ii, 2, 1, 0) >= 1);
     assert_int_equal(capture_failures, 0);
     print_message("%d kernels from compiled programs\n", ncaptured);
     if (have_nvrtc()) {
@@ -489,6 +473,31 @@ static void dyn_kernels_are_shape_free(void **state) {
     assert_int_equal(cn_dyn_class(&a.k), 0);
 }
 
+/* The hand-written kernels of the eager CUDA ops (cn_argreduce.c, cn_index.c):
+ * every program they generate, for sm_80 and sm_90, no spills. */
+static void handwritten_kernels_compile(void **state) {
+    (void)state;
+    if (!have_nvrtc()) return;
+    max_registers = compiled_programs = 0;
+    for (int d = 0; d < KL_NUM_DTYPES; d++) {
+        const kl_dtype cd = d == KL_BOOL ? KL_U8 : ke_compute_dtype((kl_dtype)d);
+        for (int k = 0; k < 2; k++) {
+            char *src = cn_argreduce_source(k ? KE_OP_argmin : KE_OP_argmax, (kl_dtype)d, cd), what[64];
+            assert_non_null(src);
+            snprintf(what, sizeof what, "arg%s_%s.cu", k ? "min" : "max", ke_dtypes[d].short_name);
+            compile_both(src, what, 2);
+            free(src);
+            src = cn_index_source((kl_dtype)d, k ? KL_I32 : KL_I64);
+            assert_non_null(src);
+            snprintf(what, sizeof what, "index_%s_%s.cu", ke_dtypes[d].short_name, k ? "i32" : "i64");
+            compile_both(src, what, 4);
+            free(src);
+        }
+    }
+    print_message("%d hand-written programs: no spills, at most %d registers\n", compiled_programs, max_registers);
+    assert_int_equal(compiled_programs, 4 * KL_NUM_DTYPES);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_loop_has_a_device_function),
@@ -498,6 +507,7 @@ int main(void) {
         cmocka_unit_test(one_op_kernels_compile),
         cmocka_unit_test(row_kernels_compile),
         cmocka_unit_test(compiled_program_kernels_compile),
+        cmocka_unit_test(handwritten_kernels_compile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

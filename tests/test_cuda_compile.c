@@ -15,18 +15,8 @@
 #include "cuda_harness.h"
 
 static const char *OP = "cuda_compile_test";
-#define CUDA0 ((kl_device){KL_CUDA, 0})
 
-static kl_tensor *host(kl_tensor *t) {
-    kl_tensor *c = kl_contiguous(kl_to_device(t, KL_DEVICE_CPU));
-    if (!c) print_error("moving to the CPU failed: %s\n", kl_last_error());
-    assert_non_null(c);
-    return c;
-}
 
-static kl_tensor *seq(int64_t n, double scale, kl_dtype dt) {
-    return kl_to_dtype(kl_mul_scalar(kl_sub_scalar(kl_arange(0, (double)n, 1, KL_F64), (double)n / 2), scale), dt);
-}
 
 /* The emulated device needs a host C++ compiler for its modules. */
 static void skip_without_module_compiler(void) {
@@ -134,21 +124,6 @@ static int mlp_layer(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, i
     out[0] = kl_relu(kl_add(kl_matmul(in[0], in[1]), in[2]));
     return out[0] ? 0 : -1;
 }
-/* two outputs, a clamp and a where */
-static int two_outputs(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *c = kl_clamp(kl_mul(in[0], in[1]), -0.5, 0.75);
-    out[0] = kl_where(kl_gt(c, in[1]), kl_pow_scalar(c, 2), kl_neg(in[1]));
-    out[1] = kl_leaky_relu(kl_sub(in[0], c), 0.01);
-    return out[0] && out[1] ? 0 : -1;
-}
-/* integers: remainder (can raise), comparisons to bool */
-static int int_ops(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *r = kl_remainder(kl_add(in[0], in[1]), kl_add_scalar(kl_abs(in[1]), 1));
-    out[0] = kl_logical_and(kl_ge(r, in[0]), kl_ne(r, in[1]));
-    return out[0] ? 0 : -1;
-}
 static int int_rem(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
     (void)u, (void)n_in, (void)n_out;
     out[0] = kl_add_scalar(kl_remainder(kl_mul(in[0], in[0]), in[1]), 1);
@@ -178,7 +153,7 @@ static void elementwise_chains_bitwise(void **s) {
     assert_int_equal(cpu_vs_cuda(chain, (kl_tensor *[]){big, big}, 2, 1, 0), 1);
     assert_int_equal(cpu_vs_cuda(gelu, (kl_tensor *[]){x, w}, 2, 1, 0), 1);
     assert_int_equal(cpu_vs_cuda(gelu_tanh_ops, (kl_tensor *[]){x}, 1, 1, 0), 1);
-    assert_true(cpu_vs_cuda(two_outputs, (kl_tensor *[]){x, w}, 2, 2, 0) >= 1);
+    assert_true(cpu_vs_cuda(kt_two_outputs, (kl_tensor *[]){x, w}, 2, 2, 0) >= 1);
     kl_tensor *two = kl_scalar_tensor(2, KL_F32);
     assert_int_equal(cpu_vs_cuda(scale_by, (kl_tensor *[]){x, two}, 2, 1, 0), 1);
 }
@@ -187,7 +162,7 @@ static void integers_and_errors(void **s) {
     (void)s;
     NEED_CUDA();
     kl_tensor *a = kl_to_dtype(seq(12, 3, KL_F64), KL_I32), *b = kl_to_dtype(seq(12, -2, KL_F64), KL_I64);
-    assert_true(cpu_vs_cuda(int_ops, (kl_tensor *[]){a, b}, 2, 1, 0) >= 1);
+    assert_true(cpu_vs_cuda(kt_int_ops, (kl_tensor *[]){a, b}, 2, 1, 0) >= 1);
     /* x % 0: the CPU's error, from the device's status word */
     kl_tensor *z = kl_to_dtype(seq(6, 1, KL_F64), KL_I32); /* -3 .. 2: one zero */
     kl_tensor *x = kl_to_dtype(seq(6, 5, KL_F64), KL_I32);

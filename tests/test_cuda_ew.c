@@ -20,16 +20,9 @@
 #include <pthread.h>
 
 static const char *OP = "cuda_ew_test";
-#define CUDA0 ((kl_device){KL_CUDA, 0})
 
 static int ncases, nskipped;
 
-static kl_tensor *host(kl_tensor *t) {
-    kl_tensor *c = kl_contiguous(kl_to_device(t, KL_DEVICE_CPU));
-    if (!c) print_error("moving to the CPU failed: %s\n", kl_last_error());
-    assert_non_null(c);
-    return c;
-}
 
 /* A CPU tensor of dtype dt: signs, fractions, a zero, values in (0, 1) for
  * the functions with a narrow domain. */

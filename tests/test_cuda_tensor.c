@@ -18,7 +18,6 @@
 #include "cuda_harness.h"
 
 static const char *OP = "cuda_tensor_test";
-#define CUDA0 ((kl_device){KL_CUDA, 0})
 
 static kl_cuda_mem_stats stats(void) {
     kl_cuda_mem_stats s;
@@ -47,14 +46,6 @@ static int teardown(void **state) {
 }
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
-/* t on the CPU, contiguous (moves a CUDA tensor through kl_to_device). */
-static kl_tensor *host(kl_tensor *t) {
-    kl_tensor *c = kl_contiguous(kl_to_device(t, KL_DEVICE_CPU));
-    if (!c) print_error("moving to the CPU failed: %s\n", kl_last_error());
-    assert_non_null(c);
-    assert_int_equal(kl_device_of(c).type, KL_CPU);
-    return c;
-}
 
 /* a and b (either device) have the same shape, dtype and bytes. */
 static void assert_same_bits(kl_tensor *a, kl_tensor *b) {

@@ -70,6 +70,15 @@ int cn_emit_row_dyn(const ir_kernel *k, const char *name, unsigned byval, cn_ker
 /* The cn_dims a run-time-shape kernel of k is launched with. */
 void cn_dims_of(const ir_kernel *k, cn_dims *d);
 
+/* The C type holding a value of dtype d in generated CUDA C (f16/bf16: their
+ * bits as uint16_t), and the suffix of dtype_conv.h's KE_CV_LOAD_ /
+ * KE_CV_STORE_ macros for d ("F32", "BF16", ...). */
+const char *cn_ctype(int d);
+const char *cn_cvname(int d);
+/* kl_shfl_xor(v, m) for every accumulator type (uint8_t through 8 bytes):
+ * the text row kernels put after their #includes. */
+extern const char cn_prelude_row[];
+
 /* The launch configuration of k (what cn_emit_kernel reports). */
 void cn_launch_of(const ir_kernel *k, cn_launch *l);
 
@@ -80,13 +89,6 @@ const char *cn_device_fn(int op, kl_dtype compute, const char **file);
 
 /* The backend (cn_backend.c), registered by src/init.c. */
 extern const ir_backend cn_nvrtc_backend;
-
-/* Generates, loads (module cache: a lookup after the first time) and
- * launches kernel k once on in/out (tensors on k->device; 0-dim CPU inputs
- * allowed), errors naming op; in its run-time-shape form where it has one
- * (cn_dyn_class), so the module serves every shape of the layout class.
- * 0 or -1. */
-int cn_run_once(const ir_kernel *k, const char *op, kl_tensor *const *in, kl_tensor *const *out);
 
 /* Eager CUDA kernels' function cache (cn_eager.c). A key holds what the
  * generated source depends on and nothing else; it is hashed and compared as
@@ -116,6 +118,54 @@ int ku_cuda_ew(struct ke_call *c);
 int ku_cuda_reduce(struct ke_call *c);
 /* 1 if ku_cuda_reduce runs op. */
 int ku_cuda_reduce_supported(int op);
+/* An input seen as [rows, len] (cn_reduce.c): the reduced dims last, each
+ * group collapsed into one stride. */
+typedef struct cn_rows {
+    kl_tensor *src;     /* the input itself, or a contiguous permuted device copy */
+    int64_t rows, len;  /* rows: the kept dims' elements; len: the reduced ones' */
+    int64_t rs, ls;     /* src's strides between rows and along a row */
+} cn_rows;
+/* x (c's input, on c's device) over the dims in mask as cn_rows: read in
+ * place when the kept and the reduced dims each collapse into one stride,
+ * else a device copy with the reduced dims last (in the caller's scope).
+ * 0 or -1. */
+int cn_row_view(const struct ke_call *c, kl_tensor *x, uint32_t mask, cn_rows *v);
+/* Threads per block of a row kernel over rows of len elements: one warp for
+ * short rows (each idle thread is a fiber on the emulator), 128, 256 from 2048. */
+unsigned cn_row_threads(int64_t len);
+/* Rows longer than this many elements are split across blocks (two passes:
+ * partials, then a finishing kernel), each block taking `chunk` elements;
+ * by default 65536 and 16384. The tests lower them to exercise the split on
+ * the emulator. Not thread-safe: set before launching work. */
+void cn_set_row_split(int64_t threshold, int64_t chunk);
+/* How many blocks a row of len elements is split into (1: not split), and
+ * the elements each takes. */
+int64_t cn_row_split(int64_t len, int64_t *chunk);
+
+/* dst = src (same shape and dtype, any strides, on c's device): the eager
+ * identity kernel (clone's formula) through ku_cuda_ew (cn_reduce.c). 0 or -1. */
+int cn_copy_into(const struct ke_call *c, kl_tensor *src, kl_tensor *dst);
+
+/* The indexing ops on CUDA tensors (cn_index.c): gather (and so
+ * take_along_dim), index_select, embedding, scatter_add (in place too),
+ * one_hot; indices checked on the device first, a bad one raising the CPU's
+ * error. Registered by src/init.c. */
+int ku_cuda_gather(struct ke_call *c);
+int ku_cuda_index_select(struct ke_call *c);
+int ku_cuda_embedding(struct ke_call *c);
+int ku_cuda_scatter_add(struct ke_call *c);
+int ku_cuda_one_hot(struct ke_call *c);
+
+/* argmax, argmin, max_dim and min_dim on CUDA tensors (cn_argreduce.c): a row
+ * kernel carrying (value, position) pairs; registered by src/init.c. */
+int ku_cuda_argreduce(struct ke_call *c);
+/* The CUDA C programs these kernels run (malloc'd, NULL when out of memory),
+ * for the NVRTC suite: the arg reduction of op (argmax-like or argmin-like)
+ * over input dtype in compared in cd; the indexing kernels of element dtype
+ * dt with index dtype it. */
+char *cn_argreduce_source(int op, kl_dtype in, kl_dtype cd);
+char *cn_index_source(kl_dtype dt, kl_dtype it);
+
 /* The eager CUDA kernel of softmax and log_softmax (cn_reduce.c): one fused
  * row kernel; registered by src/init.c. */
 int ku_cuda_softmax(struct ke_call *c);

@@ -34,7 +34,6 @@ typedef struct cn_handle {
     CUfunction fn;
     int dev;
     int err_stmt;   /* the first statement that can raise an error (integer remainder/fmod), -1: none */
-    int dyn;        /* run-time-shape form: a cn_dims follows the status parameter */
 } cn_handle;
 
 /* Statements whose device function can set the error word: the integer
@@ -56,7 +55,8 @@ static void cn_free(void *handle) {
     free(h);
 }
 
-static void *compile_as(const ir_kernel *k, const char *op, int dyn) {
+static void *cn_compile(const ir_kernel *k) {
+    const char *op = "compile";
     cn_handle *h = calloc(1, sizeof *h);
     if (!h) {
         ke_err(KL_ERR_OOM, op, "out of memory");
@@ -66,8 +66,7 @@ static void *compile_as(const ir_kernel *k, const char *op, int dyn) {
     h->dev = k->device.index;
     h->err_stmt = first_err_stmt(k);
     ku_module *m;
-    h->dyn = dyn;
-    if ((dyn ? cn_emit_kernel_dyn(k, CN_NAME, &h->src) : cn_emit_kernel(k, CN_NAME, &h->src)) ||
+    if (cn_emit_kernel(k, CN_NAME, &h->src) ||
         ku_module_get(op, h->src.src, h->dev, &m) ||
         ku_module_function(op, m, CN_NAME, &h->fn)) {
         cn_free(h);
@@ -76,14 +75,11 @@ static void *compile_as(const ir_kernel *k, const char *op, int dyn) {
     return h;
 }
 
-static void *cn_compile(const ir_kernel *k) { return compile_as(k, "compile", 0); }
-
 static int run_as(void *handle, const char *op, kl_tensor *const *in, kl_tensor *const *out) {
     cn_handle *h = handle;
     const ir_kernel *k = h->k;
     const int nb = k->ninputs + k->noutputs;
     void *ptrs[IR_KERNEL_MAX_IN + KE_MAX_OUT + 1], *args[IR_KERNEL_MAX_IN + KE_MAX_OUT + 2];
-    cn_dims dims;
     int scalar_of[IR_KERNEL_MAX_IN], nscalars = 0;
     for (int b = 0; b < nb; b++) {
         kl_tensor *t = b < k->ninputs ? in[b] : out[b - k->ninputs];
@@ -119,10 +115,6 @@ static int run_as(void *handle, const char *op, kl_tensor *const *in, kl_tensor 
     }
     ptrs[nb] = h->err_stmt >= 0 ? (void *)(uintptr_t)scratch : NULL;
     for (int b = 0; b <= nb; b++) args[b] = &ptrs[b];
-    if (h->dyn) {
-        cn_dims_of(k, &dims);
-        args[nb + 1] = &dims;
-    }
     int rc = ku_launch(op, h->fn, h->src.launch.grid, h->src.launch.block, h->src.launch.shmem, s, args);
     if (!rc && h->err_stmt >= 0) {
         int status = 0;
@@ -139,14 +131,6 @@ static int run_as(void *handle, const char *op, kl_tensor *const *in, kl_tensor 
 
 static int cn_run(void *handle, kl_tensor *const *in, kl_tensor *const *out) {
     return run_as(handle, "fn_call", in, out);
-}
-
-int cn_run_once(const ir_kernel *k, const char *op, kl_tensor *const *in, kl_tensor *const *out) {
-    void *h = compile_as(k, op, cn_dyn_class(k));
-    if (!h) return -1;
-    int rc = run_as(h, op, in, out);
-    cn_free(h);
-    return rc;
 }
 
 const ir_backend cn_nvrtc_backend = {

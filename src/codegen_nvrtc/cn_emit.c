@@ -73,7 +73,7 @@ __attribute__((format(printf, 2, 3))) static void put(cn_buf *b, const char *fmt
 /* ---- dtypes ---------------------------------------------------------------------- */
 
 /* The C type holding a value of dtype d (f16/bf16: their bits). */
-static const char *ctype(int d) {
+const char *cn_ctype(int d) {
     switch (d) {
     case KL_F32: return "float";
     case KL_F64: return "double";
@@ -85,7 +85,7 @@ static const char *ctype(int d) {
     }
 }
 /* The suffix of dtype_conv.h's KE_CV_LOAD_ / KE_CV_STORE_ macros. */
-static const char *cvname(int d) {
+const char *cn_cvname(int d) {
     static const char *const n[KL_NUM_DTYPES] = {[KL_F32] = "F32", [KL_F64] = "F64", [KL_F16] = "F16",
                                                  [KL_BF16] = "BF16", [KL_I32] = "I32", [KL_I64] = "I64",
                                                  [KL_U8] = "U8", [KL_BOOL] = "BOOL"};
@@ -95,7 +95,7 @@ static const char *cvname(int d) {
 static void put_conv(cn_buf *b, int to, int from, const char *expr) {
     if (to == from) put(b, "%s", expr);
     else
-        put(b, "KE_CV_STORE_%s(KE_CV_LOAD_%s(%s), %d)", cvname(to), cvname(from), expr,
+        put(b, "KE_CV_STORE_%s(KE_CV_LOAD_%s(%s), %d)", cn_cvname(to), cn_cvname(from), expr,
             ke_is_float((kl_dtype)from));
 }
 
@@ -145,7 +145,7 @@ static int rd_find(const ir_kstmt *st) {
 static const char *rd_acc(int kind, int cd) {
     if (kind == RD_BOOL) return "uint8_t";
     if (kind == RD_SUM && !ke_is_float((kl_dtype)cd)) return "uint64_t";
-    return ctype(cd);
+    return cn_ctype(cd);
 }
 
 /* Checks every statement, collecting the eager files the program includes
@@ -283,7 +283,7 @@ static void put_stmt(emit *e, int s) {
     cn_buf *o = e->o;
     char tmp[16];
     if (st->kind == IR_K_LOAD) {
-        put(o, "%s/* LOAD %s */\n%sconst %s v%d = ", e->ind, bufname(k, st->buf, tmp), e->ind, ctype(st->dtype), s);
+        put(o, "%s/* LOAD %s */\n%sconst %s v%d = ", e->ind, bufname(k, st->buf, tmp), e->ind, cn_ctype(st->dtype), s);
         put_access(e, st->buf);
         put(o, ";\n");
         return;
@@ -309,7 +309,7 @@ static void put_stmt(emit *e, int s) {
     }
     if (ke_op_attrs[st->op].n > 0) snprintf(call + n, sizeof call - (size_t)n, "%uu, &a%d, &kl_err)", st->bcast, s);
     else snprintf(call + n, sizeof call - (size_t)n, "%uu, (const ke_attrs *)0, &kl_err)", st->bcast);
-    put(o, "%sconst %s v%d = ", e->ind, ctype(st->dtype), s);
+    put(o, "%sconst %s v%d = ", e->ind, cn_ctype(st->dtype), s);
     put_conv(o, st->dtype, rdt, call);
     put(o, ";\n");
 }
@@ -353,7 +353,7 @@ static void put_params(emit *e, const char *name) {
     char tmp[16];
     put(e->o, "extern \"C\" __global__ void %s(", name);
     for (int b = 0; b < k->ninputs + k->noutputs; b++)
-        put(e->o, "%s%s%s %s%s", b ? ", " : "", b < k->ninputs ? "const " : "", ctype(k->bufs[b].dtype),
+        put(e->o, "%s%s%s %s%s", b ? ", " : "", b < k->ninputs ? "const " : "", cn_ctype(k->bufs[b].dtype),
             b < k->ninputs && ((e->byval >> b) & 1) ? "" : "*", bufname(k, b, tmp));
     put(e->o, "%sint *kl_status%s) {\n", k->ninputs + k->noutputs ? ", " : "", e->dyn ? ", const kl_dims kl_d" : "");
 }
@@ -422,8 +422,8 @@ static int emit_elementwise(emit *e, const char *name, const char *it) {
             it, it, n / vw, it);
         for (int b = 0; b < k->ninputs; b++)
             put(o, "            const kl_vec<%s, %d> l%d = reinterpret_cast<const kl_vec<%s, %d> *>(in%d)[q];\n",
-                ctype(k->bufs[b].dtype), vw, b, ctype(k->bufs[b].dtype), vw, b);
-        for (int b = k->ninputs; b < nb; b++) put(o, "            kl_vec<%s, %d> s%d;\n", ctype(k->bufs[b].dtype), vw, b);
+                cn_ctype(k->bufs[b].dtype), vw, b, cn_ctype(k->bufs[b].dtype), vw, b);
+        for (int b = k->ninputs; b < nb; b++) put(o, "            kl_vec<%s, %d> s%d;\n", cn_ctype(k->bufs[b].dtype), vw, b);
         put(o, "#pragma unroll\n            for (int u = 0; u < %d; u++) {\n", vw);
         e->ind = "                ";
         e->vec = 1;
@@ -431,7 +431,7 @@ static int emit_elementwise(emit *e, const char *name, const char *it) {
         e->vec = 0;
         put(o, "            }\n");
         for (int b = k->ninputs; b < nb; b++)
-            put(o, "            reinterpret_cast<kl_vec<%s, %d> *>(out%d)[q] = s%d;\n", ctype(k->bufs[b].dtype), vw,
+            put(o, "            reinterpret_cast<kl_vec<%s, %d> *>(out%d)[q] = s%d;\n", cn_ctype(k->bufs[b].dtype), vw,
                 b - k->ninputs, b);
         put(o, "        }\n    }\n");
         start = "kl_head + ";
@@ -512,7 +512,7 @@ static int emit_row(emit *e, const char *name, const char *it) {
             put_needed(e, need);
             char v[16];
             snprintf(v, sizeof v, "v%d", st->args[0]);
-            put(o, "            const %s x = ", ctype(st->compute));
+            put(o, "            const %s x = ", cn_ctype(st->compute));
             put_conv(o, st->compute, k->stmts[st->args[0]].dtype, v);
             put(o, ";\n            acc%d = %s_STEP(%s, acc%d, x);\n        }\n", s, F, A, s);
             put(o, "        /* the block's fold: warp shuffles, then the warps' partials */\n");
@@ -523,8 +523,8 @@ static int emit_row(emit *e, const char *name, const char *it) {
             put(o, "            if (lane == 0) sh%d[0] = acc%d;\n        }\n        __syncthreads();\n", s, s);
             put(o, "        acc%d = sh%d[0];\n        __syncthreads(); /* sh%d is read before the next row reuses it */\n", s, s, s);
             char fin[128];
-            snprintf(fin, sizeof fin, "(%s)%s_FIN(%s, acc%d)", ctype(rk->vdt), F, A, s);
-            put(o, "        const %s v%d = ", ctype(st->dtype), s);
+            snprintf(fin, sizeof fin, "(%s)%s_FIN(%s, acc%d)", cn_ctype(rk->vdt), F, A, s);
+            put(o, "        const %s v%d = ", cn_ctype(st->dtype), s);
             put_conv(o, st->dtype, rk->vdt, fin);
             put(o, ";\n");
         } else if ((st->kind == IR_K_OP || st->kind == IR_K_LOAD) && st->row) {
@@ -582,7 +582,7 @@ void cn_launch_of(const ir_kernel *k, cn_launch *l) {
     }
 }
 
-static const char prelude_row[] =
+const char cn_prelude_row[] =
     "/* warp shuffles of every accumulator type (uint8_t through int) */\n"
     "template <typename T> static __device__ __forceinline__ T kl_shfl_xor(T v, int m) {\n"
     "    return __shfl_xor_sync(0xffffffffu, v, m);\n"
@@ -612,7 +612,7 @@ static int emit_program(const ir_kernel *const *ks, const char *const *names, in
     put(&o, "\n");
     put(&o, "/* n elements of T as one aligned access (16 bytes at most) */\n"
             "template <typename T, int N> struct alignas(sizeof(T) * N) kl_vec {\n    T v[N];\n};\n\n");
-    if (any_row) put(&o, "%s", prelude_row);
+    if (any_row) put(&o, "%s", cn_prelude_row);
     if (dyn)
         put(&o, "/* the run-time shape: elements, domain shape, each buffer's strides over the domain (cn_dims) */\n"
                 "struct kl_dims {\n    long long n;\n    long long shape[KL_MAX_DIMS];\n"

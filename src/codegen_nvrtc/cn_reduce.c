@@ -103,25 +103,37 @@ done:
     return r ? 0 : -1;
 }
 
-typedef struct rd_gen {
+/* What one of this file's generated row kernels depends on (its cn_ekey
+ * holds the same): the op, the input, compute and output dtypes, the device. */
+typedef struct row_gen {
     int op;
-    kl_dtype in, compute, out;
+    kl_dtype in, cd, out;
     kl_device dev;
-} rd_gen;
+} row_gen;
+
+/* k as a rank-2 row kernel over [rows, len] on g's device: bufs[0] the input
+ * (g->in) read along the row, bufs[nin] the output (g->out), one value per row
+ * (per_row) or one per element; shape and strides are placeholders, the
+ * run-time-shape source takes them at launch. Zeroes bufs[0..nin] and st[0..nst). */
+static void row_kernel(ir_kernel *k, ir_kbuf *bufs, int nin, ir_kstmt *st, int nst, const row_gen *g, int per_row) {
+    memset(bufs, 0, sizeof *bufs * (size_t)(nin + 1));
+    memset(st, 0, sizeof *st * (size_t)nst);
+    *k = (ir_kernel){.ninputs = nin, .noutputs = 1, .bufs = bufs, .stmts = st, .ndim = 2, .row = 1,
+                     .device = g->dev, .shape = {2, 2}};
+    bufs[0] = (ir_kbuf){.dtype = g->in, .ndim = 2, .contig_inner = 1, .index = {2, 1}};
+    bufs[nin] = per_row ? (ir_kbuf){.dtype = g->out, .ndim = 2, .output = 1, .row = 1, .index = {1, 0}}
+                        : (ir_kbuf){.dtype = g->out, .ndim = 2, .output = 1, .contig_inner = 1, .index = {2, 1}};
+}
 
 static int gen_row(void *ctx, cn_kernel_src *src) {
-    const rd_gen *g = ctx;
+    const row_gen *g = ctx;
+    ir_kernel k;
     ir_kbuf bufs[2];
     ir_kstmt st[3];
-    memset(bufs, 0, sizeof bufs);
-    memset(st, 0, sizeof st);
-    /* shape and strides are placeholders: the source takes them at run time */
-    ir_kernel k = {.ninputs = 1, .noutputs = 1, .bufs = bufs, .stmts = st, .nstmts = 3, .ndim = 2, .row = 1,
-                   .device = g->dev, .shape = {2, 2}};
-    bufs[0] = (ir_kbuf){.dtype = g->in, .ndim = 2, .contig_inner = 1, .index = {2, 1}};
-    bufs[1] = (ir_kbuf){.dtype = g->out, .ndim = 2, .output = 1, .row = 1, .index = {1, 0}};
+    row_kernel(&k, bufs, 1, st, 3, g, 1);
+    k.nstmts = 3;
     st[0] = (ir_kstmt){.kind = IR_K_LOAD, .dtype = g->in, .buf = 0, .op = -1};
-    st[1] = (ir_kstmt){.kind = IR_K_REDUCE, .dtype = g->out, .compute = (uint8_t)g->compute, .row = 1, .op = g->op,
+    st[1] = (ir_kstmt){.kind = IR_K_REDUCE, .dtype = g->out, .compute = (uint8_t)g->cd, .row = 1, .op = g->op,
                        .buf = -1, .nargs = 1};
     st[2] = (ir_kstmt){.kind = IR_K_STORE, .dtype = g->out, .buf = 1, .op = -1, .nargs = 1, .args = {1}};
     return cn_emit_row_dyn(&k, "kl_row", 0, src);
@@ -147,9 +159,7 @@ static int collapse(const kl_tensor *t, const int *ds, int n, int64_t *st) {
     return 1;
 }
 
-/* dst = src (same shape and dtype, any strides) on the device: the eager
- * identity kernel (clone's formula) through ku_cuda_ew. */
-static int copy_into(const ke_call *c, kl_tensor *src, kl_tensor *dst) {
+int cn_copy_into(const ke_call *c, kl_tensor *src, kl_tensor *dst) {
     kl_tensor *in[1] = {src};
     ke_call cc;
     memset(&cc, 0, sizeof cc);
@@ -167,7 +177,36 @@ static int copy_into(const ke_call *c, kl_tensor *src, kl_tensor *dst) {
 static kl_tensor *permuted_copy(const ke_call *c, kl_tensor *x, const int64_t *perm) {
     kl_tensor *v = kl_permute(x, x->ndim, perm);
     kl_tensor *t = v ? kl_empty_on(v->ndim, v->shape, (kl_dtype)x->dtype, c->device) : NULL;
-    return t && !copy_into(c, v, t) ? t : NULL;
+    return t && !cn_copy_into(c, v, t) ? t : NULL;
+}
+
+/* Launches row kernel fn with args over [rows, len]: one block per row; a
+ * short row gets one warp (each idle thread is a fiber on the emulator). */
+/* Long rows: past g_split_at elements a row is folded by several blocks of
+ * about g_split_chunk elements each (a block per row would leave most of a
+ * GPU idle for a few long rows), then a finishing kernel. */
+static int64_t g_split_at = 65536, g_split_chunk = 16384;
+
+void cn_set_row_split(int64_t threshold, int64_t chunk) {
+    g_split_at = threshold > 0 ? threshold : 65536;
+    g_split_chunk = chunk > 0 ? chunk : 16384;
+}
+
+int64_t cn_row_split(int64_t len, int64_t *chunk) {
+    if (len <= g_split_at) {
+        *chunk = len;
+        return 1;
+    }
+    const int64_t n = (len + g_split_chunk - 1) / g_split_chunk;
+    *chunk = (len + n - 1) / n; /* balanced: every block but the last takes chunk */
+    return (len + *chunk - 1) / *chunk;
+}
+
+unsigned cn_row_threads(int64_t len) { return len <= 32 ? 32u : len >= 2048 ? 256u : (unsigned)CN_BLOCK; }
+
+static int launch_row_grid(const char *op, int dev, CUfunction fn, void **args, int64_t rows, int64_t len) {
+    const unsigned grid[3] = {(unsigned)(rows > 65535 ? 65535 : rows), 1, 1}, block[3] = {cn_row_threads(len), 1, 1};
+    return ku_launch(op, fn, grid, block, 0, ku_current_stream(dev), args);
 }
 
 /* Launches row kernel fn over [rows, len]: input rows at stride rs, elements at
@@ -184,10 +223,31 @@ static int launch_rows(const char *op, int dev, CUfunction fn, void *pin, int64_
     dims.index[1][0] = ors;
     dims.index[1][1] = ols;
     void *status = NULL, *args[] = {&pin, &pout, &status, &dims};
-    /* one block per row; a short row gets one warp (each idle thread is a fiber on the emulator) */
-    const unsigned grid[3] = {(unsigned)(rows > 65535 ? 65535 : rows), 1, 1},
-                   block[3] = {len <= 32 ? 32u : len >= 2048 ? 256u : (unsigned)CN_BLOCK, 1, 1};
-    return ku_launch(op, fn, grid, block, 0, ku_current_stream(dev), args);
+    return launch_row_grid(op, dev, fn, args, rows, len);
+}
+
+int cn_row_view(const ke_call *c, kl_tensor *x, uint32_t mask, cn_rows *v) {
+    int kept[KL_MAX_DIMS], red[KL_MAX_DIMS], nk = 0, nr = 0;
+    v->rows = v->len = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (mask & (1u << d)) {
+            red[nr++] = d;
+            v->len *= x->shape[d];
+        } else {
+            kept[nk++] = d;
+            v->rows *= x->shape[d];
+        }
+    }
+    v->src = x;
+    v->rs = v->ls = 0;
+    if (v->rows == 0 || v->len == 0 || (collapse(x, kept, nk, &v->rs) && collapse(x, red, nr, &v->ls))) return 0;
+    int64_t perm[KL_MAX_DIMS];
+    for (int i = 0; i < nk; i++) perm[i] = kept[i];
+    for (int i = 0; i < nr; i++) perm[nk + i] = red[i];
+    if (!(v->src = permuted_copy(c, x, perm))) return -1;
+    v->rs = v->len;
+    v->ls = 1;
+    return 0;
 }
 
 int ku_cuda_reduce(ke_call *c) {
@@ -203,34 +263,18 @@ int ku_cuda_reduce(ke_call *c) {
     }
     uint32_t mask;
     if (ke_reduce_mask(c, x->ndim, &mask)) return -1;
-    int kept[KL_MAX_DIMS], red[KL_MAX_DIMS], nk = 0, nr = 0;
-    int64_t rows = 1, len = 1;
-    for (int d = 0; d < x->ndim; d++) {
-        if (mask & (1u << d)) {
-            red[nr++] = d;
-            len *= x->shape[d];
-        } else {
-            kept[nk++] = d;
-            rows *= x->shape[d];
-        }
-    }
-    if (rows == 0) return 0;
     const int dev = c->device.index;
     kl_scope_begin();
-    kl_tensor *src = x;
-    int64_t rs, ls;
-    if (!collapse(x, kept, nk, &rs) || !collapse(x, red, nr, &ls)) {
-        int64_t perm[KL_MAX_DIMS];
-        for (int i = 0; i < nk; i++) perm[i] = kept[i];
-        for (int i = 0; i < nr; i++) perm[nk + i] = red[i];
-        if (!(src = permuted_copy(c, x, perm))) {
-            kl_scope_end();
-            return -1;
-        }
-        rs = len;
-        ls = 1;
+    cn_rows v;
+    if (cn_row_view(c, x, mask, &v)) {
+        kl_scope_end();
+        return -1;
     }
-    rd_gen g = {c->op, (kl_dtype)x->dtype, c->compute, (kl_dtype)out->dtype, c->device};
+    if (v.rows == 0) {
+        kl_scope_end();
+        return 0;
+    }
+    row_gen g = {c->op, (kl_dtype)x->dtype, c->compute, (kl_dtype)out->dtype, c->device};
     cn_ekey key;
     memset(&key, 0, sizeof key);
     key.kind = 2; /* a row reduction */
@@ -244,7 +288,7 @@ int ku_cuda_reduce(ke_call *c) {
     CUfunction fn = NULL;
     int rc = cn_eager_fn(op, &key, gen_row, &g, &fn);
     /* out: contiguous, its elements in the kept dims' order, one per row */
-    if (!rc) rc = launch_rows(op, dev, fn, ke_data(src), rs, ls, ke_data(out), 1, 0, rows, len);
+    if (!rc) rc = launch_rows(op, dev, fn, ke_data(v.src), v.rs, v.ls, ke_data(out), 1, 0, v.rows, v.len);
     kl_scope_end();
     return rc ? -1 : 0;
 }
@@ -257,22 +301,12 @@ int ku_cuda_reduce(ke_call *c) {
  * place when the other dims collapse into one stride, else the input is
  * copied with the dim last first; likewise the output is written in place or
  * through a contiguous temporary copied back. */
-typedef struct sm_gen {
-    int op;
-    kl_dtype in, cd, out;
-    kl_device dev;
-} sm_gen;
-
 static int gen_softmax(void *ctx, cn_kernel_src *src) {
-    const sm_gen *g = ctx;
+    const row_gen *g = ctx;
+    ir_kernel k;
     ir_kbuf bufs[2];
     ir_kstmt st[8];
-    memset(bufs, 0, sizeof bufs);
-    memset(st, 0, sizeof st);
-    ir_kernel k = {.ninputs = 1, .noutputs = 1, .bufs = bufs, .stmts = st, .ndim = 2, .row = 1, .device = g->dev,
-                   .shape = {2, 2}};
-    bufs[0] = (ir_kbuf){.dtype = g->in, .ndim = 2, .contig_inner = 1, .index = {2, 1}};
-    bufs[1] = (ir_kbuf){.dtype = g->out, .ndim = 2, .output = 1, .contig_inner = 1, .index = {2, 1}};
+    row_kernel(&k, bufs, 1, st, 8, g, 0);
     const uint8_t cd = (uint8_t)g->cd;
     int n = 0;
     st[n++] = (ir_kstmt){.kind = IR_K_LOAD, .dtype = g->in, .buf = 0, .op = -1};                       /* v0 x */
@@ -330,7 +364,7 @@ int ku_cuda_softmax(ke_call *c) {
         ors = len;
         ols = 1;
     }
-    sm_gen g = {c->op, (kl_dtype)x->dtype, ke_compute_dtype((kl_dtype)x->dtype), (kl_dtype)out->dtype, c->device};
+    row_gen g = {c->op, (kl_dtype)x->dtype, ke_compute_dtype((kl_dtype)x->dtype), (kl_dtype)out->dtype, c->device};
     cn_ekey key;
     memset(&key, 0, sizeof key);
     key.kind = 3; /* a fused softmax row */
@@ -345,7 +379,7 @@ int ku_cuda_softmax(ke_call *c) {
     if (!rc) rc = cn_eager_fn(op, &key, gen_softmax, &g, &fn);
     if (!rc) rc = launch_rows(op, dev, fn, ke_data(src), rs, ls, ke_data(dst), ors, ols, rows, len);
     /* the temporary's rows back into out's layout */
-    if (!rc && tmp) rc = copy_into(c, tmp, kl_permute(out, nd, perm));
+    if (!rc && tmp) rc = cn_copy_into(c, tmp, kl_permute(out, nd, perm));
     kl_scope_end();
     return rc ? -1 : 0;
 }
@@ -358,25 +392,21 @@ int ku_cuda_softmax(ke_call *c) {
  * (row stride 0). Inputs whose dims do not collapse into [rows, len] are made
  * contiguous on the device first. */
 typedef struct nm_gen {
-    int op, has_w, has_b;
-    kl_dtype in, cd, out;
-    kl_device dev;
+    row_gen r;
+    int has_w, has_b;
 } nm_gen;
 
 static int gen_norm(void *ctx, cn_kernel_src *src) {
-    const nm_gen *g = ctx;
+    const nm_gen *ng = ctx;
+    const row_gen *g = &ng->r;
+    ir_kernel k;
     ir_kbuf bufs[5];
     ir_kstmt st[16];
-    memset(bufs, 0, sizeof bufs);
-    memset(st, 0, sizeof st);
-    const int nin = 2 + g->has_w + g->has_b, beps = nin - 1, bw = 1, bb = 1 + g->has_w;
-    ir_kernel k = {.ninputs = nin, .noutputs = 1, .bufs = bufs, .stmts = st, .ndim = 2, .row = 1, .device = g->dev,
-                   .shape = {2, 2}};
-    bufs[0] = (ir_kbuf){.dtype = g->in, .ndim = 2, .contig_inner = 1, .index = {2, 1}};
-    if (g->has_w) bufs[bw] = (ir_kbuf){.dtype = g->in, .ndim = 2, .contig_inner = 1, .index = {0, 1}};
-    if (g->has_b) bufs[bb] = (ir_kbuf){.dtype = g->in, .ndim = 2, .contig_inner = 1, .index = {0, 1}};
+    const int nin = 2 + ng->has_w + ng->has_b, beps = nin - 1, bw = 1, bb = 1 + ng->has_w;
+    row_kernel(&k, bufs, nin, st, 16, g, 0);
+    if (ng->has_w) bufs[bw] = (ir_kbuf){.dtype = g->in, .ndim = 2, .contig_inner = 1, .index = {0, 1}};
+    if (ng->has_b) bufs[bb] = (ir_kbuf){.dtype = g->in, .ndim = 2, .contig_inner = 1, .index = {0, 1}};
     bufs[beps] = (ir_kbuf){.dtype = g->cd, .ndim = 0};
-    bufs[nin] = (ir_kbuf){.dtype = g->out, .ndim = 2, .output = 1, .contig_inner = 1, .index = {2, 1}};
     const uint8_t cd = (uint8_t)g->cd;
 #define NM_OP(o, r, ...) (ir_kstmt){.kind = IR_K_OP, .dtype = cd, .compute = cd, .row = r, .op = KE_OP_##o, .buf = -1, \
                                     .nargs = sizeof((int32_t[]){__VA_ARGS__}) / 4, .args = {__VA_ARGS__}}
@@ -403,12 +433,12 @@ static int gen_norm(void *ctx, cn_kernel_src *src) {
         st[n++] = NM_OP(mul, 0, 0, 5);                                                   /* v6 */
         y = 6;
     }
-    if (g->has_w) {
+    if (ng->has_w) {
         st[n++] = (ir_kstmt){.kind = IR_K_LOAD, .dtype = g->in, .buf = bw, .op = -1};
         st[n] = NM_OP(mul, 0, y, n - 1);
         y = n++;
     }
-    if (g->has_b) {
+    if (ng->has_b) {
         st[n++] = (ir_kstmt){.kind = IR_K_LOAD, .dtype = g->in, .buf = bb, .op = -1};
         st[n] = NM_OP(add, 0, y, n - 1);
         y = n++;
@@ -448,14 +478,14 @@ int ku_cuda_norm(ke_call *c) {
         in[i] = t;
         if (!(collapse(t, lead, nl, &rs[i]) && collapse(t, tl, nn, &ls[i]))) {
             kl_tensor *cp = kl_empty_on(t->ndim, t->shape, (kl_dtype)t->dtype, c->device);
-            if (!cp || copy_into(c, t, cp)) rc = -1;
+            if (!cp || cn_copy_into(c, t, cp)) rc = -1;
             in[i] = cp;
             rs[i] = len;
             ls[i] = 1;
         }
         if (i) rs[i] = 0;
     }
-    nm_gen g = {c->op, has_w, has_b, (kl_dtype)x->dtype, cd, (kl_dtype)out->dtype, c->device};
+    nm_gen g = {{c->op, (kl_dtype)x->dtype, cd, (kl_dtype)out->dtype, c->device}, has_w, has_b};
     cn_ekey key;
     memset(&key, 0, sizeof key);
     key.kind = 4; /* a fused norm row */
@@ -494,9 +524,7 @@ int ku_cuda_norm(ke_call *c) {
         void *status = NULL;
         args[nin + 1] = &status;
         args[nin + 2] = &dims;
-        const unsigned grid[3] = {(unsigned)(rows > 65535 ? 65535 : rows), 1, 1},
-                       block[3] = {len <= 32 ? 32u : len >= 2048 ? 256u : (unsigned)CN_BLOCK, 1, 1};
-        rc = ku_launch(op, fn, grid, block, 0, ku_current_stream(dev), args);
+        rc = launch_row_grid(op, dev, fn, args, rows, len);
     }
     kl_scope_end();
     return rc ? -1 : 0;

@@ -62,13 +62,14 @@ static int index_check(const char *op, const int64_t *idx, int64_t n, int64_t si
     unsigned bad = 0;
     for (int64_t i = 0; i < n; i++) bad |= (uint64_t)idx[i] >= (uint64_t)size;
     if (!bad) return 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v = idx[i];
-        if (v >= 0 && v < size) continue;
-        return ke_err(KL_ERR_INDEX, op, "index %lld is out of range for dim %d with size %lld%s", (long long)v, dim,
-                      (long long)size, v < 0 && v >= -size ? " (negative indices are not accepted)" : "");
-    }
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= size) return ke_index_range_error(op, idx[i], dim, size);
     return 0;
+}
+
+int ke_index_range_error(const char *op, int64_t v, int dim, int64_t size) {
+    return ke_err(KL_ERR_INDEX, op, "index %lld is out of range for dim %d with size %lld%s", (long long)v, dim,
+                  (long long)size, v < 0 && v >= -size ? " (negative indices are not accepted)" : "");
 }
 
 /* ---- the select kernel (index_select, embedding) --------------------------------------
@@ -197,14 +198,13 @@ int ke_cpu_embedding(ke_call *c) {
 
 /* ---- gather ---------------------------------------------------------------------------- */
 
-/* take_along_dim runs as gather and asks for its own name in messages (caller). */
-static const char *gather_name(const ke_call *c) {
+const char *ke_gather_name(const ke_call *c) {
     int64_t h = ke_attr_gather_caller(&c->a);
     return h > 0 && h <= KE_OP_COUNT ? ke_ops[h - 1].name : ke_opname(c);
 }
 
 int ke_infer_gather(ke_call *c, ke_outspec *out) {
-    const char *op = gather_name(c);
+    const char *op = ke_gather_name(c);
     const kl_tensor *x = c->in[0], *index = c->in[1];
     char b1[256], b2[256];
     if (index->dtype != KL_I64) return bad_index_dtype(op, "index", index, 0);
@@ -247,7 +247,7 @@ static void gather_row(void *ctx, const int64_t *coord, const int64_t *off, int6
 }
 
 int ke_cpu_gather(ke_call *c) {
-    const char *op = gather_name(c);
+    const char *op = ke_gather_name(c);
     const kl_tensor *x = c->in[0], *index = c->in[1];
     kl_tensor *o = c->out[0];
     int d = ke_wrap_dim(op, ke_attr_gather_dim(&c->a), x->ndim);

@@ -47,4 +47,15 @@ typedef uint64_t __attribute__((may_alias)) ke_m64;
 void ke_copy_nd(int nd, const int64_t *shape, char *dst, kl_dtype dt, const int64_t *dstride, const char *src,
                 kl_dtype st, const int64_t *sstride);
 
+/* The errors of bad index values, one wording on every device (the CUDA
+ * kernels read the first bad position back and raise them too): KL_ERR_INDEX
+ * naming op, the value, the dim and its size (index.c); one_hot's class value
+ * outside [0, nc) (reorder.c). Both return -1. */
+int ke_index_range_error(const char *op, int64_t v, int dim, int64_t size);
+int ke_one_hot_range_error(const char *op, int64_t v, int64_t nc);
+/* The op gather's messages name: gather, or take_along_dim, which runs as
+ * gather (its attribute caller) (index.c). */
+struct ke_call;
+const char *ke_gather_name(const struct ke_call *c);
+
 #endif

@@ -125,6 +125,11 @@ int ke_infer_one_hot(ke_call *c, ke_outspec *out) {
     return 1;
 }
 
+int ke_one_hot_range_error(const char *op, int64_t v, int64_t nc) {
+    return ke_err(KL_ERR_INDEX, op, "class value %lld is out of range [0, %lld) (num_classes = %lld)", (long long)v,
+                  (long long)nc, (long long)nc);
+}
+
 int ke_cpu_one_hot(ke_call *c) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0];
@@ -142,8 +147,7 @@ int ke_cpu_one_hot(ke_call *c) {
         if (idx[i] < 0 || idx[i] >= nc) {
             int64_t v = idx[i];
             free(idx);
-            return ke_err(KL_ERR_INDEX, op, "class value %lld is out of range [0, %lld) (num_classes = %lld)",
-                          (long long)v, (long long)nc, (long long)nc);
+            return ke_one_hot_range_error(op, v, nc);
         }
     int64_t *y = (int64_t *)ke_data(o);
     memset(y, 0, sizeof *y * (size_t)(n * nc));
