@@ -11,6 +11,9 @@
 
 #include "../src/codegen_nvrtc/cuda_api.h"
 
+#include <math.h>
+#include <string.h>
+
 static inline int kt_cuda_emulated(const char *op) {
     const ku_driver *d = kl_cuda_is_available() ? ku_driver_get(op) : NULL;
     return d && d->emulated;
@@ -34,6 +37,28 @@ static inline int same_bytes(kl_tensor *a, kl_tensor *b) {
     for (int d = 0; d < kl_ndim(a); d++)
         if (kl_shape(a)[d] != kl_shape(b)[d]) return 0;
     return !memcmp(kl_data_ptr(a), kl_data_ptr(b), (size_t)kl_numel(a) * kl_dtype_size(kl_dtype_of(a)));
+}
+
+/* cpu and cuda results of one op: the same dtype and shape, and per element
+ * tol 0: equal (NaN where NaN, or the same bits); else |a - b| <= tol * (1 + |a|). */
+static inline void compare(kl_tensor *cpu, kl_tensor *cuda, double tol, const char *what) {
+    if (!cuda) print_error("%s on CUDA: %s\n", what, kl_last_error());
+    if (!cpu) print_error("%s on the CPU: %s\n", what, kl_last_error());
+    assert_non_null(cpu);
+    assert_non_null(cuda);
+    assert_int_equal(kl_device_of(cuda).type, KL_CUDA);
+    kl_tensor *a = host(cpu), *b = host(cuda);
+    assert_int_equal(kl_dtype_of(a), kl_dtype_of(b));
+    kt_assert_shape(b, kl_ndim(a), kl_shape(a));
+    for (int64_t i = 0; i < kl_numel(a); i++) {
+        double x = kt_get(a, i), y = kt_get(b, i);
+        int ok = tol == 0 ? (x == y || (isnan(x) && isnan(y))) || !memcmp(&x, &y, sizeof x)
+                          : fabs(x - y) <= tol * (1 + fabs(x));
+        if (!ok) {
+            print_error("%s: element %lld: cpu %.17g cuda %.17g\n", what, (long long)i, x, y);
+            fail();
+        }
+    }
 }
 
 /* n values (i - n/2) * scale in dtype dt, on the CPU. */

@@ -19,35 +19,6 @@
 #include <string.h>
 
 static const char *OP = "cuda_conv_test";
-#define CUDA0 ((kl_device){KL_CUDA, 0})
-
-static kl_tensor *host(kl_tensor *t) {
-    kl_tensor *c = kl_contiguous(kl_to_device(t, KL_DEVICE_CPU));
-    if (!c) print_error("moving to the CPU failed: %s\n", kl_last_error());
-    assert_non_null(c);
-    return c;
-}
-
-/* tol 0: bitwise (NaN where NaN); else |a - b| <= tol * (1 + |a|) */
-static void compare(kl_tensor *cpu, kl_tensor *cuda, double tol, const char *what) {
-    if (!cuda) print_error("%s on CUDA: %s\n", what, kl_last_error());
-    if (!cpu) print_error("%s on the CPU: %s\n", what, kl_last_error());
-    assert_non_null(cpu);
-    assert_non_null(cuda);
-    assert_int_equal(kl_device_of(cuda).type, KL_CUDA);
-    kl_tensor *a = host(cpu), *b = host(cuda);
-    assert_int_equal(kl_dtype_of(a), kl_dtype_of(b));
-    kt_assert_shape(b, kl_ndim(a), kl_shape(a));
-    for (int64_t i = 0; i < kl_numel(a); i++) {
-        double x = kt_get(a, i), y = kt_get(b, i);
-        int ok = tol == 0 ? (x == y || (isnan(x) && isnan(y))) || !memcmp(&x, &y, sizeof x)
-                          : fabs(x - y) <= tol * (1 + fabs(x));
-        if (!ok) {
-            print_error("%s: element %lld: cpu %.17g cuda %.17g\n", what, (long long)i, x, y);
-            fail();
-        }
-    }
-}
 
 /* conv_transpose2d (so conv2d's input gradient and avg_pool2d's gradient)
  * flips the kernel with kl_index_select, an indexing op whose CUDA kernel

@@ -20,14 +20,6 @@
 #include <string.h>
 
 static const char *OP = "cuda_rng_test";
-#define CUDA0 ((kl_device){KL_CUDA, 0})
-
-static kl_tensor *host(kl_tensor *t) {
-    kl_tensor *c = kl_contiguous(kl_to_device(t, KL_DEVICE_CPU));
-    if (!c) print_error("moving to the CPU failed: %s\n", kl_last_error());
-    assert_non_null(c);
-    return c;
-}
 
 static void same_bits(kl_tensor *cpu, kl_tensor *cuda, const char *what) {
     if (!cuda) print_error("%s on CUDA: %s\n", what, kl_last_error());

@@ -17,14 +17,6 @@
 #include <string.h>
 
 static const char *OP = "cuda_scan_test";
-#define CUDA0 ((kl_device){KL_CUDA, 0})
-
-static kl_tensor *host(kl_tensor *t) {
-    kl_tensor *c = kl_contiguous(kl_to_device(t, KL_DEVICE_CPU));
-    if (!c) print_error("moving to the CPU failed: %s\n", kl_last_error());
-    assert_non_null(c);
-    return c;
-}
 
 static double tol_of(kl_dtype d) {
     switch (d) {
@@ -33,25 +25,6 @@ static double tol_of(kl_dtype d) {
     case KL_F16: return 1.0 / 1024;
     case KL_BF16: return 1.0 / 128;
     default: return 0;
-    }
-}
-
-/* cpu and cuda results: the same dtype and shape; exact (tol 0) or close */
-static void compare(kl_tensor *cpu, kl_tensor *cuda, double tol, const char *what) {
-    if (!cuda) print_error("%s on CUDA: %s\n", what, kl_last_error());
-    assert_non_null(cpu);
-    assert_non_null(cuda);
-    assert_int_equal(kl_device_of(cuda).type, KL_CUDA);
-    kl_tensor *a = host(cpu), *b = host(cuda);
-    assert_int_equal(kl_dtype_of(a), kl_dtype_of(b));
-    kt_assert_shape(b, kl_ndim(a), kl_shape(a));
-    for (int64_t i = 0; i < kl_numel(a); i++) {
-        double x = kt_get(a, i), y = kt_get(b, i);
-        int ok = tol == 0 ? (x == y || (isnan(x) && isnan(y))) : fabs(x - y) <= tol * (1 + fabs(x));
-        if (!ok) {
-            print_error("%s: element %lld: cpu %.17g cuda %.17g\n", what, (long long)i, x, y);
-            fail();
-        }
     }
 }
 
