@@ -194,10 +194,10 @@ static int aliases_of(kl_tensor *const *in, int n, int32_t *alias) {
     return 0;
 }
 
-/* 1 if t's shape (ndim already equal) is not what gd admits: the traced shape, with the
- * dynamic dims equal to *s (the first one seen sets it) and s >= 2. */
-static int shape_differs(const tr_guard *gd, const kl_tensor *t, int64_t *s) {
-    if (!gd->dynmask) return memcmp(gd->shape, t->shape, sizeof(int64_t) * t->ndim) != 0;
+/* 1 if t's shape (ndim already equal) is not what gd's dynamic dims admit: the traced
+ * shape, with the dynamic dims equal to *s (the first one seen sets it) and s >= 2. Out of
+ * line: static entries' guards only test gd->dynmask. */
+__attribute__((noinline)) static int dyn_shape_differs(const tr_guard *gd, const kl_tensor *t, int64_t *s) {
     for (int d = 0; d < t->ndim; d++) {
         if (!(gd->dynmask >> d & 1)) {
             if (gd->shape[d] != t->shape[d]) return 1;
@@ -222,7 +222,8 @@ static int guard_check(const tr_entry *e, kl_tensor *const *in, const int32_t *a
         const kl_tensor *t = in[i];
         int bad = gd->dtype != t->dtype || gd->ndim != t->ndim || gd->device.type != t->storage->device.type ||
                   gd->device.index != t->storage->device.index ||
-                  gd->requires_grad != ((t->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0) || shape_differs(gd, t, &s);
+                  gd->requires_grad != ((t->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0) ||
+                  (gd->dynmask ? dyn_shape_differs(gd, t, &s) : memcmp(gd->shape, t->shape, sizeof(int64_t) * t->ndim) != 0);
         if (!bad) bad = gd->contig ? !ke_is_contig(t) : memcmp(gd->stride, t->stride, sizeof(int64_t) * t->ndim) != 0;
         if (!bad) {
             int32_t a = alias[i];

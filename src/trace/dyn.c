@@ -224,11 +224,11 @@ tr_dyn *tr_dyn_make(ir_graph *t, int64_t s0, ir_graph *p1, int64_t s1, ir_graph 
     for (int i = 1; i < 3; i++)
         if (w[i].nfix != w[0].nfix || memcmp(w[i].fix, w[0].fix, sizeof(int64_t) * (size_t)w[0].nfix) ||
             w[i].nints != w[0].nints || w[i].ndbls != w[0].ndbls) {
-            if (getenv("KL_DYN_DEBUG")) {
+            if (ke_log_at(KE_LOG_GUARDS, KL_LOG_DEBUG)) { /* where: for whoever extends the walk */
                 int32_t m = w[i].nfix < w[0].nfix ? w[i].nfix : w[0].nfix, k = 0;
                 while (k < m && w[i].fix[k] == w[0].fix[k]) k++;
-                fprintf(stderr, "dyn: fix %d/%d: %lld vs %lld; ints %d/%d dbls %d/%d\n", k, m, k < m ? (long long)w[0].fix[k] : -1LL,
-                        k < m ? (long long)w[i].fix[k] : -1LL, w[0].nints, w[i].nints, w[0].ndbls, w[i].ndbls);
+                ke_logl(KE_LOG_GUARDS, KL_LOG_DEBUG, "dynamic: structural number %d of %d differs (%lld vs %lld)", (int)k,
+                        (int)m, k < m ? (long long)w[0].fix[k] : -1LL, k < m ? (long long)w[i].fix[k] : -1LL);
             }
             snprintf(why, cap, "the graph's structure depends on the size (traced at %lld and %lld, the graphs differ)",
                      (long long)s0, (long long)sz[i]);
