@@ -1088,7 +1088,14 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* (f64 1e-9, f32 1e-4, f16 1e-2, bf16 5e-2 relative+absolute; exact for    */
 /* integers and bool); its eager run replays the random counters the       */
 /* compiled call drew (the generator is then left where that call left it;  */
-/* no other thread may draw random numbers during a checked call).          */
+/* no other thread may draw random numbers during a checked call). On a     */
+/* mismatch it also minifies: the signature's graph as traced is cut down  */
+/* (delta debugging over its nodes) to a smallest subgraph that still      */
+/* differs, written with its inputs (.npy), graph, kernel and LLVM IR and a */
+/* replay.c (builds against the installed library with pkg-config; exit 1: */
+/* reproduced) to a folder $KL_DEBUG_DIR/kiln_repro_<pid>_<n> (./ without   */
+/* KL_DEBUG_DIR); the error ends "; repro bundle: <folder>" and KL_LOG's    */
+/* graph category warns with the node counts (README, "Repro bundles").    */
 /* KL_LOG=trace,graph,fusion,recompile,... logs what happens ("Logging").  */
 /* ------------------------------------------------------------------------ */
 
