@@ -215,6 +215,27 @@ KL_API const char *kl_status_name(kl_status s);
 /* The table's one-line description of a status. */
 KL_API const char *kl_status_string(kl_status s);
 
+/* Source locations. Compile your own files with -DKL_TRACK_SOURCE (before
+ * including kiln.h) and every public op call records its caller's
+ * __FILE__:__LINE__: kiln/srcloc.h, generated from this header, defines one
+ * function-like macro per op, kl_add(...) becoming
+ * kl__loc_end((kl__loc(__FILE__, __LINE__), kl_add(...))). The location then
+ * shows in error messages (kl_last_error ends "at file:line"), on the nodes of
+ * traced graphs (the IR text, "@ file:line"), in kl_fn_explain's kernels
+ * ("kernel 0 = mlp.c:41 add, :42 gelu"), in autograd anomaly reports (the
+ * failing node's forward line) and in the profiler's op events (args "loc").
+ * Without the define nothing changes: the library itself is the same build
+ * either way and its op path never looks at locations. Files with and without
+ * the define mix freely; ops called from inside a tracked call (a composite's
+ * pieces, the user function of a kl_fn_call) report the innermost tracked line.
+ * The macros take the op names, so &kl_add still names the function; a file
+ * that #undefs one gets the plain call. The three functions below are the
+ * macros' runtime, not for direct use: kl__loc pushes a location on this
+ * thread's stack, kl__loc_end / kl__loc_end_int pop it and return r. */
+KL_API void kl__loc(const char *file, int line);
+KL_API kl_tensor *kl__loc_end(kl_tensor *r);
+KL_API int kl__loc_end_int(int r);
+
 /* ------------------------------------------------------------------------ */
 /* Version, threads, memory                                                 */
 /* ------------------------------------------------------------------------ */
@@ -1157,7 +1178,14 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* (f64 1e-9, f32 1e-4, f16 1e-2, bf16 5e-2 relative+absolute; exact for    */
 /* integers and bool); its eager run replays the random counters the       */
 /* compiled call drew (the generator is then left where that call left it;  */
-/* no other thread may draw random numbers during a checked call).          */
+/* no other thread may draw random numbers during a checked call). On a     */
+/* mismatch it also minifies: the signature's graph as traced is cut down  */
+/* (delta debugging over its nodes) to a smallest subgraph that still      */
+/* differs, written with its inputs (.npy), graph, kernel and LLVM IR and a */
+/* replay.c (builds against the installed library with pkg-config; exit 1: */
+/* reproduced) to a folder $KL_DEBUG_DIR/kiln_repro_<pid>_<n> (./ without   */
+/* KL_DEBUG_DIR); the error ends "; repro bundle: <folder>" and KL_LOG's    */
+/* graph category warns with the node counts (README, "Repro bundles").    */
 /* KL_LOG=trace,graph,fusion,recompile,... logs what happens ("Logging").  */
 /* ------------------------------------------------------------------------ */
 
@@ -1430,5 +1458,11 @@ KL_API kl_tensor *kl_from_dlpack(struct DLManagedTensor *m);
 
 #ifdef __cplusplus
 }
+#endif
+
+/* -DKL_TRACK_SOURCE: every op records its caller's line (see "Source locations"). Last, so
+ * that no declaration above is expanded by a macro. */
+#ifdef KL_TRACK_SOURCE
+#include "kiln/srcloc.h"
 #endif
 #endif /* KILN_H */

@@ -81,6 +81,7 @@ struct ag_node {
     uint8_t inplace;
     uint8_t released;         /* saved tensors freed by a backward */
     int64_t seq;              /* creation order: later nodes run first */
+    ke_loc loc;               /* the forward call's line (-DKL_TRACK_SOURCE; anomaly reports) */
     ke_attrs a;
     int32_t nin, nout;
     ag_edge *next;            /* [nin] */

@@ -176,11 +176,13 @@ static int anomaly_check(const ag_node *n, int i, kl_tensor *g) {
     ag_set_grad_mode(prev);
     if (ok == 1.0) return 0;
     if (isnan(ok)) return -1;
-    char b[256];
+    char b[256], at[300] = "";
+    if (n->loc.file) snprintf(at, sizeof at, ", called at %s:%d", n->loc.file, n->loc.line);
     return ke_err(KL_ERR_ARG, "backward",
-                  "anomaly: the backward of kl_%s (forward op #%lld) produced NaN or Inf in the gradient of "
+                  "anomaly: the backward of kl_%s (forward op #%lld%s) produced NaN or Inf in the gradient of "
                   "its input %d (%s)",
-                  n->op == AG_OP_CUSTOM ? n->custom->name : ke_ops[n->op].name, (long long)n->seq, i + 1, ke_fmt_tensor(b, sizeof b, g));
+                  n->op == AG_OP_CUSTOM ? n->custom->name : ke_ops[n->op].name, (long long)n->seq, at, i + 1,
+                  ke_fmt_tensor(b, sizeof b, g));
 }
 
 /* grad += g for a leaf (or a non-leaf that retains its grad). */

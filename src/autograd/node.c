@@ -22,6 +22,7 @@ ag_node *ag_node_new(int op, int nin, int nout) {
     n->nin = nin;
     n->nout = nout;
     n->seq = atomic_fetch_add_explicit(&next_seq, 1, memory_order_relaxed);
+    n->loc = ke_loc_now();
     char *p = (char *)(n + 1);
     n->saved_in = (ag_saved *)p;
     p += (size_t)nin * sizeof(ag_saved);

@@ -452,6 +452,27 @@ static int cg_run(void *hp, kl_tensor *const *in, kl_tensor *const *out) {
     return 0;
 }
 
+/* ir_backend.dump: k's module as emitted, before LLVM optimizes it. */
+static int cg_dump(const ir_kernel *k, const char *path) {
+    if (k->ninputs + k->noutputs > CG_MAX_BUFS)
+        return ke_err(KL_ERR_UNSUPPORTED, "compile", "llvm backend: a kernel with more than %d buffers", CG_MAX_BUFS);
+    cg_plan plan;
+    cg_plan_make(&plan, k);
+    cg_lock();
+    int rc = cg_jit_init();
+    LLVMModuleRef m = NULL;
+    if (!rc) rc = cg_emit_kernel(k, &plan, "kiln_kernel", &m);
+    if (!rc) {
+        char *msg = NULL;
+        if (LLVMPrintModuleToFile(m, path, &msg))
+            rc = ke_err(KL_ERR_IO, "compile", "cannot write %s: %s", path, msg ? msg : "");
+        if (msg) LLVMDisposeMessage(msg);
+        LLVMDisposeModule(m);
+    }
+    cg_unlock();
+    return rc;
+}
+
 const ir_backend cg_llvm_backend = {
     .name = "llvm",
     .device = KL_CPU,
@@ -459,4 +480,5 @@ const ir_backend cg_llvm_backend = {
     .compile = cg_compile,
     .run = cg_run,
     .free = cg_free,
+    .dump = cg_dump,
 };

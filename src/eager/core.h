@@ -72,6 +72,20 @@ void ke_convert_strided(void *dst, kl_dtype dd, int64_t dstride, const void *src
 int ke_err(kl_status code, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int ke_verr(kl_status code, const char *op, const char *fmt, va_list ap);
 int ke_error_pending(void);
+
+/* ---- source locations (srcloc.c; -DKL_TRACK_SOURCE in kiln.h) ------------- */
+
+/* A caller's __FILE__ and __LINE__ (file NULL: unknown). The file string is
+ * the caller's literal: it lives as long as the caller's program. */
+typedef struct ke_loc {
+    const char *file;
+    int line;
+} ke_loc;
+/* The location of the innermost tracked public call running on this thread. */
+ke_loc ke_loc_now(void);
+/* "file:line" into buf; ":line" when file equals prev_file (lists of nodes
+ * from one file); "" when l is unknown. Returns buf. */
+const char *ke_loc_fmt(char *buf, size_t cap, ke_loc l, const char *prev_file);
 /* An entry point that judges a user callback by "did an error get recorded"
  * (kl_fn_call) sets an earlier, stale error aside first and puts it back
  * after (first error wins), so the stale error cannot change its result. */

@@ -26,6 +26,11 @@ int ke_verr(kl_status code, const char *op, const char *fmt, va_list ap) {
     int n = snprintf(tl_err.msg, sizeof tl_err.msg, "kl_%s: ", op ? op : "?");
     if (n < 0) n = 0;
     if ((size_t)n < sizeof tl_err.msg) vsnprintf(tl_err.msg + n, sizeof tl_err.msg - (size_t)n, fmt, ap);
+    ke_loc l = ke_loc_now(); /* the caller's line, when it was built with -DKL_TRACK_SOURCE */
+    if (l.file) {
+        size_t used = strlen(tl_err.msg);
+        snprintf(tl_err.msg + used, sizeof tl_err.msg - used, " at %s:%d", l.file, l.line);
+    }
     if (abort_on_error()) {
         fprintf(stderr, "kiln: %s (%s); aborting because KL_ABORT_ON_ERROR is set\n", tl_err.msg,
                 kl_status_name(code));

@@ -169,6 +169,19 @@ static int64_t op_args(const ke_call *c, int rc, char *buf, size_t bcap) {
     if (u < bcap)
         u += (size_t)snprintf(buf + u, bcap - u, "], \"device\": \"%s\", \"bytes\": %lld%s", ke_device_name(dev),
                               (long long)bytes, rc ? ", \"error\": true" : "");
+    ke_loc l = ke_loc_now(); /* the user's line (-DKL_TRACK_SOURCE) */
+    if (l.file && u < bcap) {
+        char at[300];
+        size_t n = 0;
+        snprintf(at, sizeof at, "%s:%d", l.file, l.line);
+        char q[620];
+        ke_prof_json_str(q, sizeof q, &n, at);
+        if (u + n + 10 < bcap) { /* whole or not at all */
+            memcpy(buf + u, ", \"loc\": ", 9);
+            memcpy(buf + u + 9, q, n + 1);
+            u += 9 + n;
+        }
+    }
     return bytes;
 }
 
@@ -198,8 +211,11 @@ int ke_observed_dispatch(ke_call *c) {
         }
         kl_device dev = c->device;
         if (c->nin > 0 && c->in[0] && c->in[0]->magic == KE_MAGIC_LIVE) dev = c->in[0]->storage->device;
-        ke_log(KE_LOG_DISPATCH, "%s%s(%s) -> %s on %s", ke_opname(c), c->inplace ? "_" : "", ins, out,
-               ke_device_name(dev));
+        char at[320];
+        ke_loc_fmt(at + 4, sizeof at - 4, ke_loc_now(), NULL);
+        if (at[4]) memcpy(at, " at ", 4);
+        ke_log(KE_LOG_DISPATCH, "%s%s(%s) -> %s on %s%s", ke_opname(c), c->inplace ? "_" : "", ins, out,
+               ke_device_name(dev), at[4] ? at : "");
     }
     return rc;
 }

@@ -85,6 +85,7 @@ static int splice(ir_graph *g, int32_t k, const ir_graph *sub) {
         ir_node *d = &nodes[at];
         *d = *m;
         d->device = dev;
+        d->loc = n->loc; /* the pieces stand for the user's call */
         d->in = m->nin ? malloc(sizeof(int32_t) * (size_t)m->nin) : NULL;
         if (m->nin && !d->in) {
             rc = ke_err(KL_ERR_OOM, "compile", "out of memory decomposing a node");

@@ -344,14 +344,26 @@ static int part_io(const fuse_state *s, int32_t G, const int32_t *members, int l
     return ok && *nin <= IR_KERNEL_MAX_IN;
 }
 
-/* "add, mul, gelu": the ops of n nodes (malloc'd; NULL if out of memory). */
+/* "add, mul, gelu": the ops of n nodes (malloc'd; NULL if out of memory).
+ * Nodes that carry the user's line (-DKL_TRACK_SOURCE) are named with it,
+ * the file said once per run of one file: "mlp.c:41 add, :42 gelu". */
 static char *members_text(const ir_graph *g, const int32_t *m, int n) {
     size_t cap = 16, used = 0;
-    for (int i = 0; i < n; i++) cap += strlen(ir_op_name(g->nodes[m[i]].op)) + 2;
+    for (int i = 0; i < n; i++) {
+        const ir_node *nd = &g->nodes[m[i]];
+        cap += strlen(ir_op_name(nd->op)) + 2 + (nd->loc.file ? strlen(nd->loc.file) + 16 : 0);
+    }
     char *t = malloc(cap);
     if (!t) return NULL;
     t[0] = 0;
-    for (int i = 0; i < n; i++) used += (size_t)snprintf(t + used, cap - used, "%s%s", i ? ", " : "", ir_op_name(g->nodes[m[i]].op));
+    const char *prev = NULL;
+    for (int i = 0; i < n; i++) {
+        const ir_node *nd = &g->nodes[m[i]];
+        char at[400];
+        ke_loc_fmt(at, sizeof at, nd->loc, prev);
+        if (nd->loc.file) prev = nd->loc.file;
+        used += (size_t)snprintf(t + used, cap - used, "%s%s%s%s", i ? ", " : "", at, at[0] ? " " : "", ir_op_name(nd->op));
+    }
     return t;
 }
 
@@ -382,6 +394,7 @@ static int emit_kernel(fuse_state *s, int32_t G, const int32_t *members, int lo,
     kn_node->op = IR_OP_KERNEL;
     kn_node->inplace = 0;
     kn_node->compute = -1;
+    kn_node->loc = (ke_loc){NULL, 0}; /* its members' lines are in kn->ops */
     memset(&kn_node->a, 0, sizeof kn_node->a);
     ir_attr_set_kernel_id(&kn_node->a, idx);
     kn_node->nout = nout;

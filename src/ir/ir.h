@@ -83,6 +83,7 @@ typedef struct ir_node {
     int32_t *in;            /* [nin] value ids */
     int32_t out[KE_MAX_OUT];
     kl_device device;       /* the device the node computes on (creation ops: create on) */
+    ke_loc loc;             /* the user's line that called the op (-DKL_TRACK_SOURCE), or none */
     ke_attrs a;
 } ir_node;
 

@@ -101,6 +101,9 @@ typedef struct ir_backend {
     void *(*compile)(const ir_kernel *k);
     int (*run)(void *handle, kl_tensor *const *in, kl_tensor *const *out);
     void (*free)(void *handle);
+    /* Optional: writes the code it generates for k, in its own text form (LLVM IR),
+     * to path (KL_COMPILE_CHECK's repro bundles). 0 or -1. */
+    int (*dump)(const ir_kernel *k, const char *path);
 } ir_backend;
 
 #define IR_MAX_BACKENDS 8

@@ -92,6 +92,16 @@ static int add_stmt(ir_kernel *k, int *cap, const ir_kstmt *s) {
     return k->nstmts++;
 }
 
+/* Tests only: KL_TEST_BREAK_LOWERING=<op> lowers that elementwise op wrongly (a unary one as neg,
+ * a binary one as sub, sub as add), so that KL_COMPILE_CHECK and its minifier have a
+ * mismatch to find (tests/test_repro.c). Read at each lowering: compile time only. */
+static int broken_op(int op, int nin) {
+    const char *e = getenv("KL_TEST_BREAK_LOWERING");
+    if (!e || strcmp(e, ke_ops[op].name) != 0 || ke_ops[op].kind != KE_KIND_EW) return op;
+    if (nin == 1) return KE_OP_neg;
+    return op == KE_OP_sub ? KE_OP_add : KE_OP_sub;
+}
+
 ir_kernel *ir_lower_group(const ir_graph *g, const int32_t *members, int n, int ndim, const int64_t *shape,
                           const int32_t *in, int ninputs, const int32_t *out, int noutputs) {
     ir_kernel *k = calloc(1, sizeof *k);
@@ -136,8 +146,8 @@ ir_kernel *ir_lower_group(const ir_graph *g, const int32_t *members, int n, int 
         const ir_node *nd = &g->nodes[members[m]];
         /* a value is per row when every operand is (row kernels) */
         int red = ke_ops[nd->op].kind == KE_KIND_REDUCE;
-        ir_kstmt s = {.kind = red ? IR_K_REDUCE : IR_K_OP, .op = nd->op, .nargs = nd->nin, .buf = -1,
-                      .row = nd->nin > 0};
+        ir_kstmt s = {.kind = red ? IR_K_REDUCE : IR_K_OP, .op = red ? nd->op : broken_op(nd->op, nd->nin),
+                      .nargs = nd->nin, .buf = -1, .row = nd->nin > 0};
         s.dtype = g->values[nd->out[0]].dtype;
         s.a = nd->a;
         int cd = nd->compute;

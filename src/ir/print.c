@@ -139,7 +139,9 @@ int ir_print(const ir_graph *g, FILE *f) {
         fprintf(f, "%s%s%s(", n->nout ? " = " : "", ir_op_name(n->op), n->inplace ? "_" : "");
         for (int i = 0; i < n->nin; i++) fprintf(f, "%s%%%d", i ? ", " : "", n->in[i]);
         print_attrs(f, n);
-        fputs(")\n", f);
+        fputs(")", f);
+        if (n->loc.file) fprintf(f, "  @ %s:%d", n->loc.file, n->loc.line);
+        fputs("\n", f);
     }
     fputs("  return (", f);
     for (int32_t i = 0; i < g->noutputs; i++) fprintf(f, "%s%%%d", i ? ", " : "", g->outputs[i]);

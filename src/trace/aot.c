@@ -238,6 +238,7 @@ static int copy_node(ir_graph *g, const ir_graph *J, const ir_node *n, int32_t *
     int32_t k = ir_add_node(g, n->op, n->inplace, n->nin, in, n->nout, NULL, &n->a, n->device, n->compute);
     if (in != inl) free(in);
     if (k < 0) return -1;
+    g->nodes[k].loc = n->loc;
     for (int j = 0; j < n->nout; j++) {
         int32_t id = g->nodes[k].out[j];
         copy_meta(&g->values[id], &J->values[n->out[j]]);

@@ -51,6 +51,7 @@ typedef struct tr_entry {
     char *broke;              /* the trace break, if any */
     tr_dyn *dyn;              /* dynamic: g is its template, specialised per size (dyn.c) */
     char *static_why;         /* dynamic sizes were asked for and refused: why */
+    ir_graph *traced;         /* KL_COMPILE_CHECK: g as traced, before the passes (the minifier's) */
 } tr_entry;
 
 struct kl_fn {
@@ -125,7 +126,7 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
     f->last = -1;
     /* Read here, not per call: getenv was a visible share of a cache hit. */
     f->env_eager = !env_flag("KL_COMPILE", 1);
-    f->env_check = (uint8_t)env_flag("KL_COMPILE_CHECK", 0);
+    f->env_check = (uint8_t)env_flag("KL_COMPILE_CHECK", 0) && !tr_in_repro;
     pthread_mutex_init(&f->lock, NULL);
     return f;
 }
@@ -140,6 +141,7 @@ void kl_fn_release(kl_fn *f) {
         free(f->entries[i].static_why);
         if (f->entries[i].dyn) tr_dyn_free(f->entries[i].dyn); /* owns g */
         else ir_graph_free(f->entries[i].g);
+        ir_graph_free(f->entries[i].traced);
         tr_aot_release(f->entries[i].aot);
     }
     free(f->entries);
@@ -306,7 +308,7 @@ static char *guards_text(const tr_entry *e, int n_in) {
 
 /* ---- check mode ------------------------------------------------------------------- */
 
-static double tolerance(kl_dtype dt) {
+double tr_tolerance(kl_dtype dt) {
     switch (dt) {
     case KL_F64: return 1e-9;
     case KL_F32: return 1e-4;
@@ -316,10 +318,10 @@ static double tolerance(kl_dtype dt) {
     }
 }
 
-static int same_values(kl_tensor *a, kl_tensor *b) {
+int tr_same_values(kl_tensor *a, kl_tensor *b) {
     if (a->dtype != b->dtype || a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim))
         return 0;
-    double tol = tolerance((kl_dtype)a->dtype);
+    double tol = tr_tolerance((kl_dtype)a->dtype);
     kl_no_grad_begin();
     int r = kl_allclose(kl_to_dtype(a, KL_F64), kl_to_dtype(b, KL_F64), tol, tol, true);
     kl_no_grad_end();
@@ -340,18 +342,59 @@ static int check_against_eager(kl_fn *f, kl_tensor *const *in, int n_in, kl_tens
     kl_no_grad_end();
     if (!rc) rc = f->fn(f->user, copies, n_in, eouts, n_out);
     for (int j = 0; j < n_out && !rc; j++)
-        if (!eouts[j] || !same_values(outs[j], eouts[j]))
+        if (!eouts[j] || !tr_same_values(outs[j], eouts[j]))
             rc = ke_err(KL_ERR_STATE, "fn_call",
                         "KL_COMPILE_CHECK: %s: compiled output %d differs from eager beyond the %s tolerance",
                         f->o.name, j + 1, ke_dtypes[outs[j]->dtype].name);
     for (int i = 0; i < n_in && !rc; i++)
-        if (!same_values(in[i], copies[i]))
+        if (!tr_same_values(in[i], copies[i]))
             rc = ke_err(KL_ERR_STATE, "fn_call",
                         "KL_COMPILE_CHECK: %s: input %d after the compiled call differs from eager", f->o.name, i + 1);
     free(copies);
     free(eouts);
     kl_scope_end();
     return rc ? -1 : 0;
+}
+
+/* A mismatch found by the check: the minifier's bundle, named in the error (and logged). Returns -1. */
+static int minify(kl_fn *f, tr_entry *e, kl_tensor *const *before, int n_in) {
+    ke_error_stash found;
+    ke_error_set_aside(&found);
+    const char *what = found.msg;
+    if (!strncmp(what, "kl_fn_call: ", 12)) what += 12;
+    char dir[4096];
+    /* the minifier's eager run draws random numbers: later draws stay as if it had not run */
+    ke_generator gen = ke_generator_get_state(ke_default_generator());
+    int rc = tr_repro(e->traced, before, n_in, &f->o, what, dir, sizeof dir);
+    ke_generator_set_state(ke_default_generator(), gen);
+    if (rc) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", kl_last_error());
+        kl_clear_error();
+        return ke_err(found.code, "fn_call", "%s (no repro bundle: %s)", what, why);
+    }
+    return ke_err(found.code, "fn_call", "%s; repro bundle: %s", what, dir);
+}
+
+int tr_fn_dump_kernels(const kl_fn *f, const char *dir) {
+    if (f->last < 0 || !f->entries[f->last].g) return 0;
+    const ir_graph *g = f->entries[f->last].g;
+    for (int32_t k = 0; k < g->nkernels; k++) {
+        const ir_kernel *kn = g->kernels[k];
+        char path[4200];
+        snprintf(path, sizeof path, "%s/kernel%d.txt", dir, (int)k);
+        char *text = ir_kernel_to_string(kn);
+        FILE *o = text ? fopen(path, "w") : NULL;
+        if (o) {
+            fprintf(o, "# kernel %d = %s\n%s", (int)k, kn->ops ? kn->ops : "?", text);
+            fclose(o);
+        }
+        free(text);
+        if (!o) return ke_err(KL_ERR_IO, "fn_call", "repro: cannot write %s", path);
+        snprintf(path, sizeof path, "%s/kernel%d.ll", dir, (int)k);
+        if (kn->backend && kn->backend->dump && kn->backend->dump(kn, path)) return -1;
+    }
+    return 0;
 }
 
 /* ---- calls ----------------------------------------------------------------------------- */
@@ -584,6 +627,7 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         for (int i = 0; i < n_in; i++) /* inputs sharing storage: writes through one reach both */
             if (e->in[i].alias >= 0) ir_alias_input(g, i, e->in[i].alias);
     }
+    if (g && !e->aot && f->env_check && !(e->traced = ir_graph_clone(g))) kl_clear_error(); /* no minifier then */
     if (g && !e->aot && f->o.mode != KL_COMPILE_TRACE_ONLY) {
         int64_t q0 = prof ? ke_prof_now() : 0;
         int bad = ir_optimize(g) != 0;
@@ -846,6 +890,10 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
         ke_generator_set_state(ke_default_generator(), gen0);
         rc = check_against_eager(f, inputs, n_in, before, outputs, n_out);
         ke_generator_set_state(ke_default_generator(), gen1);
+        /* the minifier replays the graph as traced, at its traced sizes: a dynamic entry
+         * called at another size reports the mismatch without a bundle */
+        if (rc && hit->traced && kl_last_status() == KL_ERR_STATE && (!hit->dyn || g == hit->g))
+            rc = minify(f, hit, before, n_in);
     }
     if (before)
         for (int i = 0; i < n_in; i++)

@@ -69,4 +69,21 @@ int tr_data_hook(const kl_tensor *t, const char *op);
 int tr_backward_hook(const char *op, int accumulate, int create_graph, int n_in, kl_tensor *const *inputs);
 ir_graph *tr_subtrace(const ir_graph *g, const ir_node *n);
 
+/* ---- KL_COMPILE_CHECK (compile.c) and its minifier (repro.c) ---------------------------- */
+/* KL_COMPILE_CHECK's tolerance for dtype d (relative and absolute). */
+double tr_tolerance(kl_dtype d);
+/* 1 if a and b have one dtype and shape and agree within tr_tolerance (NaN equals NaN). */
+int tr_same_values(kl_tensor *a, kl_tensor *b);
+/* Writes each kernel of f's most recent graph to dir: kernel IR as kernel<N>.txt and,
+ * where its backend can (ir_backend.dump), the generated code as kernel<N>.ll. 0 or -1. */
+int tr_fn_dump_kernels(const kl_fn *f, const char *dir);
+/* Nonzero while this thread minifies: functions compiled meanwhile skip KL_COMPILE_CHECK. */
+extern _Thread_local int tr_in_repro;
+/* KL_COMPILE_CHECK found that f's compiled call differs from eager (what: the check's message):
+ * shrinks traced (the signature's graph as traced; inputs: the call's inputs before it ran) to
+ * a smallest subgraph that still differs, compiled with o, and writes a repro bundle whose
+ * folder is put in dir (repro.c says what it holds). 0, or -1 with an error recorded. */
+int tr_repro(const ir_graph *traced, kl_tensor *const *inputs, int n_in, const kl_compile_options *o, const char *what,
+             char *dir, size_t dir_cap);
+
 #endif /* TR_TRACE_H */

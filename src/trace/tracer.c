@@ -250,6 +250,7 @@ int tr_trace_handler(ke_call *c) {
     int kind = ke_ops[c->op].kind;
     int compute = kind == KE_KIND_EW || kind == KE_KIND_REDUCE ? (int)sc.compute : -1;
     int32_t k = ir_add_node(s->g, c->op, c->inplace, nin, ids, sc.nout, sc.out, &c->a, dev, compute);
+    if (k >= 0) s->g->nodes[k].loc = ke_loc_now();
     if (k < 0 || ((ke_ops[c->op].flags & KE_F_RANDOM) && random_slot(s, &s->g->nodes[k].a, &s->g->values[s->g->nodes[k].out[0]]))) goto out;
     c->nout = sc.nout;
     for (int j = 0; j < sc.nout; j++) {
