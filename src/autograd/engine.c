@@ -72,16 +72,18 @@ static int discover(pass *ps, int nroots, const ag_edge *roots) {
     for (int r = 0; r < nroots; r++) {
         ag_node *root = roots[r].fn;
         if (root->run == ps->id) continue;
-        if (visit_init(ps, root)) goto fail;
+        /* the slot first: a node whose buf is allocated is always on the
+         * stack or in ps->nodes, where a failure frees it */
         if (grow((void **)&st, &scap, sn + 1, sizeof *st)) goto fail;
+        if (visit_init(ps, root)) goto fail;
         st[sn++] = (frame){root, 0};
         while (sn > 0) {
             frame *f = &st[sn - 1];
             if (f->next < f->n->nin) {
                 ag_node *c = f->n->next[f->next++].fn;
                 if (!c || c->run == ps->id) continue;
-                if (visit_init(ps, c)) goto fail;
                 if (grow((void **)&st, &scap, sn + 1, sizeof *st)) goto fail;
+                if (visit_init(ps, c)) goto fail;
                 st[sn++] = (frame){c, 0};
                 continue;
             }
@@ -95,6 +97,13 @@ static int discover(pass *ps, int nroots, const ag_edge *roots) {
     if (grow((void **)&ps->heap, &hcap, ps->n + 1, sizeof *ps->heap)) return -1;
     return 0;
 fail:
+    /* nodes still on the stack are not in ps->nodes: pass_cleanup misses them
+     * (their bufs leaked when an allocation failed mid-discovery: test_oom) */
+    for (int i = 0; i < sn; i++) {
+        free(st[i].n->buf);
+        st[i].n->buf = NULL;
+        st[i].n->run = 0;
+    }
     free(st);
     return -1;
 }

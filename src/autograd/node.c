@@ -56,7 +56,8 @@ void ag_saved_release(ag_node *n) {
 /* Frees one node whose count reached zero; nodes it releases in turn are
  * queued on `pending` rather than freed recursively. */
 static _Thread_local struct {
-    ag_node **items;
+    ag_node **items; /* small, or a heap array while a long chain drains */
+    ag_node *small[64];
     int n, cap, draining;
 } pending;
 
@@ -82,13 +83,19 @@ static void node_destroy(ag_node *n) {
 
 void ag_node_decref(ag_node *n) {
     if (atomic_fetch_sub_explicit(&n->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (!pending.items) {
+        pending.items = pending.small;
+        pending.cap = (int)(sizeof pending.small / sizeof pending.small[0]);
+    }
     if (pending.n == pending.cap) {
-        int cap = pending.cap ? 2 * pending.cap : 64;
-        ag_node **p = realloc(pending.items, (size_t)cap * sizeof *p);
+        int cap = 2 * pending.cap;
+        ag_node **p = pending.items == pending.small ? malloc((size_t)cap * sizeof *p)
+                                                     : realloc(pending.items, (size_t)cap * sizeof *p);
         if (!p) {
             node_destroy(n); /* out of memory: fall back to recursion */
             return;
         }
+        if (pending.items == pending.small) memcpy(p, pending.small, sizeof pending.small);
         pending.items = p;
         pending.cap = cap;
     }
@@ -97,6 +104,13 @@ void ag_node_decref(ag_node *n) {
     pending.draining = 1;
     while (pending.n > 0) node_destroy(pending.items[--pending.n]);
     pending.draining = 0;
+    /* A heap array is given back once drained: a thread-local one would leak
+     * at thread exit (LSan, test_threads' backward threads). */
+    if (pending.items != pending.small) {
+        free(pending.items);
+        pending.items = pending.small;
+        pending.cap = (int)(sizeof pending.small / sizeof pending.small[0]);
+    }
 }
 
 void ag_tmeta_of(const kl_tensor *t, ag_tmeta *m) {

@@ -736,7 +736,16 @@ static void make_types(em *e) {
 }
 
 static LLVMValueRef attrs_global(em *e, const ke_attrs *a) {
-    LLVMValueRef init = LLVMConstStringInContext(e->c, (const char *)a, sizeof *a, 1);
+    /* The constant is LLVM-uniqued by its bytes: built field by field into
+     * zeroed memory, because a's padding (after nlist) and list slots past
+     * nlist may be uninitialised (valgrind memcheck, test_plan). */
+    ke_attrs z;
+    memset(&z, 0, sizeof z);
+    memcpy(z.f, a->f, sizeof z.f);
+    memcpy(z.i, a->i, sizeof z.i);
+    z.nlist = a->nlist;
+    if (a->nlist > 0 && a->nlist <= KE_MAX_LIST) memcpy(z.list, a->list, sizeof(int64_t) * (size_t)a->nlist);
+    LLVMValueRef init = LLVMConstStringInContext(e->c, (const char *)&z, sizeof z, 1);
     LLVMValueRef g = LLVMAddGlobal(e->m, LLVMTypeOf(init), "attrs");
     LLVMSetInitializer(g, init);
     LLVMSetGlobalConstant(g, 1);
