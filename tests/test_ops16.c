@@ -101,6 +101,11 @@ static void scatter_reduce_int_identity(void **s) {
     kl_tensor *mn = kl_scatter_reduce(x, 0, idx, src, KL_SCATTER_MEAN, false);
     assert_int_equal(kl_equal(mx, kl_from_data((const int32_t[]){-3, 4, 100}, KL_SHAPE(3), KL_I32)), 1);
     assert_int_equal(kl_equal(mn, kl_from_data((const int32_t[]){-5, 4, 100}, KL_SHAPE(3), KL_I32)), 1);
+    /* 300 entries into one uint8 element: the count does not wrap */
+    kl_tensor *u = kl_scatter_reduce(kl_full(KL_SHAPE(2), 9, KL_U8), 0, kl_zeros(KL_SHAPE(300), KL_I64),
+                                     kl_full(KL_SHAPE(300), 200, KL_U8), KL_SCATTER_MEAN, true);
+    assert_int_equal(kl_equal(u, kl_from_data((const uint8_t[]){(uint8_t)((9 + 300 * 200) % 256 / 301), 9}, KL_SHAPE(2),
+                                              KL_U8)), 1);
 }
 
 static void interpolate_and_prelu_errors(void **s) {

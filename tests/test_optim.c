@@ -356,6 +356,19 @@ static void params_conv_and_batch_norm_layers(void **s) {
     assert_null(rm);
     assert_int_equal(kl_params_add_batch_norm(p, "bn3", 0, true, NULL, NULL, NULL, NULL), -1);
     KT_EXPECT_ERROR(KL_ERR_ARG, "kl_params_add_batch_norm: num_features (0) must be positive");
+    kl_tensor *pw;
+    int np = kl_params_count(p);
+    assert_int_equal(kl_params_add_prelu(p, "act", 32, 0.25, &pw), 0);
+    kt_assert_shape(pw, 1, (const int64_t[]){32});
+    assert_true(kl_item(kl_amin(pw, KL_ALL_DIMS, false)) == 0.25 && kl_item(kl_amax(pw, KL_ALL_DIMS, false)) == 0.25);
+    assert_true(kl_requires_grad(pw));
+    assert_string_equal(kl_params_name(p, np), "act.weight");
+    assert_non_null(kl_prelu(kl_randn(KL_SHAPE(2, 32, 3), KL_F32), pw));
+    assert_int_equal(kl_params_add_prelu(p, "act", 1, 0.25, &pw), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "a parameter named 'act.weight' is already in the collection");
+    assert_null(pw);
+    assert_int_equal(kl_params_add_prelu(p, "act2", 0, 0.25, NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_params_add_prelu: num_parameters (0) must be positive");
     kl_params_free(p);
 }
 

@@ -160,6 +160,11 @@ KL_API int kl_params_add_conv_transpose2d(kl_params *p, const char *prefix, int6
 KL_API int kl_params_add_batch_norm(kl_params *p, const char *prefix, int64_t num_features, bool affine,
                                     kl_tensor **weight, kl_tensor **b, kl_tensor **running_mean,
                                     kl_tensor **running_var);
+/* nn.PReLU's parameter "<prefix>.weight" [num_parameters] (1, or the
+ * channels), every element init (PyTorch's default: 0.25), in the default
+ * dtype, borrowed from p. For kl_prelu. Returns 0 or -1. */
+KL_API int kl_params_add_prelu(kl_params *p, const char *prefix, int64_t num_parameters, double init,
+                               kl_tensor **weight);
 
 /* ------------------------------------------------------------------------ */
 /* Optimizers (torch.optim 1.13 semantics, one parameter group). A step is   */

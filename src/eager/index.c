@@ -364,8 +364,11 @@ typedef void (*scatter_div_fn)(char *o, const double *cnt, int64_t n);
 #define KE_SC_ID(v) (v)
 #define KE_SC_MAX(a, b) ((a) != (a) || (a) > (b) ? (a) : (b))
 #define KE_SC_MIN(a, b) ((a) != (a) || (a) < (b) ? (a) : (b))
-#define KE_SC_FDIV(a, n) ((a) / (n))
-#define KE_SC_IDIV(a, n) ((a) / (n) - (((a) % (n) != 0) && (((a) < 0) != ((n) < 0))))
+/* n: the count as a double (exact); integers floor-divide in int64 (a u8
+ * element may take more than 255 entries) */
+#define KE_SC_FDIV(a, n) ((a) / (__typeof__(a))(n))
+#define KE_SC_IDIV(a, n) ke_sc_floordiv((int64_t)(a), (int64_t)(n))
+static inline int64_t ke_sc_floordiv(int64_t a, int64_t n) { return a / n - (a % n != 0 && (a < 0) != (n < 0)); }
 /* the five updates and the division of one dtype: sfx names them, ADD/MUL
  * combine a and b in C, DIV(a, n) divides a by the C count n */
 #define KE_SC_DTYPE(sfx, T, C, LD, ST, ADD, MUL, DIV)                                                         \
@@ -377,8 +380,8 @@ typedef void (*scatter_div_fn)(char *o, const double *cnt, int64_t n);
     static void sc_div_##sfx(char *o, const double *cnt, int64_t n) {                                         \
         T *O = (T *)o;                                                                                        \
         for (int64_t k = 0; k < n; k++) {                                                                     \
-            C a = LD(O[k]), c = (C)cnt[k];                                                                    \
-            O[k] = ST(DIV(a, c));                                                                             \
+            C a = LD(O[k]);                                                                                   \
+            O[k] = ST((C)DIV(a, cnt[k]));                                                                     \
         }                                                                                                     \
     }
 KE_SC_DTYPE(f32, float, float, KE_SC_ID, KE_SC_ID, a + b, a * b, KE_SC_FDIV)
@@ -390,8 +393,8 @@ KE_SC_DTYPE(i32, int32_t, int32_t, KE_SC_ID, KE_SC_ID, KE_WRAP_ADD(int32_t, uint
 KE_SC_DTYPE(i64, int64_t, int64_t, KE_SC_ID, KE_SC_ID, KE_WRAP_ADD(int64_t, uint64_t, a, b),
             KE_WRAP_MUL(int64_t, uint64_t, a, b), KE_SC_IDIV)
 KE_SC_DTYPE(u8, uint8_t, uint8_t, KE_SC_ID, KE_SC_ID, KE_WRAP_ADD(uint8_t, uint32_t, a, b),
-            KE_WRAP_MUL(uint8_t, uint32_t, a, b), KE_SC_FDIV)
-KE_SC_DTYPE(bool, uint8_t, uint8_t, KE_SC_ID, KE_SC_ID, (a | b) != 0, (a & b) != 0, KE_SC_FDIV)
+            KE_WRAP_MUL(uint8_t, uint32_t, a, b), KE_SC_IDIV)
+KE_SC_DTYPE(bool, uint8_t, uint8_t, KE_SC_ID, KE_SC_ID, (a | b) != 0, (a & b) != 0, KE_SC_IDIV) /* mean refused */
 #define KE_SC_ROW(k)                                                                                          \
     {[KL_F32] = sc_##k##_f32, [KL_F64] = sc_##k##_f64, [KL_F16] = sc_##k##_f16, [KL_BF16] = sc_##k##_bf16,      \
      [KL_I32] = sc_##k##_i32, [KL_I64] = sc_##k##_i64, [KL_U8] = sc_##k##_u8,   [KL_BOOL] = sc_##k##_bool}

@@ -290,3 +290,23 @@ int kl_params_add_batch_norm(kl_params *p, const char *prefix, int64_t num_featu
     if (running_var) *running_var = rv;
     return 0;
 }
+
+/* nn.PReLU's weight: num_parameters copies of init (PyTorch's default 0.25). */
+int kl_params_add_prelu(kl_params *p, const char *prefix, int64_t num_parameters, double init, kl_tensor **weight) {
+    static const char *op = "params_add_prelu";
+    if (weight) *weight = NULL;
+    if (check_params(p, op)) return -1;
+    if (num_parameters < 1)
+        return ke_err(KL_ERR_ARG, op, "num_parameters (%lld) must be positive", (long long)num_parameters);
+    char wname[512];
+    if (param_name(wname, sizeof wname, op, prefix, "weight")) return -1;
+    if (kl_params_index(p, wname) >= 0)
+        return ke_err(KL_ERR_ARG, op, "a parameter named '%s' is already in the collection", wname);
+    int rc = -1;
+    kl_scope_begin();
+    kl_tensor *w = kl_full(1, &num_parameters, init, kl_get_default_dtype());
+    if (w && kl_params_add(p, wname, w) >= 0) rc = 0;
+    kl_scope_end();
+    if (rc == 0 && weight) *weight = w;
+    return rc;
+}
