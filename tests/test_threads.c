@@ -141,6 +141,7 @@ static void one_fn_many_threads_traces_once(void **s) {
     kl_compile_options o = kl_compile_options_default();
     o.name = "threads";
     o.recompile_limit = 2 * NT;
+    o.auto_dynamic = 0; /* one entry per signature, not one dynamic entry for the sizes */
     sh.f = kl_compile(traced_fn, &sh, &o);
     assert_non_null(sh.f);
     fn_race(&sh, 1);
