@@ -99,4 +99,36 @@ static inline int kt_int_ops(void *u, kl_tensor *const *in, int n_in, kl_tensor 
         }                                                                                     \
     } while (0)
 
+/* Skips a test of NVRTC compiles in the emulated run (the suite without
+ * KL_CUDA_EMULATE runs it) and where NVRTC cannot be loaded. */
+#define NEED_NVRTC_ONLY()                                                                        \
+    do {                                                                                         \
+        if (kt_cuda_emulated(OP)) {                                                              \
+            print_message("skipped: the NVRTC compile runs in the suite without KL_CUDA_EMULATE\n"); \
+            skip();                                                                              \
+        }                                                                                        \
+        if (!ku_nvrtc_available(OP)) {                                                           \
+            print_message("skipped: %s\n", kl_last_error());                                     \
+            kl_clear_error();                                                                    \
+            skip();                                                                              \
+        }                                                                                        \
+    } while (0)
+
+/* src compiles with NVRTC for sm_80 and sm_90 without spilling (the source
+ * is printed otherwise); returns the larger register count. */
+static inline int kt_nvrtc_compiles(const char *op, const char *src, const char *name) {
+    int maxreg = 0;
+    for (int arch = 80; arch <= 90; arch += 10) {
+        ku_cubin c;
+        int rc = ku_nvrtc_compile(op, src, name, arch, &c);
+        if (rc) print_error("sm_%d: %s\n%s\n", arch, kl_last_error(), src);
+        assert_int_equal(rc, 0);
+        if (c.spill_bytes > 0) print_error("spills %d bytes on sm_%d:\n%s\n", c.spill_bytes, arch, src);
+        assert_true(c.spill_bytes <= 0);
+        if (c.registers > maxreg) maxreg = c.registers;
+        ku_cubin_free(&c);
+    }
+    return maxreg;
+}
+
 #endif

@@ -227,15 +227,7 @@ static void pooling(void **st) {
 /* Every conv / pool program compiles with NVRTC for sm_80 and sm_90 without spilling. */
 static void nvrtc_compiles(void **st) {
     (void)st;
-    if (kt_cuda_emulated(OP)) {
-        print_message("skipped: the NVRTC compile runs in the suite without KL_CUDA_EMULATE\n");
-        skip();
-    }
-    if (!ku_nvrtc_available(OP)) {
-        print_message("skipped: %s\n", kl_last_error());
-        kl_clear_error();
-        skip();
-    }
+    NEED_NVRTC_ONLY();
     static const struct {
         int pool;
         kl_dtype dt;
@@ -244,15 +236,7 @@ static void nvrtc_compiles(void **st) {
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
         cn_kernel_src src;
         assert_int_equal(cn_conv_program(ps[i].pool, ps[i].dt, &src), 0);
-        for (int arch = 80; arch <= 90; arch += 10) {
-            ku_cubin c;
-            int rc = ku_nvrtc_compile(OP, src.src, "conv.cu", arch, &c);
-            if (rc) print_error("sm_%d: %s\n%s\n", arch, kl_last_error(), src.src);
-            assert_int_equal(rc, 0);
-            if (c.spill_bytes > 0) print_error("spills %d bytes on sm_%d:\n%s\n", c.spill_bytes, arch, src.src);
-            assert_true(c.spill_bytes <= 0);
-            ku_cubin_free(&c);
-        }
+        kt_nvrtc_compiles(OP, src.src, "conv.cu");
         cn_kernel_src_free(&src);
     }
 }

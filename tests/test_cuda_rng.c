@@ -293,15 +293,7 @@ static void drawn_on_the_device(void **st) {
  * sm_90 without spilling (no device needed: the run without the emulator). */
 static void nvrtc_compiles_every_variant(void **st) {
     (void)st;
-    if (kt_cuda_emulated(OP)) {
-        print_message("skipped: the NVRTC compile runs in the suite without KL_CUDA_EMULATE\n");
-        skip();
-    }
-    if (!ku_nvrtc_available(OP)) {
-        print_message("skipped: %s\n", kl_last_error());
-        kl_clear_error();
-        skip();
-    }
+    NEED_NVRTC_ONLY();
     static const int variants[][2] = {
         {CN_RNG_FILL, KE_PHILOX_UNIFORM_F32}, {CN_RNG_FILL, KE_PHILOX_UNIFORM_F64},
         {CN_RNG_FILL, KE_PHILOX_NORMAL_F32},  {CN_RNG_FILL, KE_PHILOX_NORMAL_F64},
@@ -313,16 +305,8 @@ static void nvrtc_compiles_every_variant(void **st) {
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         cn_kernel_src src;
         assert_int_equal(cn_rng_program(variants[v][0], variants[v][1], &src), 0);
-        for (int arch = 80; arch <= 90; arch += 10) {
-            ku_cubin c;
-            int rc = ku_nvrtc_compile(OP, src.src, "rng.cu", arch, &c);
-            if (rc) print_error("sm_%d: %s\n%s\n", arch, kl_last_error(), src.src);
-            assert_int_equal(rc, 0);
-            if (c.spill_bytes > 0) print_error("spills %d bytes on sm_%d:\n%s\n", c.spill_bytes, arch, src.src);
-            assert_true(c.spill_bytes <= 0);
-            if (c.registers > maxreg) maxreg = c.registers;
-            ku_cubin_free(&c);
-        }
+        int r = kt_nvrtc_compiles(OP, src.src, "rng.cu");
+        if (r > maxreg) maxreg = r;
         cn_kernel_src_free(&src);
     }
     print_message("9 random kernels compiled for sm_80 and sm_90: no spills, at most %d registers\n", maxreg);

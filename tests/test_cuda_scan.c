@@ -117,29 +117,13 @@ static void edge_cases(void **st) {
 /* Every scan program compiles with NVRTC for sm_80 and sm_90 without spilling. */
 static void nvrtc_compiles(void **st) {
     (void)st;
-    if (kt_cuda_emulated(OP)) {
-        print_message("skipped: the NVRTC compile runs in the suite without KL_CUDA_EMULATE\n");
-        skip();
-    }
-    if (!ku_nvrtc_available(OP)) {
-        print_message("skipped: %s\n", kl_last_error());
-        kl_clear_error();
-        skip();
-    }
+    NEED_NVRTC_ONLY();
     static const kl_dtype ts[] = {KL_F32, KL_F64, KL_I64};
     for (int prod = 0; prod < 2; prod++)
         for (int t = 0; t < 3; t++) {
             cn_kernel_src src;
             assert_int_equal(cn_scan_program(prod, ts[t], &src), 0);
-            for (int arch = 80; arch <= 90; arch += 10) {
-                ku_cubin c;
-                int rc = ku_nvrtc_compile(OP, src.src, "scan.cu", arch, &c);
-                if (rc) print_error("sm_%d: %s\n%s\n", arch, kl_last_error(), src.src);
-                assert_int_equal(rc, 0);
-                if (c.spill_bytes > 0) print_error("spills %d bytes on sm_%d:\n%s\n", c.spill_bytes, arch, src.src);
-                assert_true(c.spill_bytes <= 0);
-                ku_cubin_free(&c);
-            }
+            kt_nvrtc_compiles(OP, src.src, "scan.cu");
             cn_kernel_src_free(&src);
         }
 }
