@@ -24,6 +24,9 @@ def run(cmd, env=None, cwd=None):
 
 def main():
     meson, build, test_repro = sys.argv[1:4]
+    # a sanitized library (b_sanitize) needs the same runtime in the program
+    # that links it, as a user building against such a build would do
+    sanitize = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "none" else None
     with tempfile.TemporaryDirectory(prefix="kiln_repro_check_") as tmp:
         env = dict(os.environ, KT_REPRO_DIR=os.path.join(tmp, "out"), KL_CACHE_DIR=os.path.join(tmp, "cache"))
         rc, out = run([test_repro], env=env)
@@ -46,6 +49,8 @@ def main():
             sys.exit(f"pkg-config failed:\n{flags}")
         exe = os.path.join(tmp, "replay")
         cmd = ["cc", os.path.join(bundle, "replay.c"), "-o", exe] + shlex.split(flags)
+        if sanitize:
+            cmd.append("-fsanitize=" + sanitize)
         rc, out = run(cmd)
         if rc != 0:
             sys.exit(f"{' '.join(cmd)} failed:\n{out}")
