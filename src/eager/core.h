@@ -265,8 +265,10 @@ const ke_device_ops *ke_device_ops_of(kl_device_type type);
  * movers are registered; whether a driver exists is known at allocation). */
 int ke_device_available(kl_device_type type);
 
+/* In integers: an empty tensor's storage (from DLPack, say) may hold NULL,
+ * and NULL + 0 is undefined behaviour in C (UBSan's pointer-overflow). */
 static inline char *ke_data(const kl_tensor *t) {
-    return (char *)t->storage->data + t->offset * (int64_t)ke_dtypes[t->dtype].size;
+    return (char *)((uintptr_t)t->storage->data + (uintptr_t)(t->offset * (int64_t)ke_dtypes[t->dtype].size));
 }
 static inline int64_t ke_numel(int ndim, const int64_t *shape) {
     int64_t n = 1;
