@@ -142,8 +142,9 @@ void cn_set_row_split(int64_t threshold, int64_t chunk);
  * the elements each takes. */
 int64_t cn_row_split(int64_t len, int64_t *chunk);
 
-/* dst = src (same shape and dtype, any strides, on c's device): the eager
- * identity kernel (clone's formula) through ku_cuda_ew (cn_reduce.c). 0 or -1. */
+/* dst = src (same shape, any strides, on c's device), cast to dst's dtype
+ * where it differs: the eager identity kernel (clone's formula, the device's
+ * ke_convert) through ku_cuda_ew (cn_reduce.c). 0 or -1. */
 int cn_copy_into(const struct ke_call *c, kl_tensor *src, kl_tensor *dst);
 
 /* The indexing ops on CUDA tensors (cn_index.c): gather (and so
@@ -181,13 +182,11 @@ int ku_cuda_rng(struct ke_call *c);
 enum { CN_RNG_FILL, CN_RNG_DROPOUT, CN_RNG_BERNOULLI };
 int cn_rng_program(int mode, int kind, cn_kernel_src *src);
 /* Helpers of the hand-written eager kernels (cn_rng.c): whether t is
- * contiguous (dims of size 1 aside); dst = src cast to dst's dtype on the
- * device (the identity kernel: the device's ke_convert; same shape, any
- * strides); t as a contiguous tensor of dtype dt in the current scope (t
- * itself when it is one). 0 / -1, NULL on error. */
+ * contiguous (dims of size 1 aside); t as a contiguous tensor of dtype dt in
+ * the current scope (t itself when it is one; casts with cn_copy_into).
+ * 1 / 0, NULL on error. */
 struct kl_tensor;
 int cn_is_contiguous(const struct kl_tensor *t);
-int cn_cast_into(const struct ke_call *c, struct kl_tensor *src, struct kl_tensor *dst);
 struct kl_tensor *cn_as_contiguous(const struct ke_call *c, struct kl_tensor *t, kl_dtype dt);
 /* The eager CUDA kernel of cumsum and cumprod (cn_scan.c); registered by src/init.c. */
 int ku_cuda_scan(struct ke_call *c);

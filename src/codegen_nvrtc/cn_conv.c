@@ -278,7 +278,7 @@ int ku_cuda_conv2d(ke_call *c) {
             }
         }
     }
-    if (!rc && y != out) rc = cn_cast_into(c, y, out);
+    if (!rc && y != out) rc = cn_copy_into(c, y, out);
     kl_scope_end();
     return rc ? -1 : 0;
 }
@@ -322,7 +322,7 @@ int ku_cuda_pool2d(ke_call *c) {
         grid_of(total, grid, block);
         rc = ku_launch(op, fn, grid, block, 0, ku_current_stream(dev), args);
     }
-    if (!rc && y != out) rc = cn_cast_into(c, y, out);
+    if (!rc && y != out) rc = cn_copy_into(c, y, out);
     kl_scope_end();
     return rc ? -1 : 0;
 }

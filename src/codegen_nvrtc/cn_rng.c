@@ -133,27 +133,12 @@ int cn_is_contiguous(const kl_tensor *t) {
     return 1;
 }
 
-/* dst = src cast to dst's dtype (same shape, any strides) on the device: the
- * eager identity kernel (clone's formula), the device's ke_convert. */
-int cn_cast_into(const ke_call *c, kl_tensor *src, kl_tensor *dst) {
-    kl_tensor *in[1] = {src};
-    ke_call cc;
-    memset(&cc, 0, sizeof cc);
-    cc.op = KE_OP_clone;
-    cc.nin = 1;
-    cc.in = in;
-    cc.nout = 1;
-    cc.out[0] = dst;
-    cc.device = c->device;
-    cc.compute = ke_compute_dtype((kl_dtype)src->dtype);
-    return ku_cuda_ew(&cc);
-}
 
 /* t as a contiguous tensor of dtype dt on the device (t itself when it is one). */
 kl_tensor *cn_as_contiguous(const ke_call *c, kl_tensor *t, kl_dtype dt) {
     if (t->dtype == dt && cn_is_contiguous(t)) return t;
     kl_tensor *r = kl_empty_on(t->ndim, t->shape, dt, c->device);
-    return r && !cn_cast_into(c, t, r) ? r : NULL;
+    return r && !cn_copy_into(c, t, r) ? r : NULL;
 }
 
 int ku_cuda_rng(ke_call *c) {
@@ -246,7 +231,7 @@ int ku_cuda_rng(ke_call *c) {
     }
     if (status) ku_free(op, status);
     /* the stream's values into out's dtype, as the CPU's ke_convert */
-    if (!rc && dst != out) rc = cn_cast_into(c, dst, out);
+    if (!rc && dst != out) rc = cn_copy_into(c, dst, out);
     kl_scope_end();
     return rc ? -1 : 0;
 }

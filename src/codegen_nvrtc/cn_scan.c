@@ -157,7 +157,7 @@ int ku_cuda_scan(ke_call *c) {
     kl_tensor *src = x, *dst = out;
     int64_t xso = 0, xsi = 0, xsk = nd ? x->stride[d] : 0;
     if (x->dtype != t || !(collapse(x, 0, d, &xso) && collapse(x, d + 1, nd, &xsi))) {
-        if (!(src = kl_empty_on(nd, x->shape, t, c->device)) || cn_cast_into(c, x, src)) rc = -1;
+        if (!(src = kl_empty_on(nd, x->shape, t, c->device)) || cn_copy_into(c, x, src)) rc = -1;
         xsk = inner, xsi = 1, xso = len * inner;
     }
     if (!rc && (out->dtype != t || !cn_is_contiguous(out)))
@@ -190,7 +190,7 @@ int ku_cuda_scan(ke_call *c) {
         }
         rc = ku_launch(op, fn, grid, block, 0, ku_current_stream(dev), args);
     }
-    if (!rc && dst != out) rc = cn_cast_into(c, dst, out);
+    if (!rc && dst != out) rc = cn_copy_into(c, dst, out);
     kl_scope_end();
     return rc ? -1 : 0;
 }
