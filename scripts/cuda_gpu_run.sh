@@ -1,30 +1,57 @@
 #!/bin/sh
-# cuda_gpu_run.sh — runs the CUDA suites and cuda_bench on a machine with a GPU,
-# from a folder holding the binaries (test_cuda_runtime, test_cuda_alloc,
-# test_cuda_nvrtc, cuda_bench, libcmocka.so.0) and this script; logs go to
-# $OUT (default ./out). docs/GPU.md says how the folder is made.
-cd "$(dirname "$0")" || exit 1
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD:$LD_LIBRARY_PATH:/usr/local/cuda/lib64"
+# cuda_gpu_run.sh — runs every CUDA suite on the real driver, then the GPU
+# benchmarks, on a machine with a GPU. Run from the repository root with the
+# binaries unpacked in .gpu/ (docs/GPU.md, "How to run the GPU suites"):
+#   OUT=/some/folder sh scripts/cuda_gpu_run.sh [suites|bench|all]
+# Logs: $OUT/env.txt, $OUT/summary.txt and $OUT/logs.tgz (one log per suite,
+# per benchmark, per sanitizer run). Suites run in parallel (one process
+# each); the benchmarks run after them, alone.
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$REPO/.gpu
+WHAT=${1:-all}
+OUT=${OUT:-$REPO/.gpu/out}
+LOG=$BIN/logs
+mkdir -p "$OUT" "$LOG"
+export LD_LIBRARY_PATH="$BIN:$LD_LIBRARY_PATH:/usr/local/cuda/lib64"
+export KL_CACHE_DIR="$BIN/kernel-cache" KL_NUM_THREADS=2
+export KT_NPY_DIR="$REPO/tests/data/npy" KT_FIXTURES_DIR="$REPO/tests/fixtures"
+export KT_INCLUDE_DIR="$REPO/include" KT_TESTS_DIR="$REPO/tests" KT_PYTHON="$(command -v python3)"
+cd "$BIN" || exit 1
 {
     date -u; uname -a; nvidia-smi; lscpu | sed -n '1,20p'
     echo "--- ldconfig"; ldconfig -p | grep -E 'libcuda\.so|libnvrtc\.so|libcublas\.so'
-    echo "--- toolkit"; nvcc --version 2>&1 | tail -2; ls -d /usr/local/cuda* 2>&1; ls /usr/local/cuda/lib64 2>&1 | grep -E '^lib(nvrtc|cublas)\.so'
+    echo "--- toolkit"; nvcc --version 2>&1 | tail -2
+    python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' 2>&1
 } > "$OUT/env.txt" 2>&1
-for t in runtime alloc nvrtc; do
-    timeout 240 ./test_cuda_$t > "$OUT/$t.txt" 2>&1
-    echo "exit status $?" >> "$OUT/$t.txt"
-done
-timeout 120 ./cuda_bench > "$OUT/bench.txt" 2>&1
-echo "exit status $?" >> "$OUT/bench.txt"
-# The same allocator suite on the emulated device, on this machine's CPU.
-KL_CUDA_EMULATE=1 timeout 120 ./test_cuda_alloc > "$OUT/alloc_emu.txt" 2>&1
-echo "exit status $?" >> "$OUT/alloc_emu.txt"
-# Driver-API misuse the suites might hide (leaks, bad frees, bad copies).
-if command -v compute-sanitizer > /dev/null; then
-    for t in runtime alloc; do
-        timeout 150 compute-sanitizer --tool memcheck --leak-check full ./test_cuda_$t > "$OUT/sanitizer_$t.txt" 2>&1
-        echo "exit status $?" >> "$OUT/sanitizer_$t.txt"
+
+if [ "$WHAT" != bench ]; then
+    start=$(date +%s)
+    ls test_cuda_* | xargs -P 16 -I{} sh -c \
+        'timeout 300 ./{} > logs/{}.txt 2>&1; echo "exit status $?" >> logs/{}.txt'
+    echo "suites: $(( $(date +%s) - start )) s wall" >> "$LOG/timing.txt"
+    # Driver-API misuse the suites might hide (leaks, bad frees, bad copies).
+    if command -v compute-sanitizer > /dev/null; then
+        for t in runtime alloc tensor blas; do
+            timeout 200 compute-sanitizer --tool memcheck --leak-check full ./test_cuda_$t \
+                > "$LOG/sanitizer_$t.txt" 2>&1 &
+        done
+        wait
+    fi
+fi
+if [ "$WHAT" != suites ]; then
+    timeout 120 ./cuda_bench > "$LOG/cuda_bench.txt" 2>&1
+    echo "exit status $?" >> "$LOG/cuda_bench.txt"
+    for s in small medium large; do
+        timeout 200 ./kiln-bench --device cuda --size $s --quiet --json > "$LOG/kiln_bench_$s.json" 2> "$LOG/kiln_bench_$s.err"
+        echo "exit status $?" >> "$LOG/kiln_bench_$s.err"
     done
 fi
+{
+    cat "$LOG/timing.txt" 2>/dev/null
+    for f in "$LOG"/*.txt "$LOG"/*.err; do
+        [ -f "$f" ] || continue
+        echo "== $(basename "$f"): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$f" | tr '\n' ' ') $(tail -1 "$f")"
+        grep -E '^\[  FAILED  \] [a-z_]|ERROR SUMMARY' "$f" | head -20
+    done
+} > "$OUT/summary.txt"
+tar czf "$OUT/logs.tgz" -C "$BIN" logs
