@@ -21,8 +21,10 @@
 #include "cuda_api.h"
 #include "ew.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define CN_NAME "kl_kernel"
 /* The scratch block: the status word, then one 16-byte cell per scalar input. */
@@ -55,6 +57,24 @@ static void cn_free(void *handle) {
     free(h);
 }
 
+/* KL_DEBUG_DIR: each compiled kernel's CUDA C as cuda_kernel<N>.cu, its IR
+ * ops and launch configuration on the first lines, for reading and for
+ * compiling by hand (nvcc -cubin -arch=sm_90 --fmad=false). */
+static void dump_source(const ir_kernel *k, const cn_kernel_src *src) {
+    static _Atomic int seq;
+    const char *dir = getenv("KL_DEBUG_DIR");
+    if (!dir || !*dir) return;
+    mkdir(dir, 0777);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cuda_kernel%03d.cu", dir, atomic_fetch_add(&seq, 1));
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "// kernel of %s; grid %u, block %u, shared %u bytes\n", k->ops ? k->ops : "?", src->launch.grid[0],
+            src->launch.block[0], src->launch.shmem);
+    fputs(src->src, f);
+    fclose(f);
+}
+
 static void *cn_compile(const ir_kernel *k) {
     const char *op = "compile";
     cn_handle *h = calloc(1, sizeof *h);
@@ -66,8 +86,12 @@ static void *cn_compile(const ir_kernel *k) {
     h->dev = k->device.index;
     h->err_stmt = first_err_stmt(k);
     ku_module *m;
-    if (cn_emit_kernel(k, CN_NAME, &h->src) ||
-        ku_module_get(op, h->src.src, h->dev, &m) ||
+    if (cn_emit_kernel(k, CN_NAME, &h->src)) {
+        cn_free(h);
+        return NULL;
+    }
+    dump_source(k, &h->src);
+    if (ku_module_get(op, h->src.src, h->dev, &m) ||
         ku_module_function(op, m, CN_NAME, &h->fn)) {
         cn_free(h);
         return NULL;

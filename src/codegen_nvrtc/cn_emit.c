@@ -232,6 +232,7 @@ typedef struct emit {
     int vec;               /* in the 16-byte path: buffers are read from l<b>.v[u], written to s<b>.v[u] */
     int dyn;               /* run-time shape (CN_DYN_FLAT / CN_DYN_STRIDED), else 0: baked in */
     unsigned byval;        /* inputs passed by value (bit b: input b is a scalar parameter, not a pointer) */
+    unsigned hoist;        /* inputs of one element read once before the loops, as c<b> (elementwise kernels) */
 } emit;
 
 /* Whether buffer b of a run-time-shape kernel is one element for every
@@ -246,6 +247,10 @@ static int all_zero(const ir_kernel *k, int b) {
 static void put_access(emit *e, int b) {
     const ir_kernel *k = e->k;
     char tmp[16];
+    if (b < k->ninputs && ((e->hoist >> b) & 1)) {
+        put(e->o, "c%d", b);
+        return;
+    }
     if (e->vec) {
         put(e->o, b < k->ninputs ? "l%d.v[u]" : "s%d.v[u]", b);
         return;
@@ -385,10 +390,11 @@ static void put_body(emit *e) {
 
 /* Elements per 16-byte access when every buffer is flat (no broadcast, no
  * strides) and the domain is long enough to be worth it; else 0. */
-static int vec_width(const ir_kernel *k) {
+static int vec_width(const ir_kernel *k, unsigned hoist) {
     int maxsz = 1;
     if (numel(k, k->ndim) < 4 * CN_BLOCK) return 0;
     for (int b = 0; b < k->ninputs + k->noutputs; b++) {
+        if (b < k->ninputs && ((hoist >> b) & 1)) continue;
         if (!flat(k, b)) return 0;
         int sz = ke_dtypes[k->bufs[b].dtype].size;
         maxsz = sz > maxsz ? sz : maxsz;
@@ -403,25 +409,38 @@ static int emit_elementwise(emit *e, const char *name, const char *it) {
     put_params(e, name);
     put_prologue(e);
     int64_t n = numel(k, k->ndim);
+    /* One-element inputs (a wrapped C scalar, a broadcast [1] operand) are
+     * read once: the loops then hold only the streamed buffers, and their
+     * conversions to the compute dtype leave the loop with them. */
+    char tmp[16];
+    if (e->dyn != CN_DYN_STRIDED)
+        for (int b = 0; b < k->ninputs; b++)
+            if (!((e->byval >> b) & 1) && all_zero(k, b) && n > 1) {
+                e->hoist |= 1u << b;
+                put(o, "    const %s c%d = %s[0];\n", cn_ctype(k->bufs[b].dtype), b, bufname(k, b, tmp));
+            }
     int need_idx = 0;
-    for (int b = 0; b < nb; b++) need_idx |= !flat(k, b);
+    for (int b = 0; b < nb; b++) need_idx |= !flat(k, b) && !(b < k->ninputs && ((e->hoist >> b) & 1));
     if (e->dyn) need_idx = e->dyn == CN_DYN_STRIDED;
     const char *start = "";
-    int vw = e->dyn ? 0 : vec_width(k);
+    int vw = e->dyn ? 0 : vec_width(k, e->hoist);
     char bound[32];
     if (e->dyn) snprintf(bound, sizeof bound, "kl_d.n");
     else snprintf(bound, sizeof bound, "%" PRId64, n);
     if (vw) {
-        char tmp[16];
-        put(o, "    /* 16-byte accesses, %d elements at a time, when every buffer is 16-byte aligned;\n"
+        put(o, "    /* 16-byte accesses, %d elements at a time, when every streamed buffer is 16-byte aligned;\n"
                "       the rest (or everything, unaligned) element by element below */\n", vw);
         put(o, "    %s kl_head = 0;\n    if (((", it);
-        for (int b = 0; b < nb; b++) put(o, "%s(unsigned long long)%s", b ? " | " : "", bufname(k, b, tmp));
+        int any = 0;
+        for (int b = 0; b < nb; b++)
+            if (!(b < k->ninputs && ((e->hoist >> b) & 1)))
+                put(o, "%s(unsigned long long)%s", any++ ? " | " : "", bufname(k, b, tmp));
         put(o, ") & 15) == 0) {\n        kl_head = %" PRId64 ";\n", n / vw * vw);
         put(o, "        for (%s q = blockIdx.x * (%s)blockDim.x + threadIdx.x; q < %" PRId64 "; q += (%s)gridDim.x * blockDim.x) {\n",
             it, it, n / vw, it);
         for (int b = 0; b < k->ninputs; b++)
-            put(o, "            const kl_vec<%s, %d> l%d = reinterpret_cast<const kl_vec<%s, %d> *>(in%d)[q];\n",
+            if (!((e->hoist >> b) & 1))
+                put(o, "            const kl_vec<%s, %d> l%d = reinterpret_cast<const kl_vec<%s, %d> *>(in%d)[q];\n",
                 cn_ctype(k->bufs[b].dtype), vw, b, cn_ctype(k->bufs[b].dtype), vw, b);
         for (int b = k->ninputs; b < nb; b++) put(o, "            kl_vec<%s, %d> s%d;\n", cn_ctype(k->bufs[b].dtype), vw, b);
         put(o, "#pragma unroll\n            for (int u = 0; u < %d; u++) {\n", vw);

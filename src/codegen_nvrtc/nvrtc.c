@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -141,6 +142,21 @@ static void hdr_init(void) {
     }
 }
 
+/* KL_CUDA_FAST_MATH=1 (read once per process): CUDA's fast math instead of
+ * the CPU's bits — NVRTC's -use_fast_math (approximate division and square
+ * root, multiply-adds contracted, denormals flushed to zero). Off by default:
+ * then every f32 elementwise op gives the CPU's bits (docs/GPU.md). */
+static int fast_math(void) {
+    static _Atomic int v = -1;
+    int f = atomic_load(&v);
+    if (f < 0) {
+        const char *e = getenv("KL_CUDA_FAST_MATH");
+        f = e && *e && strcmp(e, "0") != 0;
+        atomic_store(&v, f);
+    }
+    return f;
+}
+
 /* Fills opts (room for 8) for sm_<arch>, archopt holding its -arch; returns the count. */
 static int compile_options(int arch, char archopt[32], const char **opts) {
     snprintf(archopt, 32, "-arch=sm_%d", arch);
@@ -150,7 +166,7 @@ static int compile_options(int arch, char archopt[32], const char **opts) {
      * cache. Kiln keeps its own kernel cache, with its own keys and checks. */
     int n = 0;
     opts[n++] = archopt;
-    opts[n++] = "-fmad=false";
+    opts[n++] = fast_math() ? "-use_fast_math" : "-fmad=false";
     opts[n++] = "-default-device";
     opts[n++] = "-Xptxas=-v";
     opts[n++] = "-no-cache";
