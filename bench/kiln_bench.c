@@ -359,8 +359,9 @@ static void run_torch(kw_case **cases, int ncases) {
     const char *py = getenv("KILN_BENCH_PYTHON");
     if (!py || !py[0]) py = "python3";
     char cmd[4096];
-    int k = snprintf(cmd, sizeof cmd, "'%s' '%s' --size %s --threads %d --min-time %g --min-runs %d --warmup %d --workloads ",
-                     py, script, kw_size_name(opt.size), opt.threads, opt.min_time, opt.min_runs, opt.warmup);
+    int k = snprintf(cmd, sizeof cmd,
+                     "'%s' '%s' --device %s --size %s --threads %d --min-time %g --min-runs %d --warmup %d --workloads ", py,
+                     script, opt.device, kw_size_name(opt.size), opt.threads, opt.min_time, opt.min_runs, opt.warmup);
     for (int i = 0; i < ncases && k < (int)sizeof cmd - 32; i++)
         k += snprintf(cmd + k, sizeof cmd - (size_t)k, "%s%s", i ? "," : "", cases[i]->def->id);
     snprintf(cmd + k, sizeof cmd - (size_t)k, " 2>&1");
@@ -391,7 +392,6 @@ static void run_torch(kw_case **cases, int ncases) {
                 r->r.threads = opt.threads;
                 r->r.noisy = r->r.iqr_s > 0.1 * med;
                 if (strcmp(c3, r->size)) snprintf(r->note, sizeof r->note, "size %s differs from Kiln's %s", c3, r->size);
-                else if (strcmp(opt.device, "cpu")) snprintf(r->note, sizeof r->note, "PyTorch on the CPU");
                 for (int j = 0; j < nrows; j++)
                     if (!strcmp(rows[j].workload, a) && !strcmp(rows[j].mode, "eager") && rows[j].r.median_s > 0)
                         r->speedup = rows[j].r.median_s / med;

@@ -16,6 +16,7 @@ Output, one line each, read by kiln-bench:
   ERR <workload> <system> <message>
 
     python3 bench/torch_workloads.py --size medium --threads 2 --workloads chain5,mlp
+    python3 bench/torch_workloads.py --device cuda --size large      # on a GPU
 """
 import argparse
 import math
@@ -29,6 +30,7 @@ ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--min-time", type=float, default=0.5)
 ap.add_argument("--min-runs", type=int, default=10)
 ap.add_argument("--warmup", type=int, default=3)
+ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
 ap.add_argument("--workloads", default="chain5,gelu,softmax,layernorm,xent,mlp,mlp_step,digits_step,adamw,attention")
 args = ap.parse_args()
 
@@ -45,6 +47,13 @@ except Exception as e:  # noqa: BLE001 - any import failure means "not installed
     sys.exit(0)
 
 torch.set_num_threads(args.threads)
+if args.device == "cuda" and not torch.cuda.is_available():
+    for s in SYSTEMS:
+        print(f"SYS {s} not-installed torch {torch.__version__} sees no CUDA device", flush=True)
+    sys.exit(0)
+# CUDA calls return before the GPU finishes: each timed call ends with a
+# synchronize, as kiln-bench's CUDA rows do.
+sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
 MAJOR = int(torch.__version__.split(".")[0])
 print(f"SYS torch_eager ok torch {torch.__version__}", flush=True)
 print(f"SYS torchscript ok torch.jit.script, torch {torch.__version__}", flush=True)
@@ -70,10 +79,12 @@ def quartiles(t):
 def timeit(fn):
     for _ in range(args.warmup):
         fn()
+    sync()
     times, total = [], 0.0
     while len(times) < args.min_runs or total < args.min_time:
         s = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - s)
         total += times[-1]
     q1, med, q3 = quartiles(times)
@@ -208,9 +219,16 @@ def runner(fn, ins, params):
     return step
 
 
+def on_device(c):
+    """case()'s tensors, drawn on the CPU (same seeds), moved to --device."""
+    size, fn, ins, params = c
+    dev = torch.device(args.device)
+    return size, fn, [t.to(dev) for t in ins], None if params is None else [p.to(dev) for p in params]
+
+
 for wid in args.workloads.split(","):
     try:
-        size, fn, ins, params = case(wid)
+        size, fn, ins, params = on_device(case(wid))
     except Exception as e:  # noqa: BLE001
         for s in SYSTEMS:
             print(f"ERR {wid} {s} {type(e).__name__}: {e}", flush=True)

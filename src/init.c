@@ -39,6 +39,7 @@ static void init_once(void) {
         .handler = {[KE_KEY_AUTOGRAD] = ag_record_handler, [KE_KEY_TRACE] = tr_trace_handler},
         .autograd_free = ag_meta_free,
         .trace_data = tr_data_hook,
+        .trace_device = tr_device_hook,
         .trace_backward = tr_backward_hook,
     });
     ir_install_hooks(&(ir_hooks){.subtrace = tr_subtrace});

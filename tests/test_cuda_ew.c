@@ -5,9 +5,11 @@
  * and once with the same values on cuda:0, and the results must be equal bit
  * for bit (NaN to NaN): contiguous operands in every dtype; a transposed
  * first operand and broadcast others (including a 0-dim CPU scalar) in
- * float32 and int64; in-place variants in float32. On the emulated device f64
- * transcendental functions use the host's libm on both sides; a GPU's libm
- * may differ in the last bits there (docs/GPU.md).
+ * float32 and int64; in-place variants in float32. Every differing case is
+ * listed (with its distance in ulp) before the test fails. On the emulated
+ * device f64 transcendental functions use the host's libm on both sides; on
+ * a GPU, CUDA's libm, which may differ in the last bits (docs/GPU.md): there
+ * f64 results within 2 ulp are counted, not failed.
  * Runs on the emulated device in CI (test_cuda_ew_emu); without a device
  * every test skips with the reason.
  */
@@ -48,18 +50,47 @@ static void set_attrs(int op, ke_attrs *a, kl_dtype target) {
     }
 }
 
-static int same_bits(kl_tensor *a, kl_tensor *b) {
+/* Distance in units in the last place between two floats of es bytes
+ * (bit patterns as sign-magnitude integers; opposite signs count through 0). */
+static int64_t ulps(const unsigned char *p, const unsigned char *q, size_t es) {
+    uint64_t a = 0, b = 0;
+    memcpy(&a, p, es), memcpy(&b, q, es);
+    const uint64_t sign = (uint64_t)1 << (8 * es - 1);
+    int64_t oa = (a & sign) ? -(int64_t)(a & (sign - 1)) : (int64_t)a;
+    int64_t ob = (b & sign) ? -(int64_t)(b & (sign - 1)) : (int64_t)b;
+    return oa > ob ? oa - ob : ob - oa;
+}
+
+/* 1 if equal bit for bit (NaN to NaN); else 0, the first differing element
+ * printed and *maxulp the largest distance (floats; INT64_MAX otherwise). */
+static int same_bits(kl_tensor *a, kl_tensor *b, int64_t *maxulp) {
+    *maxulp = INT64_MAX;
     if (kl_dtype_of(a) != kl_dtype_of(b) || kl_numel(a) != kl_numel(b)) return 0;
     size_t es = kl_dtype_size(kl_dtype_of(a));
+    const int fl = kl_dtype_is_floating(kl_dtype_of(a));
     const unsigned char *p = kl_data_ptr(a), *q = kl_data_ptr(b);
+    int same = 1;
+    *maxulp = 0;
     for (int64_t i = 0; i < kl_numel(a); i++) {
         if (!memcmp(p + i * es, q + i * es, es)) continue;
-        if (kl_dtype_is_floating(kl_dtype_of(a)) && isnan(kt_get(a, i)) && isnan(kt_get(b, i))) continue;
-        print_error("element %lld: cpu %.17g cuda %.17g\n", (long long)i, kt_get(a, i), kt_get(b, i));
-        return 0;
+        if (fl && isnan(kt_get(a, i)) && isnan(kt_get(b, i))) continue;
+        if (same) print_error("element %lld: cpu %.17g cuda %.17g\n", (long long)i, kt_get(a, i), kt_get(b, i));
+        same = 0;
+        int64_t u = fl && !isnan(kt_get(a, i)) && !isnan(kt_get(b, i)) ? ulps(p + i * es, q + i * es, es) : INT64_MAX;
+        if (u > *maxulp) *maxulp = u;
     }
-    return 1;
+    return same;
 }
+
+static int bitwise(kl_tensor *a, kl_tensor *b) {
+    int64_t u;
+    return same_bits(a, b, &u);
+}
+
+/* Cases that differ from the CPU: every one is listed, then the test fails.
+ * On a real GPU an f64 result within 2 ulp is CUDA's libm (docs/GPU.md:
+ * f64 transcendental functions are each device's libm) and only counted. */
+static int nmismatch, nlibm;
 
 enum { CONTIG, STRIDED, INPLACE };
 
@@ -104,9 +135,14 @@ static void one_case(int op, kl_dtype d, int layout) {
     assert_int_equal(rc, 0);
     assert_int_equal(kl_device_of(g.out[0]).type, KL_CUDA);
     if (layout == INPLACE) assert_ptr_equal(g.out[0], gin[0]);
-    if (!same_bits(host(c.out[0]), host(g.out[0]))) {
-        print_error("kl_%s in %s, layout %d: CUDA differs from the CPU\n", ke_ops[op].name, ke_dtypes[d].name, layout);
-        fail();
+    int64_t u;
+    if (!same_bits(host(c.out[0]), host(g.out[0]), &u)) {
+        int libm = d == KL_F64 && u <= 2 && !kt_cuda_emulated(OP);
+        print_error("kl_%s in %s, layout %d: CUDA differs from the CPU by %s%lld ulp%s\n", ke_ops[op].name,
+                    ke_dtypes[d].name, layout, u == INT64_MAX ? "more than " : "", (long long)(u == INT64_MAX ? 0 : u),
+                    libm ? " (f64 libm on the GPU: counted, not failed)" : "");
+        if (libm) nlibm++;
+        else nmismatch++;
     }
     ncases++;
     kl_scope_end();
@@ -120,14 +156,16 @@ static void every_op_every_dtype_contiguous(void **s) {
     (void)s;
     NEED_CUDA();
     kl_manual_seed(11);
-    ncases = nskipped = 0;
+    ncases = nskipped = nmismatch = nlibm = 0;
     for (int op = 0; op < KE_OP_COUNT; op++) {
         if (!testable(op)) continue;
         const ke_ew_impl *impl = ke_ops[op].impl;
         for (int d = 0; d < KL_NUM_DTYPES; d++)
             if (impl->loop[d]) one_case(op, (kl_dtype)d, CONTIG);
     }
-    print_message("%d (op, dtype) cases equal to the CPU, %d refused by eager on the CPU too\n", ncases, nskipped);
+    print_message("%d (op, dtype) cases run, %d refused by eager on the CPU too; %d differ, %d within f64 libm's "
+                  "last bits\n", ncases, nskipped, nmismatch, nlibm);
+    assert_int_equal(nmismatch, 0);
     assert_true(ncases > 200);
 }
 
@@ -135,7 +173,7 @@ static void strided_broadcast_and_scalars(void **s) {
     (void)s;
     NEED_CUDA();
     kl_manual_seed(12);
-    ncases = nskipped = 0;
+    ncases = nskipped = nmismatch = nlibm = 0;
     for (int op = 0; op < KE_OP_COUNT; op++) {
         if (!testable(op)) continue;
         const ke_ew_impl *impl = ke_ops[op].impl;
@@ -143,7 +181,8 @@ static void strided_broadcast_and_scalars(void **s) {
         if (impl->loop[KL_I64]) one_case(op, KL_I64, STRIDED);
         if (impl->loop[KL_F32] && (ke_ops[op].flags & KE_F_INPLACE)) one_case(op, KL_F32, INPLACE);
     }
-    print_message("%d strided / broadcast / in-place cases equal to the CPU\n", ncases);
+    print_message("%d strided / broadcast / in-place cases run; %d differ\n", ncases, nmismatch);
+    assert_int_equal(nmismatch, 0);
     assert_true(ncases > 100);
 }
 
@@ -154,24 +193,24 @@ static void public_ops_and_errors(void **s) {
     kl_tensor *ga = kl_to_device(a, CUDA0), *gb = kl_to_device(b, CUDA0);
     kl_tensor *r = kl_add(kl_mul_scalar(ga, 3), gb);
     assert_non_null(r);
-    assert_true(same_bits(host(kl_add(kl_mul_scalar(a, 3), b)), host(r)));
+    assert_true(bitwise(host(kl_add(kl_mul_scalar(a, 3), b)), host(r)));
     /* in place through the public API */
     kl_tensor *ca = kl_clone(a), *cga = kl_clone(ga);
     assert_non_null(kl_sub_inplace(ca, b));
     assert_non_null(kl_sub_inplace(cga, gb));
-    assert_true(same_bits(host(ca), host(cga)));
+    assert_true(bitwise(host(ca), host(cga)));
     /* other shapes and ranks of the same layout classes (run-time shapes: the
      * modules of the sweep serve them) */
     kl_tensor *shapes[] = {kl_randn(KL_SHAPE(7, 11), KL_F32), kl_randn(KL_SHAPE(2, 3, 4), KL_F32),
                            kl_randn(KL_SHAPE(1000), KL_F32), kl_scalar_tensor(0.25, KL_F32)};
     for (int i = 0; i < 4; i++) {
         kl_tensor *gx = kl_to_device(shapes[i], CUDA0);
-        assert_true(same_bits(host(kl_exp(shapes[i])), host(kl_exp(gx))));
+        assert_true(bitwise(host(kl_exp(shapes[i])), host(kl_exp(gx))));
         kl_tensor *tx = kl_ndim(gx) == 2 ? kl_transpose(gx, 0, 1) : gx, *tc = kl_ndim(gx) == 2 ? kl_transpose(shapes[i], 0, 1) : shapes[i];
-        assert_true(same_bits(host(kl_mul(tc, kl_exp(tc))), host(kl_mul(tx, kl_exp(tx)))));
+        assert_true(bitwise(host(kl_mul(tc, kl_exp(tc))), host(kl_mul(tx, kl_exp(tx)))));
     }
     /* to_dtype */
-    assert_true(same_bits(host(kl_to_dtype(a, KL_BF16)), host(kl_to_dtype(ga, KL_BF16))));
+    assert_true(bitwise(host(kl_to_dtype(a, KL_BF16)), host(kl_to_dtype(ga, KL_BF16))));
     /* integer % 0: the CPU's error */
     kl_tensor *x = kl_to_device(kl_arange(0, 6, 1, KL_I32), CUDA0);
     assert_null(kl_remainder(x, x));
@@ -214,9 +253,9 @@ static void scalar_calls_do_not_synchronize(void **s) {
     assert_non_null(kl_remainder(xi, xi));
     assert_int_equal(d->StreamQuery(st), CUDA_SUCCESS);
     ku_emu_hold_stream(st, 0);
-    assert_true(same_bits(host(kl_mul(a, half)), host(r1)));
-    assert_true(same_bits(host(kl_add(a, a)), host(r2)));
-    assert_true(same_bits(host(kl_mul_scalar(a, 3)), host(r3)));
+    assert_true(bitwise(host(kl_mul(a, half)), host(r1)));
+    assert_true(bitwise(host(kl_add(a, a)), host(r2)));
+    assert_true(bitwise(host(kl_mul_scalar(a, 3)), host(r3)));
     ku_set_current_stream(0, old);
     assert_int_equal(KU_CALL(OP, d, StreamDestroy, st), 0);
 }

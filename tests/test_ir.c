@@ -425,6 +425,7 @@ static void decompose_splices_primitives(void **state) {
     assert_int_equal(ir_pass_decompose(g), 0); /* not a graph to fuse: composites stay */
     assert_true(decompose_for_fusion(g) >= 8);
     assert_int_equal(ir_verify(g, "decompose"), 0);
+    if (getenv("KT_DUMP")) ir_print(g, stderr);
     for (int32_t k = 0; k < g->nnodes; k++)
         if (g->nodes[k].op < KE_OP_COUNT && ke_ops[g->nodes[k].op].kind == KE_KIND_COMPOSITE) {
             print_error("still composite: %s\n", ir_op_name(g->nodes[k].op));

@@ -301,7 +301,7 @@ deliver_grads:
         if (!(g = ag_sum_to(g, m->ndim, m->shape))) goto out;
         if (g->dtype != m->dtype && !(g = kl_to_dtype(g, (kl_dtype)m->dtype))) goto out;
         /* copy may cross devices (kl_to_device): the gradient goes back to the source's */
-        kl_device gd = g->storage->device;
+        kl_device gd = ke_device_of(g); /* while tracing, its real device, as m->device */
         if ((gd.type != m->device.type || gd.index != m->device.index) && !(g = kl_to_device(g, m->device))) goto out;
         if (atomic_load_explicit(&ag_anomaly, memory_order_relaxed) && anomaly_check(n, i, g)) goto out;
         if (deliver(n->next[i].fn, n->next[i].output_nr, g)) goto out;
@@ -410,7 +410,7 @@ static int prepare_roots(const char *who, int n_out, kl_tensor *const *outputs, 
         } else {
             if (ke_check_tensor(g, who, n_out + r + 1)) return -1;
             if (g->ndim != o->ndim || memcmp(g->shape, o->shape, sizeof(int64_t) * o->ndim) ||
-                g->storage->device.type != o->storage->device.type)
+                ke_device_of(g).type != ke_device_of(o).type)
                 return ke_err(KL_ERR_SHAPE, who, "gradient %s does not match output %d (%s)",
                               ke_fmt_tensor(b1, sizeof b1, g), r + 1, ke_fmt_tensor(b2, sizeof b2, o));
             if (!ke_is_float((kl_dtype)g->dtype))

@@ -105,8 +105,8 @@ int kl_set_grad(kl_tensor *t, kl_tensor *g) {
                           ke_fmt_tensor(b1, sizeof b1, g), g == t ? "is" : "shares storage with",
                           ke_fmt_tensor(b2, sizeof b2, t));
         kl_status code = g->dtype != t->dtype ? KL_ERR_DTYPE
-                         : (g->storage->device.type != t->storage->device.type ||
-                            g->storage->device.index != t->storage->device.index) ? KL_ERR_DEVICE
+                         : (ke_device_of(g).type != ke_device_of(t).type ||
+                            ke_device_of(g).index != ke_device_of(t).index) ? KL_ERR_DEVICE
                          : (g->ndim != t->ndim || memcmp(g->shape, t->shape, sizeof(int64_t) * t->ndim)) ? KL_ERR_SHAPE
                                                                                                         : KL_OK;
         if (code != KL_OK)

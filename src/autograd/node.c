@@ -116,7 +116,7 @@ void ag_node_decref(ag_node *n) {
 void ag_tmeta_of(const kl_tensor *t, ag_tmeta *m) {
     m->dtype = t->dtype;
     m->ndim = t->ndim;
-    m->device = t->storage->device;
+    m->device = ke_device_of(t); /* while tracing, the traced value's real device */
     memcpy(m->shape, t->shape, sizeof(int64_t) * t->ndim);
 }
 

@@ -192,6 +192,10 @@ typedef struct ke_hooks {
      * starts while a trace is recording: the tracer returns 0 if the graph
      * can express it, else breaks the trace, recording why, and returns -1. */
     int (*trace_backward)(const char *op, int accumulate, int create_graph, int n_in, kl_tensor *const *inputs);
+    /* The real device of a traced value (a meta tensor with a trace_id while
+     * a trace records): what kl_device_of answers, so code that sends a new
+     * tensor to another's device (kl_to_device(t, kl_device_of(x))) traces. */
+    kl_device (*trace_device)(const kl_tensor *t);
 } ke_hooks;
 /* The hooks installed (read on the per-op paths; written only by ke_install_hooks). */
 extern ke_hooks ke_hook;
@@ -203,6 +207,9 @@ void ke_install_hooks(const ke_hooks *h);
 /* Checks a tensor argument: NULL (keeps a pending error or records
  * KL_ERR_NULL_ARG) and freed headers. Returns 0 if usable. */
 int ke_check_tensor(const kl_tensor *t, const char *op, int argno);
+/* t's device; for a traced value while a trace records, its real device
+ * (ke_hooks.trace_device) rather than meta. (tensor.c) */
+kl_device ke_device_of(const kl_tensor *t);
 static inline int ke_alive(const kl_tensor *t) { return t && t->magic == KE_MAGIC_LIVE; }
 
 /* A new tensor header over storage s (takes a reference to s), not in any scope,

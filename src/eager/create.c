@@ -257,9 +257,13 @@ int ke_cpu_copy(ke_call *c) {
  * .to returns self). */
 int ke_decomp_to_device(ke_call *c) {
     kl_tensor *x = c->in[0];
-    kl_device from = x->storage->device, to = {ke_attr_to_device_device(&c->a), (int)ke_attr_to_device_index(&c->a)};
+    /* while tracing, x's real device (a traced value is a meta tensor) */
+    kl_device from = ke_device_of(x), to = {ke_attr_to_device_device(&c->a), (int)ke_attr_to_device_index(&c->a)};
     kl_tensor *y = NULL;
-    if (from.type == to.type && (from.index == to.index || to.type != KL_CUDA)) {
+    /* a traced value (meta) sent to meta: a decomposition traced on meta
+     * stand-ins asked for another value's device, which is meta there too */
+    if ((from.type == to.type && (from.index == to.index || to.type != KL_CUDA)) ||
+        (x->storage->device.type == KL_META && to.type == KL_META)) {
         y = ke_unary(KE_OP_alias, x, 0);
     } else if (to.type == KL_META) {
         y = kl_empty_on(x->ndim, x->shape, (kl_dtype)x->dtype, to);
@@ -341,7 +345,7 @@ kl_tensor *kl_eye(int64_t n, int64_t m, kl_dtype dt) {
 
 static kl_tensor *like(const kl_tensor *t, int op, double v, const char *name) {
     if (ke_check_tensor(t, name, 1)) return NULL;
-    return create_call(op, name, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device, v);
+    return create_call(op, name, t->ndim, t->shape, (kl_dtype)t->dtype, ke_device_of(t), v);
 }
 kl_tensor *kl_empty_like(const kl_tensor *t) { return like(t, KE_OP_empty, 0, "empty_like"); }
 kl_tensor *kl_zeros_like(const kl_tensor *t) { return like(t, KE_OP_full, 0, "zeros_like"); }
@@ -412,11 +416,11 @@ kl_tensor *kl_randint(int64_t low, int64_t high, int ndim, const int64_t *shape,
 }
 kl_tensor *kl_rand_like(const kl_tensor *t) {
     if (ke_check_tensor(t, "rand_like", 1)) return NULL;
-    return random_call(KE_OP_rand, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device, 0, 0);
+    return random_call(KE_OP_rand, t->ndim, t->shape, (kl_dtype)t->dtype, ke_device_of(t), 0, 0);
 }
 kl_tensor *kl_randn_like(const kl_tensor *t) {
     if (ke_check_tensor(t, "randn_like", 1)) return NULL;
-    return random_call(KE_OP_randn, t->ndim, t->shape, (kl_dtype)t->dtype, t->storage->device, 0, 0);
+    return random_call(KE_OP_randn, t->ndim, t->shape, (kl_dtype)t->dtype, ke_device_of(t), 0, 0);
 }
 kl_tensor *kl_bernoulli(kl_tensor *p) {
     if (ke_check_tensor(p, "bernoulli", 1)) return NULL;

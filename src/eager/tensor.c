@@ -512,9 +512,14 @@ kl_dtype kl_dtype_of(const kl_tensor *t) {
     ACCESS_CHECK(t, "dtype_of", KL_NUM_DTYPES);
     return (kl_dtype)t->dtype;
 }
+kl_device ke_device_of(const kl_tensor *t) {
+    kl_device d = t->storage->device;
+    if (d.type == KL_META && t->trace_id >= 0 && ke_hook.trace_device) return ke_hook.trace_device(t);
+    return d;
+}
 kl_device kl_device_of(const kl_tensor *t) {
     ACCESS_CHECK(t, "device_of", KL_DEVICE_CPU);
-    return t->storage->device;
+    return ke_device_of(t);
 }
 bool kl_is_contiguous(const kl_tensor *t) {
     ACCESS_CHECK(t, "is_contiguous", false);

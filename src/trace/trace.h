@@ -61,6 +61,8 @@ int tr_compile_kernels(ir_graph *g, const ir_backend *cpu);
  * pass's subgraph tracer (ir_hooks.subtrace, subtrace.c). */
 int tr_trace_handler(ke_call *c);
 int tr_data_hook(const kl_tensor *t, const char *op);
+/* ke_hooks.trace_device: a traced value's real device. */
+kl_device tr_device_hook(const kl_tensor *t);
 /* ke_hooks.trace_backward: a backward pass while tracing. It breaks the trace
  * when gradients would reach a captured tensor requiring grad that fn used in
  * grad mode (kl_backward accumulating into its .grad, kl_autograd_grad with

@@ -47,6 +47,12 @@ typedef struct tr_session {
 
 static _Thread_local tr_session *cur;
 
+kl_device tr_device_hook(const kl_tensor *t) {
+    tr_session *s = cur;
+    if (s && t->trace_id >= 0 && t->trace_id < s->g->nvalues) return s->g->values[t->trace_id].device;
+    return t->storage->device;
+}
+
 int tr_data_hook(const kl_tensor *t, const char *op) {
     tr_session *s = cur;
     if (s && !s->broke) {
@@ -232,6 +238,13 @@ int tr_trace_handler(ke_call *c) {
     }
     ke_call sc = *c;
     sc.in = sub;
+    /* Below this key the op runs on meta: a creation op asked for a real
+     * device (kl_empty_on(t, cuda), a derivative's zeros on its input's
+     * device) and a move to one make meta tensors; the node keeps the
+     * real device (below) and the call's attributes. */
+    kl_device asked = c->device;
+    if (nin == 0 && asked.type != KL_META) sc.device = KL_DEVICE_META;
+    if (c->op == KE_OP_to_device) ke_attr_set_to_device_device(&sc.a, KL_META), ke_attr_set_to_device_index(&sc.a, 0);
     /* Composite ops are recorded whole (a pass decomposes them later): their
      * pieces must not be recorded again while the op runs on meta. */
     ke_keyset saved = ke_tls_state.exclude;
@@ -241,9 +254,14 @@ int tr_trace_handler(ke_call *c) {
     if (r) goto out;
     /* The real device: the first tensor input's (wrapped scalars follow), or
      * the default device for creation ops. */
-    kl_device dev = s->target;
+    kl_device dev = nin == 0 && asked.type != KL_META ? asked : s->target;
     for (int i = nin - 1; i >= 0; i--)
         if (!s->g->values[ids[i]].wrapped) dev = s->g->values[ids[i]].device;
+    /* kl_to_device's result lives where it was sent (a class index table
+     * made on the CPU and sent to the labels' device, as cross_entropy's
+     * derivative does) */
+    if (c->op == KE_OP_to_device)
+        dev = (kl_device){ke_attr_to_device_device(&c->a), (int)ke_attr_to_device_index(&c->a)};
     /* The compute dtype the shape rule chose, kept for lowering (which would
      * otherwise run the rule again): only elementwise ops and reductions are
      * fused, and their rule always runs, on meta too. */
