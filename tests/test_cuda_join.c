@@ -223,7 +223,8 @@ static void sort_topk_like_cpu(void **s) {
     /* one past it: refused clearly (no multi-pass sort yet) */
     kl_tensor *too = dev(kl_zeros(KL_SHAPE(2, CN_SORT_MAX_ROW + 1), KL_F32));
     assert_int_equal(kl_sort(too, 1, false, true, &v[1], &ix[1]), -1);
-    KT_EXPECT_ERROR(KL_ERR_UNSUPPORTED, "rows of 4097 elements");
+    KT_EXPECT_ERROR(KL_ERR_UNSUPPORTED, "kl_sort: rows of 4097 elements (dim 1 of [2,4097] float32 cuda:0) are "
+                                        "longer than the 4096 a CUDA block sorts in shared memory");
 }
 
 /* max_pool2d's indices (every window rule: padding, dilation, ceil_mode,
@@ -281,7 +282,8 @@ static void close_to(kl_tensor *want, kl_tensor *got, double tol, const char *wh
  * logits, linear, cross_entropy — gives the CPU's loss and gradients of
  * every parameter and of the input within 1e-4; then the pieces' own
  * derivatives on CUDA in f64: cat, pad (each mode), flip, sort, topk,
- * repeat, within 1e-12. */
+ * repeat, and cumsum / cumprod (whose derivatives need index_select, cat
+ * and flip on CUDA), within 1e-12. */
 static void cnn_backward_like_cpu(void **s) {
     (void)s;
     NEED_CUDA();
@@ -330,7 +332,7 @@ static void cnn_backward_like_cpu(void **s) {
 
     /* each op's own derivative in f64 */
     kl_tensor *a = kl_randn(KL_SHAPE(2, 3, 4, 5), KL_F64), *b = kl_randn(KL_SHAPE(2, 3, 2, 5), KL_F64);
-    for (int op = 0; op < 8; op++) {
+    for (int op = 0; op < 10; op++) {
         kl_tensor *g[2];
         for (int on = 0; on < 2; on++) {
             kl_tensor *pa = kl_detach(on ? dev(a) : a), *pb = kl_detach(on ? dev(b) : b), *y = NULL;
@@ -345,7 +347,9 @@ static void cnn_backward_like_cpu(void **s) {
             case 4: y = kl_pad_ex(pa, 4, (int64_t[]){2, 1, 1, 2}, KL_PAD_CIRCULAR, 0); break;
             case 5: y = kl_flip(pa, 2, (int64_t[]){1, 3}); break;
             case 6: y = kl_sort(pa, 2, true, true, &v, &ix) ? NULL : kl_add(v, kl_topk(pa, 2, 3, false, true, &v, &ix) ? NULL : kl_sum(v, 1, (int64_t[]){3}, true)); break;
-            default: y = kl_repeat(pa, 4, (int64_t[]){1, 2, 1, 3}); break;
+            case 7: y = kl_repeat(pa, 4, (int64_t[]){1, 2, 1, 3}); break;
+            case 8: y = kl_cumsum(pa, 2); break; /* its derivative: a flip (index_select), cumsum, a flip */
+            default: y = kl_cumprod(pa, 3); break;
             }
             if (!y) print_error("op %d on %s: %s\n", op, on ? "cuda" : "cpu", kl_last_error());
             assert_non_null(y);
