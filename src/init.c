@@ -79,6 +79,7 @@ static void init_once(void) {
     ke_register_kernel(KE_KEY_CUDA, KE_OP_index_select, ku_cuda_index_select);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_embedding, ku_cuda_embedding);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_scatter_add, ku_cuda_scatter_add);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_scatter, ku_cuda_scatter_add);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_one_hot, ku_cuda_one_hot);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_softmax, ku_cuda_softmax);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_log_softmax, ku_cuda_softmax);
@@ -95,6 +96,17 @@ static void init_once(void) {
     ke_register_kernel(KE_KEY_CUDA, KE_OP_max_pool2d, ku_cuda_pool2d);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_avg_pool2d, ku_cuda_pool2d);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_adaptive_avg_pool2d, ku_cuda_pool2d);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_max_pool2d_indices, ku_cuda_pool2d);
+    /* moves by per-dim index arithmetic (cn_join.c); stack and roll decompose into cat */
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_cat, ku_cuda_cat);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_pad, ku_cuda_pad);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_flip, ku_cuda_flip);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_repeat, ku_cuda_repeat);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_tril, ku_cuda_tri);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_triu, ku_cuda_tri);
+    /* sort, topk (argsort decomposes into sort): bitonic rows in shared memory (cn_sort.c) */
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_sort, ku_cuda_sort);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_topk, ku_cuda_sort);
     ke_register_device(KL_CUDA, &ku_cuda_device_ops);
 }
 

@@ -201,4 +201,24 @@ int ku_cuda_pool2d(struct ke_call *c);
  * pool program (pool 1: max and avg, by dtype) for dt; the tests compile them. */
 int cn_conv_program(int pool, kl_dtype dt, cn_kernel_src *src);
 
+/* The data-movement ops whose elements move by per-dim index arithmetic
+ * (cn_join.c): cat (so stack and roll), pad (every mode), flip, repeat,
+ * tril / triu;
+ * one kernel per element size, bitwise the CPU's. Registered by src/init.c.
+ * cn_join_source: its program for elements of elem_size bytes (the tests
+ * compile it with NVRTC). */
+int ku_cuda_cat(struct ke_call *c);
+int ku_cuda_pad(struct ke_call *c);
+int ku_cuda_flip(struct ke_call *c);
+int ku_cuda_repeat(struct ke_call *c);
+int ku_cuda_tri(struct ke_call *c); /* tril, triu */
+char *cn_join_source(int elem_size);
+/* sort and topk (so argsort) on CUDA tensors (cn_sort.c): a bitonic sort of
+ * (key, position) pairs per row in shared memory, equal to the CPU's stable
+ * sort byte for byte; rows longer than CN_SORT_MAX_ROW are refused
+ * (KL_ERR_UNSUPPORTED). cn_sort_source: the program for dtype dt. */
+#define CN_SORT_MAX_ROW 4096
+int ku_cuda_sort(struct ke_call *c);
+char *cn_sort_source(kl_dtype dt);
+
 #endif /* CN_H */

@@ -89,6 +89,39 @@ static const char pool_src[] =
     "    }\n"
     "}\n"
     "KL_EMU_EXPORT(kl_maxpool)\n"
+    "/* max_pool2d_indices (nn_backward.c's loop): the flat index in its plane of each window's maximum, the\n"
+    " * first in window order, NaN taking over; H * W for a window without an element of x */\n"
+    "static __forceinline__ void span(long long start, long long k, long long dil, long long n, long long *lo,\n"
+    "                                 long long *hi) {\n"
+    "    const long long end = start + (k - 1) * dil + 1;\n"
+    "    *hi = end < n ? end : n;\n"
+    "    *lo = start >= 0 ? start : start + (-start + dil - 1) / dil * dil;\n"
+    "}\n"
+    "extern \"C\" __global__ void kl_maxpool_idx(const T *__restrict__ x, long long *__restrict__ y, long long total,\n"
+    "                                           long long H, long long W, long long OH, long long OW, long long kh,\n"
+    "                                           long long kw, long long sh, long long sw, long long ph, long long pw,\n"
+    "                                           long long dh, long long dw, int cip) {\n"
+    "    const long long step = (long long)blockDim.x * gridDim.x;\n"
+    "    (void)cip;\n"
+    "    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += step) {\n"
+    "        const long long ow = o % OW, oh = (o / OW) % OH, pl = o / (OW * OH);\n"
+    "        const T *xp = x + pl * H * W;\n"
+    "        long long ih0, ih1, iw0, iw1, best = H * W;\n"
+    "        span(oh * sh - ph, kh, dh, H, &ih0, &ih1);\n"
+    "        span(ow * sw - pw, kw, dw, W, &iw0, &iw1);\n"
+    "        if (ih0 < ih1 && iw0 < iw1) {\n"
+    "            best = ih0 * W + iw0;\n"
+    "            T m = LOWEST;\n"
+    "            for (long long ih = ih0; ih < ih1; ih += dh)\n"
+    "                for (long long iw = iw0; iw < iw1; iw += dw) {\n"
+    "                    const T v = xp[ih * W + iw];\n"
+    "                    if (v > m || ISNAN(v)) m = v, best = ih * W + iw;\n"
+    "                }\n"
+    "        }\n"
+    "        y[o] = best;\n"
+    "    }\n"
+    "}\n"
+    "KL_EMU_EXPORT(kl_maxpool_idx)\n"
     "extern \"C\" __global__ void kl_avgpool(const T *__restrict__ x, T *__restrict__ y, long long total, long long H,\n"
     "                                       long long W, long long OH, long long OW, long long kh, long long kw,\n"
     "                                       long long sh, long long sw, long long ph, long long pw, long long dh,\n"
@@ -139,7 +172,7 @@ static const char pool_src[] =
 
 typedef struct cv_gen {
     int pool; /* 0: the conv program (by element size), 1: the pool program (by dtype) */
-    int which; /* conv: 0 im2col, 1 bias rows; pool: 0 max, 1 avg, 2 adaptive avg */
+    int which; /* conv: 0 im2col, 1 bias rows; pool: 0 max, 1 avg, 2 adaptive avg, 3 max's indices */
     kl_dtype dt;
 } cv_gen;
 
@@ -183,7 +216,7 @@ static int gen_cv(void *ctx, cn_kernel_src *src) {
     }
     memset(src, 0, sizeof *src);
     src->src = s;
-    strcpy(src->name, g->pool ? (g->which == 2 ? "kl_adaptive" : g->which ? "kl_avgpool" : "kl_maxpool") : g->which ? "kl_bias_rows" : "kl_im2col");
+    strcpy(src->name, g->pool ? (g->which == 3 ? "kl_maxpool_idx" : g->which == 2 ? "kl_adaptive" : g->which ? "kl_avgpool" : "kl_maxpool") : g->which ? "kl_bias_rows" : "kl_im2col");
     return 0;
 }
 
@@ -286,8 +319,11 @@ int ku_cuda_conv2d(ke_call *c) {
 int ku_cuda_pool2d(ke_call *c) {
     const char *op = ke_opname(c);
     kl_tensor *out = c->out[0], *x0 = c->in[0];
-    if (c->op != KE_OP_max_pool2d && c->op != KE_OP_avg_pool2d && c->op != KE_OP_adaptive_avg_pool2d)
+    if (c->op != KE_OP_max_pool2d && c->op != KE_OP_avg_pool2d && c->op != KE_OP_adaptive_avg_pool2d &&
+        c->op != KE_OP_max_pool2d_indices)
         return ke_err(KL_ERR_UNSUPPORTED, op, "no CUDA kernel for this op (on %s)", ke_device_name(c->device));
+    /* max_pool2d_indices: int64 positions (out is contiguous int64 already), values compared in dt */
+    const int indices = c->op == KE_OP_max_pool2d_indices;
     const int64_t total = ke_numel(out->ndim, out->shape);
     if (total == 0) return 0;
     /* f16 / bf16 computed in f32, as the CPU */
@@ -304,10 +340,11 @@ int ku_cuda_pool2d(ke_call *c) {
     int rc = 0;
     kl_tensor *x = cn_as_contiguous(c, x0, dt), *y = out;
     if (!x) rc = -1;
-    if (!rc && (out->dtype != dt || !cn_is_contiguous(out)) && !(y = kl_empty_on(out->ndim, out->shape, dt, c->device)))
+    if (!rc && !indices && (out->dtype != dt || !cn_is_contiguous(out)) &&
+        !(y = kl_empty_on(out->ndim, out->shape, dt, c->device)))
         rc = -1;
     CUfunction fn = NULL;
-    if (!rc) rc = cv_fn(op, dev, 1, adaptive ? 2 : c->op == KE_OP_avg_pool2d, dt, &fn);
+    if (!rc) rc = cv_fn(op, dev, 1, indices ? 3 : adaptive ? 2 : c->op == KE_OP_avg_pool2d, dt, &fn);
     if (!rc) rc = ku_device_enter(op, dev);
     if (!rc) {
         void *px = ke_data(x), *py = ke_data(y);

@@ -1,7 +1,7 @@
 /*
  * cn_index.c — the indexing ops on CUDA tensors: gather (so take_along_dim),
- * index_select, embedding, scatter_add (out of place and in place) and
- * one_hot, as hand-written CUDA C (below) compiled at first use, one
+ * index_select, embedding, scatter_add (out of place and in place), scatter
+ * and one_hot, as hand-written CUDA C (below) compiled at first use, one
  * program per (dtype, index dtype) holding every kernel.
  *
  * Index values are checked on the device before anything is written (the
@@ -11,6 +11,9 @@
  * and raises the CPU's error with the value (ke_index_range_error: op,
  * value, dim, size), never a wild read or write. So these calls wait for
  * the device, like the CPU kernels that check first.
+ *
+ * scatter (assignment) is scatter_add's partition with each entry written
+ * in order: the last write to an element wins, as on the CPU.
  *
  * gather, index_select and embedding are one kernel, kl_select: out[i] =
  * x[xoff(i) + ix[ioff(i)] * xd] over the output's domain, each buffer with
@@ -103,6 +106,17 @@ static const char ki_template[] =
     "    }\n"
     "}\n"
     "KL_EMU_EXPORT(kl_scatter)\n"
+    "/* scatter: as kl_scatter, each entry written in order (the last write wins, as the CPU) */\n"
+    "extern \"C\" __global__ void kl_scatter_set(KI_V *__restrict__ out, const KI_IT *__restrict__ ix,\n"
+    "                                           const KI_V *__restrict__ src, kl_idxdims d) {\n"
+    "    KL_LOOP(i) {\n"
+    "        long long o[3];\n"
+    "        kl_offs(d, i, o);\n"
+    "        for (long long k = 0; k < d.len; k++)\n"
+    "            out[o[0] + (long long)ix[o[1] + k * d.dst[1]] * d.dst[0]] = src[o[2] + k * d.dst[2]];\n"
+    "    }\n"
+    "}\n"
+    "KL_EMU_EXPORT(kl_scatter_set)\n"
     "\n"
     "/* one_hot: out[..., c] = ix[...] == c */\n"
     "extern \"C\" __global__ void kl_one_hot(long long *__restrict__ out, const KI_IT *__restrict__ ix, kl_idxdims d) {\n"
@@ -160,8 +174,8 @@ static int ki_function(const char *op, int dev, kl_dtype dt, kl_dtype it, int wh
     ki_gen g = {dt, it, entry};
     return cn_eager_fn(op, &key, ki_generate, &g, fn);
 }
-enum { KI_CHECK, KI_SELECT, KI_SCATTER, KI_ONE_HOT };
-static const char *const ki_entry[] = {"kl_idx_check", "kl_select", "kl_scatter", "kl_one_hot"};
+enum { KI_CHECK, KI_SELECT, KI_SCATTER, KI_ONE_HOT, KI_SCATTER_SET };
+static const char *const ki_entry[] = {"kl_idx_check", "kl_select", "kl_scatter", "kl_one_hot", "kl_scatter_set"};
 
 /* Launches kernel `which` of (dt, it) over d.n items, grid-stride. */
 static int ki_launch(const char *op, int dev, kl_dtype dt, kl_dtype it, int which, void **args, int64_t n) {
@@ -293,11 +307,15 @@ int ku_cuda_embedding(ke_call *c) {
     return run_select(c, op, out, w, ix, &d);
 }
 
+/* scatter_add and scatter (assignment): one thread per position outside dim */
 int ku_cuda_scatter_add(ke_call *c) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0], *ix = c->in[1], *src = c->in[2];
     kl_tensor *out = c->out[0];
-    const int dim = ke_wrap_dim(op, ke_attr_scatter_add_dim(&c->a), x->ndim);
+    const int set = c->op == KE_OP_scatter;
+    if (c->op != KE_OP_scatter_add && !set)
+        return ke_err(KL_ERR_UNSUPPORTED, op, "no CUDA kernel for this op (on %s)", ke_device_name(c->device));
+    const int dim = ke_wrap_dim(op, set ? ke_attr_scatter_dim(&c->a) : ke_attr_scatter_add_dim(&c->a), x->ndim);
     if (dim < 0) return -1;
     const int64_t n = ke_numel(ix->ndim, ix->shape);
     /* every index is checked before anything is written (in place included) */
@@ -316,7 +334,7 @@ int ku_cuda_scatter_add(ke_call *c) {
     }
     d.len = size_ne(ix, dim);
     void *po = ke_data(out), *pi = ke_data(ix), *ps = ke_data(src), *args[] = {&po, &pi, &ps, &d};
-    return ki_launch(op, c->device.index, (kl_dtype)out->dtype, KL_I64, KI_SCATTER, args, d.n);
+    return ki_launch(op, c->device.index, (kl_dtype)out->dtype, KL_I64, set ? KI_SCATTER_SET : KI_SCATTER, args, d.n);
 }
 
 int ku_cuda_one_hot(ke_call *c) {

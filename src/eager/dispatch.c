@@ -39,6 +39,10 @@ void ke_register_kernel(ke_key backend, int op, ke_kernel_fn fn) {
     device_kernels[backend][op] = fn;
 }
 
+int ke_has_kernel(ke_key backend, int op) {
+    return (unsigned)backend < KE_NUM_KEYS && (unsigned)op < KE_OP_COUNT && device_kernels[backend][op] != NULL;
+}
+
 static inline int highest_key(ke_keyset ks) { return 31 - __builtin_clz(ks); }
 
 /* Computes the key set of c's inputs; -1 (error recorded) on a bad input. */

@@ -127,6 +127,8 @@ typedef int (*ke_handler_fn)(ke_call *c);
 /* Registers an eager kernel for op on a non-CPU backend (CUDA); a later
  * registration for the same op replaces an earlier one. */
 void ke_register_kernel(ke_key backend, int op, ke_kernel_fn fn);
+/* 1 if a kernel for op is registered on backend (the CUDA coverage test reads it). */
+int ke_has_kernel(ke_key backend, int op);
 /* Registers device.c's CUDA kernels (creation ops, clone, copy, bernoulli:
  * byte moves and host-staged fills through the registered ke_device_ops).
  * Called by the composition root before it registers the CUDA device. */

@@ -348,8 +348,7 @@ int ke_cpu_repeat(ke_call *c) {
 
 /* ---- pad ------------------------------------------------------------------------- */
 
-/* Pads of dim d (0 for dims the list does not reach): F.pad lists the last dim first. */
-static void pads_of(const ke_call *c, int ndim, int d, int64_t *l, int64_t *r) {
+void ke_pad_pads(const ke_call *c, int ndim, int d, int64_t *l, int64_t *r) {
     int i = ndim - 1 - d;
     *l = *r = 0;
     const int64_t *pad = ke_attr_pad_pad(&c->a);
@@ -393,7 +392,7 @@ static int check_pad_mode(ke_call *c, const kl_tensor *x) {
                           ke_fmt_tensor(b, sizeof b, x));
     for (int d = nd - k; d < nd; d++) {
         int64_t l, r, s = x->shape[d];
-        pads_of(c, nd, d, &l, &r);
+        ke_pad_pads(c, nd, d, &l, &r);
         int64_t core = s - (l < 0 ? -l : 0) - (r < 0 ? -r : 0);
         if (s == 0 || s + l + r < 1 || (mode == KL_PAD_CIRCULAR && core < 1))
             return ke_err(KL_ERR_SHAPE, op, "%s padding (%lld, %lld) of dim %d of %s leaves no element to copy", mn,
@@ -408,21 +407,8 @@ static int check_pad_mode(ke_call *c, const kl_tensor *x) {
     return 0;
 }
 
-/* pad's non-constant modes: the source index along a padded dim of size s
- * for output index i, pads (l, r) (negative: cropped). The derivative
- * (src/autograd/d_shape.c) writes the same map with kl_ ops and scatters back. */
-static int64_t pad_source(int mode, int64_t i, int64_t s, int64_t l, int64_t r) {
-    int64_t j = i - l;
-    if (mode == KL_PAD_REFLECT) {
-        if (j < 0) j = -j;
-        return j >= s ? 2 * (s - 1) - j : j;
-    }
-    if (mode == KL_PAD_REPLICATE) return j < 0 ? 0 : j >= s ? s - 1 : j;
-    /* circular wraps around the cropped core, as torch 1.13's _pad_circular */
-    int64_t cl = l < 0 ? -l : 0, core = s - cl - (r < 0 ? -r : 0);
-    j = (i - (l > 0 ? l : 0)) % core;
-    return cl + (j < 0 ? j + core : j);
-}
+_Static_assert(KL_PAD_REFLECT == 1 && KL_PAD_REPLICATE == 2 && KL_PAD_CIRCULAR == 3,
+               "KE_PAD_SOURCE_DEF numbers the modes as kl_pad_mode");
 
 int ke_infer_pad(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
@@ -437,7 +423,7 @@ int ke_infer_pad(ke_call *c, ke_outspec *out) {
     int positive = any_positive_pad(c);
     for (int d = 0; d < nd; d++) {
         int64_t l, r, s = x->shape[d], n;
-        pads_of(c, nd, d, &l, &r);
+        ke_pad_pads(c, nd, d, &l, &r);
         /* negative pads crop: each side at most what is left */
         int64_t s1 = l < 0 ? s + l : s;
         if (l < -s || r < -s1)
@@ -482,10 +468,10 @@ static int pad_gather(ke_call *c) {
     if (!tab) return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for %lld offsets", (long long)tot);
     for (int d = 0, at = 0; d < nd; at += (int)o->shape[d], d++) {
         int64_t l, r;
-        pads_of(c, nd, d, &l, &r);
+        ke_pad_pads(c, nd, d, &l, &r);
         t[d] = tab + at;
         for (int64_t i = 0; i < o->shape[d]; i++)
-            t[d][i] = (l || r ? pad_source(mode, i, x->shape[d], l, r) : i) * x->stride[d];
+            t[d][i] = (l || r ? ke_pad_source(mode, i, x->shape[d], l, r) : i) * x->stride[d];
     }
     const size_t es = ke_dtypes[o->dtype].size;
     void (*row)(char *, int64_t, const char *, const int64_t *, int64_t) =
@@ -519,7 +505,7 @@ int ke_cpu_pad(ke_call *c) {
     int64_t shape[KL_MAX_DIMS], xoff = 0, ooff = 0;
     for (int d = 0; d < nd; d++) {
         int64_t l, r;
-        pads_of(c, nd, d, &l, &r);
+        ke_pad_pads(c, nd, d, &l, &r);
         int64_t xs = l < 0 ? -l : 0;
         shape[d] = x->shape[d] - xs - (r < 0 ? -r : 0);
         xoff += xs * x->stride[d];

@@ -47,6 +47,30 @@ typedef uint64_t __attribute__((may_alias)) ke_m64;
 void ke_copy_nd(int nd, const int64_t *shape, char *dst, kl_dtype dt, const int64_t *dstride, const char *src,
                 kl_dtype st, const int64_t *sstride);
 
+/* pad's non-constant modes (reflect 1, replicate 2, circular 3: kl_pad_mode's
+ * values): the source index along a padded dim of size s for output index i,
+ * pads (l, r) (negative: cropped); circular wraps around the cropped core,
+ * as torch 1.13's _pad_circular. One definition for join.c and the CUDA
+ * kernel (cn_join.c pastes its text, with Q the device qualifiers); the
+ * derivative (src/autograd/d_shape.c) writes the same map with kl_ ops. */
+#define KE_PAD_SOURCE_DEF(Q)                                                                           \
+    Q long long ke_pad_source(int mode, long long i, long long s, long long l, long long r) {          \
+        long long j = i - l;                                                                           \
+        if (mode == 1) {                                                                               \
+            if (j < 0) j = -j;                                                                         \
+            return j >= s ? 2 * (s - 1) - j : j;                                                       \
+        }                                                                                              \
+        if (mode == 2) return j < 0 ? 0 : j >= s ? s - 1 : j;                                          \
+        const long long cl = l < 0 ? -l : 0, core = s - cl - (r < 0 ? -r : 0);                         \
+        j = (i - (l > 0 ? l : 0)) % core;                                                              \
+        return cl + (j < 0 ? j + core : j);                                                            \
+    }
+KE_PAD_SOURCE_DEF(static inline)
+/* The (before, after) pads of dim d of an ndim-dim input under pad's
+ * attributes (0 for dims the list does not reach: F.pad lists the last dim
+ * first). */
+void ke_pad_pads(const struct ke_call *c, int ndim, int d, int64_t *l, int64_t *r);
+
 /* The errors of bad index values, one wording on every device (the CUDA
  * kernels read the first bad position back and raise them too): KL_ERR_INDEX
  * naming op, the value, the dim and its size (index.c); one_hot's class value
