@@ -5,7 +5,8 @@
 #   OUT=/some/folder sh scripts/cuda_gpu_run.sh [suites|bench|all]
 # Logs: $OUT/env.txt, $OUT/summary.txt and $OUT/logs.tgz (one log per suite,
 # per benchmark, per sanitizer run). Suites run in parallel (one process
-# each); the benchmarks run after them, alone.
+# each); the benchmarks run after them, alone. KILN_GPU_SANITIZER=1 adds
+# compute-sanitizer over four suites; KILN_GPU_SIZES, KILN_GPU_TORCH_S tune the benches.
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$REPO/.gpu
 WHAT=${1:-all}
@@ -30,7 +31,7 @@ if [ "$WHAT" != bench ]; then
         'timeout 300 ./{} > logs/{}.txt 2>&1; echo "exit status $?" >> logs/{}.txt'
     echo "suites: $(( $(date +%s) - start )) s wall" >> "$LOG/timing.txt"
     # Driver-API misuse the suites might hide (leaks, bad frees, bad copies).
-    if command -v compute-sanitizer > /dev/null; then
+    if [ -n "$KILN_GPU_SANITIZER" ] && command -v compute-sanitizer > /dev/null; then
         for t in runtime alloc tensor blas; do
             timeout 200 compute-sanitizer --tool memcheck --leak-check full ./test_cuda_$t \
                 > "$LOG/sanitizer_$t.txt" 2>&1 &
@@ -39,12 +40,27 @@ if [ "$WHAT" != bench ]; then
     fi
 fi
 if [ "$WHAT" != suites ]; then
+    start=$(date +%s)
     timeout 120 ./cuda_bench > "$LOG/cuda_bench.txt" 2>&1
     echo "exit status $?" >> "$LOG/cuda_bench.txt"
-    for s in small medium large; do
+    # issue 13's targets, then the same with CUDA's fast math
+    timeout 120 ./cuda_speed_bench > "$LOG/cuda_speed_bench.txt" 2>&1
+    echo "exit status $?" >> "$LOG/cuda_speed_bench.txt"
+    KL_CUDA_FAST_MATH=1 KL_CACHE_DIR="$BIN/kernel-cache-fast" timeout 120 ./cuda_speed_bench \
+        > "$LOG/cuda_speed_bench_fast.txt" 2>&1
+    echo "exit status $?" >> "$LOG/cuda_speed_bench_fast.txt"
+    for s in ${KILN_GPU_SIZES:-medium large}; do
         timeout 200 ./kiln-bench --device cuda --size $s --quiet --json > "$LOG/kiln_bench_$s.json" 2> "$LOG/kiln_bench_$s.err"
         echo "exit status $?" >> "$LOG/kiln_bench_$s.err"
     done
+    echo "benches: $(( $(date +%s) - start )) s wall" >> "$LOG/timing.txt"
+    # PyTorch on the same GPU (the image's torch), streamed line by line so a
+    # timeout keeps what finished; kiln-bench reads the same lines.
+    start=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout ${KILN_GPU_TORCH_S:-240} python3 "$REPO/bench/torch_workloads.py" --device cuda \
+        --size large --threads 2 > "$LOG/torch_large.txt" 2>&1
+    echo "exit status $?" >> "$LOG/torch_large.txt"
+    echo "torch: $(( $(date +%s) - start )) s wall" >> "$LOG/timing.txt"
 fi
 {
     cat "$LOG/timing.txt" 2>/dev/null
