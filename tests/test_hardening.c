@@ -1347,6 +1347,28 @@ static void dl_count_delete(DLManagedTensor *m) {
 
 /* data + byte_offset wrapped around the address space (UBSan: pointer
  * overflow; the tensor then pointed below its buffer). */
+/* fuzz_dlpack (UBSan, kiln.sh fuzz's first run): an empty tensor whose data
+ * pointer is NULL made ke_data compute NULL + 0 (undefined behaviour, which
+ * UBSan reports in the ASan build); it now imports as an empty tensor. */
+static void dlpack_empty_null_data(void **s) {
+    (void)s;
+    int64_t shape[2] = {0, 3};
+    DLManagedTensor m = {.dl_tensor = {.data = NULL, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1},
+                                       .shape = shape, .strides = NULL, .byte_offset = 0},
+                         .deleter = dl_count_delete};
+    dl_deletes = 0;
+    kl_tensor *t = kl_from_dlpack(&m);
+    assert_non_null(t);
+    assert_int_equal(kl_numel(t), 0);
+    kl_tensor *c = kl_contiguous(kl_add_scalar(t, 1));
+    assert_non_null(c);
+    assert_int_equal(kl_numel(c), 0);
+    kl_release(c);
+    kl_release(t);
+    assert_int_equal(dl_deletes, 1);
+    KT_NO_ERROR();
+}
+
 static void dlpack_byte_offset_overflow(void **s) {
     (void)s;
     static float buf[4];
@@ -1387,6 +1409,7 @@ int main(void) {
         KT_TEST(compiled_indices_from_floats_match_eager),
         KT_TEST(as_strided_in_compiled_function),
         KT_TEST(dlpack_byte_offset_overflow),
+        KT_TEST(dlpack_empty_null_data),
         KT_TEST(limits_dims_and_sizes),
         KT_TEST(limits_recompile),
         KT_TEST(limits_print_options),
