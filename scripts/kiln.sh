@@ -121,6 +121,10 @@ fuzz | fuzz-ci)
     ninja -C "$build-fuzz" $(printf 'tests/fuzz_%s_lf ' "${targets[@]}")
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+    # fuzz-ci: one thread, so the coverage that steers libFuzzer does not
+    # depend on how the pool's workers were scheduled (run to run, the same
+    # seed then makes the same inputs)
+    [ "$cmd" = fuzz-ci ] && export KL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
     secs=${KILN_FUZZ_SECONDS:-50}
     # fuzz-ci: inputs per target, sized so the set takes about 2.5 minutes on
     # a loaded 2-core machine (docs/HARDENING.md has the measurements);
