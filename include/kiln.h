@@ -425,7 +425,11 @@ KL_API kl_tensor *kl_slice(kl_tensor *t, int dim, int64_t start, int64_t end, in
 KL_API kl_tensor *kl_narrow(kl_tensor *t, int dim, int64_t start, int64_t length);
 /* Removes dim by taking index (negative counts from the end). */
 KL_API kl_tensor *kl_select(kl_tensor *t, int dim, int64_t index);
-/* A new view of t with a given shape, strides and offset (elements). */
+/* A new view of t with a given shape, strides and offset (elements, from the
+ * start of t's storage); it must lie inside that storage. Inside a compiled
+ * function, over an input or captured tensor (or a view of one), it is a
+ * trace break: that signature runs eagerly (the caller's storage is not part
+ * of the graph). */
 KL_API kl_tensor *kl_as_strided(kl_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                                 int64_t offset);
 

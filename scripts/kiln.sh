@@ -6,6 +6,9 @@
 #   scripts/kiln.sh asan    the suites again under AddressSanitizer + UBSan
 #   scripts/kiln.sh fuzz    build the libFuzzer targets (clang-16, ASan + UBSan,
 #                           build-fuzz) and run each for KILN_FUZZ_SECONDS (50)
+#   scripts/kiln.sh fuzz-ci the same targets, deterministic and bounded (.ci/run):
+#                           a fixed -seed, a fixed number of inputs each, starting
+#                           from the seed corpora only
 #   scripts/kiln.sh tsan    the threaded suites under ThreadSanitizer (gcc, build-tsan)
 #   scripts/kiln.sh valgrind  memcheck over a subset of the suites (build-valgrind,
 #                           without -march=native; installs valgrind)
@@ -103,42 +106,71 @@ valgrind)
         --wrapper "valgrind --tool=memcheck --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite -q" \
         "${suites[@]}"
     ;;
-fuzz)
+fuzz | fuzz-ci)
     # The library with coverage for libFuzzer (-fsanitize=fuzzer-no-link),
-    # the targets linked with -fsanitize=fuzzer (tests/meson.build).
+    # the targets linked with -fsanitize=fuzzer (tests/meson.build); line
+    # tables only for the stack traces (full -g made the build several times
+    # slower).
     if [ ! -f "$build-fuzz/build.ninja" ]; then
         CC=clang-16 CXX=clang++-16 meson setup "$build-fuzz" -Dfuzzers=true -Dbuildtype=debugoptimized \
             -Db_sanitize=address,undefined -Db_lundef=false \
-            -Dc_args=-fsanitize=fuzzer-no-link -Dcpp_args=-fsanitize=fuzzer-no-link
+            "-Dc_args=-fsanitize=fuzzer-no-link -gline-tables-only" \
+            "-Dcpp_args=-fsanitize=fuzzer-no-link -gline-tables-only"
     fi
     targets=(npy ops safetensors dlpack kcache)
     ninja -C "$build-fuzz" $(printf 'tests/fuzz_%s_lf ' "${targets[@]}")
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+    # fuzz-ci: one thread, so the coverage that steers libFuzzer does not
+    # depend on how the pool's workers were scheduled (run to run, the same
+    # seed then makes the same inputs)
+    [ "$cmd" = fuzz-ci ] && export KL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
     secs=${KILN_FUZZ_SECONDS:-50}
+    # fuzz-ci: inputs per target, sized so the set takes about 2.5 minutes on
+    # a loaded 2-core machine (docs/HARDENING.md has the measurements);
+    # fuzz_ops runs each program eagerly and compiled twice, hence its few.
+    declare -A runs=([npy]=30000 [ops]=1500 [safetensors]=30000 [dlpack]=20000 [kcache]=8000)
     status=0
     for t in "${targets[@]}"; do
-        # new inputs go to $build-fuzz/corpus/<t>; tests/fuzz/<t> (the seeds) is only read
-        mkdir -p "$build-fuzz/corpus/$t" "$build-fuzz/artifacts"
-        echo "kiln: fuzzing $t for ${secs}s"
-        # libFuzzer reads the whole corpus before it looks at the clock: a
-        # grown corpus is cut short by SIGINT (a clean exit, not a finding).
+        mkdir -p "$build-fuzz/artifacts"
+        log="$build-fuzz/artifacts/$t.log"
         rc=0
-        timeout -s INT $((secs + 30)) "$build-fuzz/tests/fuzz_${t}_lf" -max_total_time="$secs" -timeout=20 \
-            -rss_limit_mb=3072 -print_final_stats=1 -artifact_prefix="$build-fuzz/artifacts/$t-" \
-            "$build-fuzz/corpus/$t" "tests/fuzz/$t" >"$build-fuzz/artifacts/$t.log" 2>&1 || rc=$?
-        if [ $rc -eq 124 ] && grep -q "run interrupted" "$build-fuzz/artifacts/$t.log"; then rc=0; fi
+        if [ "$cmd" = fuzz-ci ]; then
+            # The same inputs every run: a fixed seed, a fixed count and a
+            # fresh corpus holding only what this run adds to the seeds, so a
+            # failure is a finding that reproduces, never the luck of the draw.
+            corpus="$build-fuzz/ci-corpus/$t"
+            rm -rf "$corpus"
+            mkdir -p "$corpus"
+            echo "kiln: fuzzing $t: ${runs[$t]} inputs, seed 1"
+            start=$SECONDS
+            timeout -s INT 900 "$build-fuzz/tests/fuzz_${t}_lf" -seed=1 -runs="${runs[$t]}" -timeout=20 \
+                -rss_limit_mb=3072 -print_final_stats=1 -artifact_prefix="$build-fuzz/artifacts/$t-" \
+                "$corpus" "tests/fuzz/$t" >"$log" 2>&1 || rc=$?
+            echo "kiln: fuzz_$t: $((SECONDS - start)) s"
+        else
+            # new inputs go to $build-fuzz/corpus/<t>; tests/fuzz/<t> (the seeds) is only read
+            mkdir -p "$build-fuzz/corpus/$t"
+            echo "kiln: fuzzing $t for ${secs}s"
+            # libFuzzer reads the whole corpus before it looks at the clock: a
+            # grown corpus is cut short by SIGINT (a clean exit, not a finding).
+            timeout -s INT $((secs + 30)) "$build-fuzz/tests/fuzz_${t}_lf" -max_total_time="$secs" -timeout=20 \
+                -rss_limit_mb=3072 -print_final_stats=1 -artifact_prefix="$build-fuzz/artifacts/$t-" \
+                "$build-fuzz/corpus/$t" "tests/fuzz/$t" >"$log" 2>&1 || rc=$?
+            if [ $rc -eq 124 ] && grep -q "run interrupted" "$log"; then rc=0; fi
+        fi
         if [ $rc -ne 0 ]; then
             status=1
-            echo "kiln: fuzz_$t found a problem (input in $build-fuzz/artifacts/):" >&2
-            grep -E "ERROR|SUMMARY|fuzz_$t:|runtime error" "$build-fuzz/artifacts/$t.log" | head -20 >&2
+            echo "kiln: fuzz_$t found a problem (input in $build-fuzz/artifacts/; replay it with" \
+                "$build/tests/fuzz_$t <file>):" >&2
+            grep -E "ERROR|SUMMARY|fuzz_$t:|runtime error|run interrupted" "$log" | head -20 >&2 || true
         fi
-        grep -E "stat::number_of_executed_units|stat::peak_rss_mb|cov:" "$build-fuzz/artifacts/$t.log" | tail -3
+        grep -E "stat::number_of_executed_units|stat::peak_rss_mb|cov:" "$log" | tail -3 || true
     done
     exit $status
     ;;
 *)
-    echo "usage: scripts/kiln.sh demo|test|asan|tsan|fuzz|valgrind|setup" >&2
+    echo "usage: scripts/kiln.sh demo|test|asan|tsan|fuzz|fuzz-ci|valgrind|setup" >&2
     exit 2
     ;;
 esac

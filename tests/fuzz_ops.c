@@ -7,9 +7,11 @@
  * report, no hang (libFuzzer's -timeout), a result or a clean error (NULL
  * and a non-empty kl_last_error with a status), nothing leaked when the
  * scope closes. When the first byte asks for it, the same program is
- * compiled twice (FUSE mode, backends "llvm" and "interp"); where its ops
- * failed while tracing just as they did eagerly, the compiled call must
- * succeed and each result equal the eager one (within the dtype's
+ * compiled twice (FUSE mode, backends "llvm" and "interp"). An op that fails
+ * while tracing though it ran eagerly is a finding (unless the trace broke:
+ * the call then runs eagerly and must give eager's results); where the same ops
+ * failed in both runs, the compiled call must succeed (or fail with
+ * KL_ERR_OOM) and each result equal the eager one (within the dtype's
  * tolerance; NaN equals NaN).
  *
  * Plain build: replays tests/fuzz/ops/ (the `fuzz_ops` test); libFuzzer:
@@ -299,8 +301,9 @@ static kl_tensor *run_op(const op *o, pool *pl) {
 
 typedef struct run_ctx {
     const program *p;
-    int failures; /* ops that failed (each with a clean error) */
-    bool tracing; /* inside a compiled function */
+    int failures;    /* ops that failed (each with a clean error) */
+    uint32_t failed; /* which: bit k for ops[k] */
+    bool tracing;    /* inside a compiled function */
 } run_ctx;
 
 #define N_OUT 2
@@ -319,7 +322,10 @@ static int run_program(void *user, kl_tensor *const *in, int n_in, kl_tensor **o
             if (kl_last_status() == KL_OK) finding("an op returned NULL without an error", NULL);
             if (!kl_last_error()[0]) finding("an op failed with an empty message", NULL);
             if (strncmp(kl_last_error(), "kl_", 3) != 0) finding("an error message does not name its op", kl_last_error());
+            if (getenv("KT_FUZZ_VERBOSE"))
+                fprintf(stderr, "fuzz_ops: op %d failed%s: %s\n", k, cx->tracing ? " while tracing" : "", kl_last_error());
             cx->failures++;
+            cx->failed |= 1u << k;
             kl_clear_error();
             continue;
         }
@@ -347,10 +353,11 @@ static double tolerance(kl_dtype dt) {
     }
 }
 
-/* Compiled (FUSE, with `backend`) against eager results `ref`. */
-static void check_compiled(const program *p, kl_tensor *const *in, kl_tensor *const *ref, int eager_failures,
+/* Compiled (FUSE, with `backend`) against eager results `ref`; `eager_failed`
+ * says which ops failed eagerly. */
+static void check_compiled(const program *p, kl_tensor *const *in, kl_tensor *const *ref, uint32_t eager_failed,
                            const char *backend) {
-    run_ctx cx = {p, 0, true};
+    run_ctx cx = {p, 0, 0, true};
     kl_compile_options opts = kl_compile_options_default();
     opts.mode = KL_COMPILE_FUSE;
     opts.backend = backend;
@@ -360,25 +367,34 @@ static void check_compiled(const program *p, kl_tensor *const *in, kl_tensor *co
     kl_tensor *out[N_OUT] = {0};
     int rc = kl_fn_call(f, in, p->n_in, out, N_OUT);
     /* Meta tensors cannot see data: an op that failed eagerly on its values
-     * (an index out of range) traces fine, and the compiled call then fails
-     * at run time or differs. Only programs whose ops failed alike compare. */
-    if (cx.failures < eager_failures) {
+     * (an index out of range) traces fine, and from there on the traced
+     * program works on other operands than the eager one did. So the first
+     * op that failed in one run and not the other decides: failing only
+     * while tracing is a finding; failing only eagerly ends the comparison.
+     * Equal failure counts are not enough (tests/fuzz/ops/
+     * crash-embedding-index-from-floats: eager failed ops 0, 2, 3; the trace,
+     * whose op 0 ran, failed 2, 3, 4 and kept op 0's kl_embedding with an
+     * index of -1 in the graph, so the call failed as eager op 0 had). */
+    kl_fn_stats st;
+    if (kl_fn_get_stats(f, &st) != 0) finding("kl_fn_get_stats failed", kl_last_error());
+    bool eagerly = st.eager_calls > 0; /* the trace broke (kl_as_strided over an input): the call ran eagerly */
+    if (getenv("KT_FUZZ_VERBOSE"))
+        fprintf(stderr, "fuzz_ops: %s: failed while tracing 0x%x, eagerly 0x%x; call %s%s\n", backend, cx.failed,
+                eager_failed, rc ? kl_last_error() : "ran", eagerly ? " eagerly" : "");
+    uint32_t differ = cx.failed ^ eager_failed;
+    if (differ && !eagerly) {
+        if (cx.failed & differ & -differ) finding("an op failed while tracing though it ran eagerly", backend);
         kl_clear_error();
         kl_fn_release(f);
         return;
     }
-    if (cx.failures > eager_failures) finding("an op failed while tracing though it ran eagerly", backend);
     if (rc != 0) {
         char msg[1200];
         snprintf(msg, sizeof msg, "%s (backend %s)", kl_last_error(), backend);
-        /* An allocation failure is a clean error, not a disagreement. So is an
-         * index error: this harness makes indices from floats
-         * (kl_embedding(a, to_dtype(b, int64))), and eager and fused code
-         * may differ within the float tolerance, which truncation can turn
-         * into 0 and -1 (the likely story of
-         * tests/fuzz/ops/crash-embedding-index-from-floats; not confirmed). */
-        if (kl_last_status() != KL_ERR_OOM && kl_last_status() != KL_ERR_INDEX)
-            finding("the compiled program failed where eager ran", msg);
+        /* An allocation failure is a clean error, not a disagreement;
+         * anything else failed in the compiled program on data that every
+         * eager op accepted. */
+        if (kl_last_status() != KL_ERR_OOM) finding("the compiled program failed where eager ran", msg);
         kl_clear_error();
         kl_fn_release(f);
         return;
@@ -425,18 +441,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kl_scope_begin();
     kl_tensor *in[MAX_IN];
     for (int i = 0; i < p.n_in; i++) in[i] = make_input(&p, i);
-    run_ctx cx = {&p, 0, false};
+    run_ctx cx = {&p, 0, 0, false};
     kl_tensor *ref[N_OUT];
     kl_scope_begin();
     run_program(&cx, in, p.n_in, ref, N_OUT);
     for (int i = 0; i < N_OUT; i++) kl_retain(ref[i]); /* past the scope that made them */
     kl_scope_end();
     if (getenv("KT_FUZZ_VERBOSE"))
-        fprintf(stderr, "fuzz_ops: %d inputs, %d ops, %d failed%s\n", p.n_in, p.n_ops, cx.failures,
+        fprintf(stderr, "fuzz_ops: %d inputs, %d ops, %d failed (0x%x)%s\n", p.n_in, p.n_ops, cx.failures, cx.failed,
                 compile ? ", compiled twice" : "");
     if (compile) {
-        check_compiled(&p, in, ref, cx.failures, "llvm");
-        check_compiled(&p, in, ref, cx.failures, "interp");
+        check_compiled(&p, in, ref, cx.failed, "llvm");
+        check_compiled(&p, in, ref, cx.failed, "interp");
     }
     for (int i = 0; i < N_OUT; i++) kl_release(ref[i]);
     kl_scope_end();

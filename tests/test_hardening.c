@@ -14,6 +14,7 @@
 #include "cg_llvm.h"
 #endif
 #include "diskcache.h"
+#include "fileio.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -1029,6 +1030,313 @@ static void full_or_unusable_cache_dir(void **s) {
 #endif
 }
 
+/* Every name in dir (entries and temporaries alike). */
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+#ifdef KL_HAVE_LLVM
+/* Kernels that differ with k (k tanh applications: a new kernel IR, so a new
+ * cache key; a constant alone does not change the key). */
+static int chain_step(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    int k = *(const int *)user;
+    (void)n_in, (void)n_out;
+    kl_tensor *y = kl_mul_scalar(in[0], 0.5);
+    for (int i = 0; i < k; i++) y = kl_tanh(kl_add_scalar(y, 0.25));
+    out[0] = y;
+    return out[0] ? 0 : -1;
+}
+
+/* Compiles chain_step(k), calls it and checks against eager; 0 if right. */
+static int chain_round(int k) {
+    kl_scope_begin();
+    kl_tensor *x = kl_mul_scalar(kl_arange(0, 29, 1, KL_F32), 0.1), *y = NULL, *r = NULL;
+    kl_compile_options o = kl_compile_options_default();
+    o.backend = "llvm";
+    kl_fn *f = kl_compile(chain_step, &k, &o);
+    int rc = f ? kl_fn_call(f, &x, 1, &y, 1) : -1;
+    chain_step(&k, &x, 1, &r, 1);
+    if (!rc) rc = kl_allclose(y, r, 1e-5, 1e-6, false) == 1 ? 0 : -2;
+    kl_fn_release(f);
+    kl_scope_end();
+    return rc;
+}
+
+typedef struct cache_lines {
+    int stores_off, disabled;
+} cache_lines;
+
+static void count_cache_lines(void *user, const char *category, kl_log_level level, const char *message) {
+    cache_lines *c = user;
+    (void)level;
+    if (strcmp(category, "cache") != 0) return;
+    if (strstr(message, "stores off")) c->stores_off++;
+    if (strstr(message, "disabled")) c->disabled++;
+}
+#endif
+
+/* A read-only or full cache folder, injected (the tests run as root, for whom
+ * permission bits stop nothing, and mounting a small or read-only file
+ * system needs privileges a container may lack): ke_write_fail_inject makes
+ * every write fail as such a folder would, EROFS/EACCES when the temporary is
+ * created, ENOSPC/EDQUOT after part of the entry is written. A folder already
+ * holding this function's kernels serves them (hits), the first new store
+ * fails, stores stop with one log line and the cache is not disabled;
+ * compiles keep giving the right answer; nothing is left half-written; the
+ * next "process" (ke_cache_reset) with the folder writable again stores and
+ * then loads the new kernels. The CUDA runtime's CUBINs go through the same
+ * ke_cache_store, so this covers them too. */
+static void cache_dir_read_only_or_full(void **s) {
+    (void)s;
+#ifdef KL_HAVE_LLVM
+    static const struct {
+        int err, at_write;
+        const char *name;
+        int k; /* chain lengths k, k + 1, k + 2: kernels no other test compiles */
+    } cases[] = {{EROFS, 0, "kc-rofs", 11}, {EACCES, 0, "kc-acces", 14}, {ENOSPC, 1, "kc-nospc", 17}, {EDQUOT, 1, "kc-dquot", 20}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s", kt_tmp_path(cases[i].name));
+        int c = cases[i].k, c_new = c + 1, c_newer = c + 2;
+        ke_cache_stats a, b;
+        /* a good run fills the folder with the kernels of c */
+        use_cache_dir(dir);
+        ke_cache_get_stats(&a);
+        assert_int_equal(chain_round(c), 0);
+        ke_cache_get_stats(&b);
+        int n = count_entries(dir, KE_CACHE_OBJ);
+        assert_true(n >= 1);
+        assert_int_equal(b.stores - a.stores, n);
+        /* a later process: the folder refuses writes */
+        use_cache_dir(dir);
+        cache_lines lines = {0, 0};
+        kl_set_log_callback(count_cache_lines, &lines);
+        assert_int_equal(kl_set_log("cache"), 0);
+        ke_cache_get_stats(&a);
+        ke_write_fail_inject(cases[i].err, cases[i].at_write);
+        int rc_old = chain_round(c), rc_new = chain_round(c_new), rc_newer = chain_round(c_newer);
+        ke_write_fail_inject(0, 0);
+        kl_set_log_callback(NULL, NULL);
+        kl_set_log(getenv("KL_LOG"));
+        kl_clear_error();
+        assert_int_equal(rc_old, 0);
+        assert_int_equal(rc_new, 0);
+        assert_int_equal(rc_newer, 0);
+        ke_cache_get_stats(&b);
+        assert_int_equal(b.hits - a.hits, n);           /* what it holds still loads */
+        assert_int_equal(b.store_failures - a.store_failures, 1); /* then stores stopped */
+        assert_int_equal(b.stores - a.stores, 0);
+        assert_int_equal(lines.stores_off, 1);
+        assert_int_equal(lines.disabled, 0);
+        assert_non_null(ke_cache_dir());
+        assert_int_equal(count_files(dir), n); /* no new entry, no temporary */
+        /* writable again: new kernels are stored, then hit */
+        use_cache_dir(dir);
+        ke_cache_get_stats(&a);
+        assert_int_equal(chain_round(c_new), 0);
+        ke_cache_get_stats(&b);
+        assert_true(b.stores - a.stores >= 1);
+        assert_int_equal(b.store_failures - a.store_failures, 0);
+        int m = count_entries(dir, KE_CACHE_OBJ);
+        assert_int_equal(m, n + (int)(b.stores - a.stores));
+        ke_cache_get_stats(&a);
+        assert_int_equal(chain_round(c_new), 0);
+        ke_cache_get_stats(&b);
+        assert_int_equal(b.hits - a.hits, m - n);
+        assert_int_equal(count_files(dir), m);
+    }
+    use_cache_dir(NULL);
+    KT_NO_ERROR();
+#else
+    skip();
+#endif
+}
+
+/* Saving into a full or read-only folder: a clean KL_ERR_IO naming the path
+ * and the reason, the file already at the path untouched, no temporary left.
+ * The full disk is real here (RLIMIT_FSIZE: writes past 64 bytes fail with
+ * EFBIG) and injected (ENOSPC after part of the file is written); the
+ * read-only folder is injected (root writes through permission bits). */
+static void save_into_full_or_read_only_dir(void **s) {
+    (void)s;
+    for (int which = 0; which < 2; which++) {
+        char dir[600], path[700];
+        snprintf(dir, sizeof dir, "%s", kt_tmp_path(which ? "full-st" : "full-npy"));
+        assert_int_equal(mkdir(dir, 0755), 0);
+        snprintf(path, sizeof path, "%s/%s", dir, which ? "w.safetensors" : "w.npy");
+        kl_scope_begin();
+        kl_tensor *old = kl_arange(0, 3, 1, KL_F32), *big = kl_ones(1, (int64_t[]){1000}, KL_F32);
+        assert_int_equal(save_both(path, old, which), 0);
+        struct stat before, after;
+        assert_int_equal(stat(path, &before), 0);
+        for (int how = 0; how < 3; how++) {
+            int rc;
+            if (how == 0) {
+                struct rlimit lim, small;
+                getrlimit(RLIMIT_FSIZE, &lim);
+                small = (struct rlimit){64, lim.rlim_max};
+                signal(SIGXFSZ, SIG_IGN);
+                assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+                rc = save_both(path, big, which);
+                setrlimit(RLIMIT_FSIZE, &lim);
+                signal(SIGXFSZ, SIG_DFL);
+                assert_true(rc < 0);
+                KT_EXPECT_ERROR(KL_ERR_IO, "write failed: File too large");
+            } else {
+                ke_write_fail_inject(how == 1 ? ENOSPC : EROFS, how == 1);
+                rc = save_both(path, big, which);
+                ke_write_fail_inject(0, 0);
+                assert_true(rc < 0);
+                if (!strstr(kl_last_error(), path)) fail_msg("the error does not name the path: %s", kl_last_error());
+                if (how == 1) KT_EXPECT_ERROR(KL_ERR_IO, "write failed: No space left on device");
+                else KT_EXPECT_ERROR(KL_ERR_IO, "cannot create a temporary file beside it: Read-only file system");
+            }
+            /* the old file is the same file with the same bytes, and nothing else is there */
+            assert_int_equal(stat(path, &after), 0);
+            assert_true(after.st_ino == before.st_ino && after.st_size == before.st_size);
+            KT_VALUES(load_back(path, which), 0, 0, 1, 2);
+            assert_int_equal(count_files(dir), 1);
+        }
+        /* and with room again the save replaces it */
+        assert_int_equal(save_both(path, big, which), 0);
+        assert_true(kl_item(kl_sum(load_back(path, which), 0, NULL, false)) == 1000);
+        assert_int_equal(count_files(dir), 1);
+        kl_scope_end();
+    }
+    KT_NO_ERROR();
+}
+
+/* ---- fuzz_ops: indices made from floats, eager against compiled -------------------- */
+
+/* The indices come from a float expression (x * 2 - 0.5 cast to int64), which
+ * FUSE mode compiles into one kernel with the cast. */
+static int float_index_step(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    kl_tensor *idx = kl_to_dtype(kl_sub_scalar(kl_mul_scalar(in[0], 2), 0.5), KL_I64);
+    out[0] = kl_embedding(in[1], idx);
+    out[1] = kl_index_select(in[1], 0, idx);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+/* fuzz_ops' compiled program failed with an index error where "eager ran"
+ * (tests/fuzz/ops/crash-embedding-index-from-floats). The cause was the
+ * harness: eager failed the program's kl_embedding on an index of -1, the
+ * trace (meta tensors, no values) kept it, and the two runs' failure counts
+ * matched by chance. The library's side is this: a float-made index
+ * truncates toward zero in eager and compiled code alike (-0.9 is 0, -1.1 is
+ * -1), in range both run with equal answers, out of range both fail with
+ * the same KL_ERR_INDEX, and the function works again afterwards. */
+static void compiled_indices_from_floats_match_eager(void **s) {
+    (void)s;
+    const char *backends[] = {"interp",
+#ifdef KL_HAVE_LLVM
+                              "llvm"
+#endif
+    };
+    const float w_data[] = {1, 2, 3, 4, 5, 6};
+    const float good[] = {-0.2f, 0.2f, 0.7f, 1.2f, 1.7f}; /* -0.9 -0.1 0.9 1.9 2.9 -> 0 0 0 1 2 */
+    const float bad[] = {0.2f, -0.3f};                    /* -0.1 -1.1 -> 0 -1 */
+    for (size_t b = 0; b < sizeof backends / sizeof backends[0]; b++) {
+        kl_scope_begin();
+        kl_tensor *w = kl_from_data(w_data, 2, (int64_t[]){3, 2}, KL_F32);
+        kl_tensor *xg = kl_from_data(good, 1, (int64_t[]){5}, KL_F32);
+        kl_tensor *xb = kl_from_data(bad, 1, (int64_t[]){2}, KL_F32);
+        kl_compile_options o = kl_compile_options_default();
+        o.mode = KL_COMPILE_FUSE;
+        o.backend = backends[b];
+        kl_fn *f = kl_compile(float_index_step, NULL, &o);
+        assert_non_null(f);
+        for (int round = 0; round < 2; round++) {
+            kl_tensor *in[2] = {xg, w}, *out[2] = {0}, *ref[2] = {0};
+            assert_int_equal(kl_fn_call(f, in, 2, out, 2), 0);
+            assert_int_equal(float_index_step(NULL, in, 2, ref, 2), 0);
+            for (int i = 0; i < 2; i++) {
+                KT_VALUES(out[i], 0, 1, 2, 1, 2, 1, 2, 3, 4, 5, 6);
+                assert_int_equal(kl_equal(out[i], ref[i]), 1);
+            }
+            /* out of range: eager and compiled fail alike */
+            in[0] = xb;
+            assert_int_equal(float_index_step(NULL, in, 2, ref, 2), -1);
+            char eager_msg[512];
+            snprintf(eager_msg, sizeof eager_msg, "%s", kl_last_error());
+            KT_EXPECT_ERROR(KL_ERR_INDEX, "index -1 is out of range");
+            assert_int_not_equal(kl_fn_call(f, in, 2, out, 2), 0);
+            if (strcmp(kl_last_error(), eager_msg) != 0)
+                fail_msg("backend %s: compiled \"%s\", eager \"%s\"", backends[b], kl_last_error(), eager_msg);
+            KT_EXPECT_ERROR(KL_ERR_INDEX, "kl_embedding: index -1 is out of range");
+        }
+        kl_fn_release(f);
+        kl_scope_end();
+    }
+    KT_NO_ERROR();
+}
+
+/* ---- fuzz_ops: kl_as_strided inside a compiled function ------------------------- */
+
+/* out[0]: as_strided over the input itself (offset 1 counts from the start of
+ * the caller's storage); out[1]: over a value the graph made. */
+static int strided_step(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    out[0] = kl_add_scalar(kl_as_strided(in[0], 2, (int64_t[]){2, 2}, (int64_t[]){1, 2}, 1), 1);
+    out[1] = kl_as_strided(kl_mul_scalar(in[0], 2), 2, (int64_t[]){2, 2}, (int64_t[]){2, 1}, 1);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+static int intermediate_strided_step(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    out[0] = kl_add_scalar(kl_as_strided(kl_mul_scalar(in[0], 2), 2, (int64_t[]){2, 2}, (int64_t[]){2, 1}, 1), 1);
+    return out[0] ? 0 : -1;
+}
+
+/* fuzz_ops found kl_as_strided failing while tracing where it ran eagerly
+ * ("view of shape [] with offset 0 reaches outside a storage of 0 elements"):
+ * the trace's stand-in for an input has no storage, and the caller's storage
+ * (its size, the input's offset in it) is nothing the graph or its guards
+ * know. Over an input (here a view at offset 2 of a larger tensor) the trace
+ * now breaks with a reason and the signature runs eagerly, with eager's
+ * answer; over a value the graph made it still compiles. */
+static void as_strided_in_compiled_function(void **s) {
+    (void)s;
+    kl_scope_begin();
+    kl_tensor *base = kl_arange(0, 8, 1, KL_F32);
+    kl_tensor *x = kl_narrow(base, 0, 2, 5); /* 2..6, storage offset 2 */
+    kl_compile_options o = kl_compile_options_default();
+    o.mode = KL_COMPILE_FUSE;
+    kl_fn *f = kl_compile(strided_step, NULL, &o);
+    assert_non_null(f);
+    for (int call = 0; call < 2; call++) {
+        kl_tensor *out[2] = {0}, *ref[2] = {0};
+        assert_int_equal(kl_fn_call(f, &x, 1, out, 2), 0);
+        assert_int_equal(strided_step(NULL, &x, 1, ref, 2), 0);
+        KT_VALUES(out[0], 0, 2, 4, 3, 5); /* storage elements 1, 3, 2, 4, plus 1 */
+        KT_VALUES(out[1], 0, 6, 8, 10, 12);
+        for (int i = 0; i < 2; i++) assert_int_equal(kl_equal(out[i], ref[i]), 1);
+    }
+    kl_fn_stats st;
+    assert_int_equal(kl_fn_get_stats(f, &st), 0);
+    assert_int_equal(st.eager_calls, 2);
+    assert_non_null(strstr(st.last_reason, "kl_as_strided over the storage of an input"));
+    kl_fn_release(f);
+    /* over a value the graph made: compiled, no eager call */
+    f = kl_compile(intermediate_strided_step, NULL, &o);
+    kl_tensor *y = NULL, *r = NULL;
+    assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), 0);
+    assert_int_equal(intermediate_strided_step(NULL, &x, 1, &r, 1), 0);
+    KT_VALUES(y, 0, 7, 9, 11, 13);
+    assert_int_equal(kl_equal(y, r), 1);
+    assert_int_equal(kl_fn_get_stats(f, &st), 0);
+    assert_int_equal(st.eager_calls, 0);
+    kl_fn_release(f);
+    kl_scope_end();
+    KT_NO_ERROR();
+}
+
 /* ---- fuzz_dlpack: a byte offset past the address space ---------------------- */
 
 static int dl_deletes;
@@ -1039,6 +1347,28 @@ static void dl_count_delete(DLManagedTensor *m) {
 
 /* data + byte_offset wrapped around the address space (UBSan: pointer
  * overflow; the tensor then pointed below its buffer). */
+/* fuzz_dlpack (UBSan, kiln.sh fuzz's first run): an empty tensor whose data
+ * pointer is NULL made ke_data compute NULL + 0 (undefined behaviour, which
+ * UBSan reports in the ASan build); it now imports as an empty tensor. */
+static void dlpack_empty_null_data(void **s) {
+    (void)s;
+    int64_t shape[2] = {0, 3};
+    DLManagedTensor m = {.dl_tensor = {.data = NULL, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1},
+                                       .shape = shape, .strides = NULL, .byte_offset = 0},
+                         .deleter = dl_count_delete};
+    dl_deletes = 0;
+    kl_tensor *t = kl_from_dlpack(&m);
+    assert_non_null(t);
+    assert_int_equal(kl_numel(t), 0);
+    kl_tensor *c = kl_contiguous(kl_add_scalar(t, 1));
+    assert_non_null(c);
+    assert_int_equal(kl_numel(c), 0);
+    kl_release(c);
+    kl_release(t);
+    assert_int_equal(dl_deletes, 1);
+    KT_NO_ERROR();
+}
+
 static void dlpack_byte_offset_overflow(void **s) {
     (void)s;
     static float buf[4];
@@ -1076,7 +1406,10 @@ int main(void) {
         KT_TEST(conv_pool_size_overflow),
         KT_TEST(scope_nesting_limit_is_an_error),
         KT_TEST(oom_at_every_allocation),
+        KT_TEST(compiled_indices_from_floats_match_eager),
+        KT_TEST(as_strided_in_compiled_function),
         KT_TEST(dlpack_byte_offset_overflow),
+        KT_TEST(dlpack_empty_null_data),
         KT_TEST(limits_dims_and_sizes),
         KT_TEST(limits_recompile),
         KT_TEST(limits_print_options),
@@ -1084,6 +1417,8 @@ int main(void) {
         KT_TEST(forced_llvm_failure_falls_back),
         KT_TEST(corrupt_cache_entries_recompile),
         KT_TEST(full_or_unusable_cache_dir),
+        KT_TEST(cache_dir_read_only_or_full),
+        KT_TEST(save_into_full_or_read_only_dir),
     };
     int r = cmocka_run_group_tests_name("hardening", tests, NULL, NULL);
     kt_tmp_cleanup();

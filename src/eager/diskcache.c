@@ -88,6 +88,7 @@ static void key_prefix(const ke_cache_key *k, char out[17]) {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int resolved; /* the environment has been read */
 static int enabled;  /* dir is usable (as far as we know) */
+static int writable; /* stores go on: off once the folder proved read-only or full (loads continue) */
 static int created;  /* dir exists: made or found by this process */
 static char *dir;    /* kept until ke_cache_reset, so ke_cache_dir's answer stays valid */
 
@@ -126,7 +127,7 @@ static void resolve_locked(void) {
         ke_log(KE_LOG_CACHE, "disabled: out of memory");
         return;
     }
-    enabled = 1;
+    enabled = writable = 1;
     ke_log(KE_LOG_CACHE, "dir %s", dir);
 }
 
@@ -154,21 +155,38 @@ static void disable_locked(const char *what, const char *path, int e) {
     ke_log(KE_LOG_CACHE, "disabled: %s %s: %s", what, path, strerror(e));
 }
 
-/* <dir>/<hex><kind>, malloc'd; NULL when the cache is off. With create, makes
- * the folder first (once per process) and disables the cache if it cannot. */
+/* Stops storing for this process (until ke_cache_reset), one line: a folder
+ * that is read-only or full can still serve the entries it holds. */
+static void stores_off_locked(const char *what, const char *path, int e) {
+    if (!enabled || !writable) return;
+    writable = 0;
+    ke_log(KE_LOG_CACHE, "stores off: %s %s: %s (compiles go on; entries already there still load)", what, path,
+           strerror(e));
+}
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* <dir>/<hex><kind>, malloc'd; NULL when the cache is off, or for a store
+ * (create) when stores are. With create, makes the folder first (once per
+ * process): if it cannot, a folder that exists still serves loads, anything
+ * else disables the cache. */
 static char *entry_path(const char *kind, const ke_cache_key *k, int create) {
     char hex[65], *path = NULL;
     ke_cache_key_hex(k, hex);
     pthread_mutex_lock(&mu);
     resolve_locked();
-    if (enabled && create && !created) {
+    if (enabled && create && writable && !created) {
         char *tmp = join(dir, "");
         int e = tmp ? ke_make_dirs(tmp) : ENOMEM;
-        if (e) disable_locked("cannot make or use the folder", dir, e);
+        if (e && e != ENOMEM && is_dir(dir)) stores_off_locked("cannot write to the folder", dir, e);
+        else if (e) disable_locked("cannot make or use the folder", dir, e);
         else created = 1;
         free(tmp);
     }
-    if (enabled) {
+    if (enabled && (!create || writable)) {
         size_t n = strlen(dir) + 1 + 64 + strlen(kind) + 1;
         path = malloc(n);
         if (path) snprintf(path, n, "%s/%s%s", dir, hex, kind);
@@ -189,7 +207,7 @@ void ke_cache_reset(void) {
     pthread_mutex_lock(&mu);
     free(dir);
     dir = NULL;
-    resolved = enabled = created = 0;
+    resolved = enabled = writable = created = 0;
     pthread_mutex_unlock(&mu);
 }
 
@@ -291,8 +309,12 @@ done:
 
 /* ---- store ---------------------------------------------------------------- */
 
-/* errno values that mean the folder itself is unusable, not this one write. */
+/* errno values that mean the folder is read-only or unusable, not this one
+ * write: stores stop for the process. */
 static int folder_error(int e) { return e == EACCES || e == EPERM || e == EROFS || e == ENOTDIR; }
+/* ... or that it is full: the next stores would fail alike (and each would
+ * write part of an entry before failing). */
+static int full_error(int e) { return e == ENOSPC || e == EDQUOT || e == EFBIG; }
 
 void ke_cache_store(const char *kind, const ke_cache_key *k, const void *obj, size_t size) {
     char *path = entry_path(kind, k, 1), pre[17];
@@ -325,9 +347,9 @@ void ke_cache_store(const char *kind, const ke_cache_key *k, const void *obj, si
     if (e) {
         n_store_failures++;
         ke_log(KE_LOG_CACHE, "store %s failed: %s: %s", pre, path, strerror(e));
-        if (folder_error(e)) {
+        if (folder_error(e) || full_error(e)) {
             pthread_mutex_lock(&mu);
-            disable_locked("cannot write to", dir, e);
+            stores_off_locked(full_error(e) ? "no room in" : "cannot write to", dir, e);
             pthread_mutex_unlock(&mu);
         }
     } else {

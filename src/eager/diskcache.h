@@ -12,8 +12,12 @@
  * Where: $KL_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln;
  * KL_CACHE_DIR set to "" or "off" disables it. The environment is read once,
  * on first use (ke_cache_reset re-reads it). The folder is created on the
- * first store; if it cannot be (a file in the way, no permission) the cache
- * disables itself for the process with one KL_LOG=cache line.
+ * first store; if it cannot be made (a file in the way) the cache disables
+ * itself for the process with one KL_LOG=cache line. A folder that exists but
+ * refuses writes (read-only, no permission) or is full (ENOSPC, EDQUOT,
+ * EFBIG) stops stores for the process, also with one line ("stores off"),
+ * and keeps serving the entries it holds; a failed store leaves no file
+ * behind (the temporary is removed).
  *
  * Entries are <dir>/<64 hex digits of the key><kind>: an 88-byte header (magic,
  * format version, flags, payload size, the key, SHA-256 of the payload) then

@@ -54,6 +54,12 @@ static int write_all(int fd, const void *p, size_t n) {
 }
 
 static _Atomic unsigned tmp_counter;
+static _Atomic int inject_err, inject_at_write;
+
+void ke_write_fail_inject(int err, int at_write) {
+    inject_at_write = at_write;
+    inject_err = err;
+}
 
 /* The write itself, recording nothing: 0, or an errno value with *stage saying
  * what failed (0 allocation, 1 creating the temporary, 2 writing/renaming). */
@@ -62,7 +68,12 @@ static int write_atomic(const char *path, int n, const void *const *parts, const
     char *tmp = malloc(plen + 48);
     *stage = 0;
     if (!tmp) return ENOMEM;
-    int fd = -1;
+    int inj = inject_err, fd = -1;
+    if (inj && !inject_at_write) {
+        free(tmp);
+        *stage = 1;
+        return inj;
+    }
     for (int tries = 0; fd < 0 && tries < 100; tries++) {
         snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&tmp_counter, 1));
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
@@ -74,10 +85,13 @@ static int write_atomic(const char *path, int n, const void *const *parts, const
         *stage = 1;
         return e;
     }
-    int bad = 0;
+    int bad = 0, e = 0;
+    if (inj) { /* a full disk: part of the data lands, then a write fails */
+        if (n > 0 && sizes[0] > 1) (void)write_all(fd, parts[0], sizes[0] / 2);
+        bad = 1, e = inj;
+    }
     for (int i = 0; i < n && !bad; i++)
-        if (sizes[i]) bad = write_all(fd, parts[i], sizes[i]);
-    int e = bad ? errno : 0;
+        if (sizes[i] && write_all(fd, parts[i], sizes[i]) != 0) bad = 1, e = errno;
     if (close(fd) != 0 && !bad) bad = 1, e = errno;
     if (!bad && rename(tmp, path) != 0) bad = 1, e = errno;
     if (bad) unlink(tmp);

@@ -25,4 +25,11 @@ int ke_write_file_atomic(const char *op, const char *path, int n, const void *co
  * the cache never writes through one): returns 0, or an errno value. */
 int ke_write_file_atomic_quiet(const char *path, int n, const void *const *parts, const size_t *sizes);
 
+/* Test-only fault injection (tests/test_hardening.c): until called again with
+ * err 0, every atomic write above fails with errno err: at_write 0 as it
+ * creates its temporary file (a read-only or unwritable folder), at_write 1
+ * after part of the data is written (a full disk: ENOSPC). Tests only: the
+ * setting is process-wide. */
+void ke_write_fail_inject(int err, int at_write);
+
 #endif /* KE_FILEIO_H */

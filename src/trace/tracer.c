@@ -199,6 +199,12 @@ int32_t tr_trace_nnodes(void) {
     return cur ? cur->g->nnodes : -1;
 }
 
+/* 1 if value v shares the storage of a graph input or a captured tensor. */
+static int as_strided_over_caller_storage(const tr_session *s, int32_t v) {
+    const ir_value *b = &s->g->values[s->g->values[v].base];
+    return b->kind == IR_VAL_INPUT || (b->kind == IR_VAL_NODE && s->g->nodes[b->node].op == IR_OP_CAPTURED);
+}
+
 int tr_trace_handler(ke_call *c) {
     tr_session *s = cur;
     if (!s) return ke_err(KL_ERR_INTERNAL, ke_opname(c), "trace key without a trace session");
@@ -235,6 +241,22 @@ int tr_trace_handler(ke_call *c) {
         } else if (!s->grad_cap && (t->keys & KE_KS(KE_KEY_AUTOGRAD)) && kl_is_grad_enabled()) {
             s->grad_cap = t;
         }
+    }
+    if (c->op == KE_OP_as_strided && as_strided_over_caller_storage(s, ids[0])) {
+        /* kl_as_strided addresses its input's whole storage (the offset counts
+         * from its start; the bounds are its size). For a function input or a
+         * captured tensor that storage is the caller's: its size and the
+         * input's offset vary from call to call and no guard covers them, and
+         * the stand-in has none (every non-empty view was refused, issue 17's
+         * fuzz_ops). Run this signature eagerly instead. Over a storage the
+         * graph made, as_strided traces like any view. */
+        if (!s->broke)
+            snprintf(s->why, sizeof s->why, "kl_as_strided over the storage of %s (value %%%d), which the caller owns",
+                     s->g->values[s->g->values[ids[0]].base].kind == IR_VAL_INPUT ? "an input" : "a captured tensor",
+                     (int)ids[0]);
+        s->broke = 1;
+        ke_err(KL_ERR_UNSUPPORTED, ke_opname(c), "cannot be traced here: %s", s->why);
+        goto out;
     }
     ke_call sc = *c;
     sc.in = sub;
