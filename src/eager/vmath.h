@@ -3,8 +3,9 @@
  *
  * Each function is an always-inline float -> float routine made only of
  * arithmetic, comparisons feeding bit-mask selects, and bit reinterpretation
- * through memcpy: no libm calls, no tables, no branches, no `?:`.  That lets
- * GCC 12 and Clang vectorize a plain loop such as
+ * through memcpy: no libm calls, no tables, no branches, no `?:` (pow's
+ * loop over the 6 bits of an exponent has a constant trip count and is
+ * unrolled).  That lets GCC 12 and Clang vectorize a plain loop such as
  *
  *     for (size_t i = 0; i < n; i++) y[i] = ke_vexpf(x[i]);
  *
@@ -40,13 +41,17 @@
  * sinh <= 3 (2.02), cosh <= 2 (1.42), asin, acos, atan <= 1 (0.50), asinh,
  * acosh, atanh <= 3 (1.62, 1.74, 1.72), log10 <= 1 (0.86), logit <= 3
  * (1.73), mish <= 2 (1.72), elu with selu's coefficients <= 2 (1.41),
- * hypot <= 1 (0.50).  Subnormal inputs work as ordinary numbers; subnormal
- * results come from gradual underflow with one final rounding (not FTZ).
+ * hypot <= 1 (0.50).  Added for one definition of the math on every device
+ * (docs/GPU.md): pow <= 1 (0.50: correctly rounded on every sampled pair,
+ * halfway cases included), atan2 <= 1 (0.50).  Subnormal inputs work as
+ * ordinary numbers; subnormal results come from gradual underflow with one
+ * final rounding (not FTZ).
  *
  * Coefficients were derived for this file with a weighted Remez exchange
  * (mpmath, 50 digits) on the stated intervals, then rounded to float; where it
  * helped, one coefficient at a time with the rest re-fitted after each
- * rounding.  A quoted "fit error" is the max error of the rounded polynomial,
+ * rounding (pow's double polynomials: mpmath's chebyfit).  A quoted "fit
+ * error" is the max error of the rounded polynomial,
  * before float evaluation error.
  *
  * Public functions are ke_v<name>f; ke__* are internal helpers.
