@@ -7,8 +7,10 @@
  *   valgrind --tool=callgrind --toggle-collect=kb_measure \
  *       build-vg/bench/math_count_bench exp
  *
- * what: exp log tanh gelu gelu_tanh softmax chain5 gelu_wl (the last two
- * compiled; their compile and first call run before kb_measure). One
+ * what: exp log tanh gelu gelu_tanh softmax pow atan2 chain5 gelu_wl (the
+ * last two compiled; their compile and first call run before kb_measure;
+ * pow: |x| + 1e-3 to a tensor of N(0, 1) exponents, the general path, not
+ * the scalar shortcuts; atan2: x against a second N(0, 3^2) tensor). One
  * thread, fixed seed; the result's sum is printed so a wrong build shows.
  */
 #include "kiln.h"
@@ -37,6 +39,7 @@ static int gelu_wl(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int
 
 static const char *what;
 static kl_fn *fn;
+static kl_tensor *other; /* pow's exponents, atan2's x */
 
 __attribute__((noinline)) kl_tensor *kb_measure(kl_tensor *x);
 __attribute__((noinline)) kl_tensor *kb_measure(kl_tensor *x) {
@@ -50,12 +53,14 @@ __attribute__((noinline)) kl_tensor *kb_measure(kl_tensor *x) {
     if (!strcmp(what, "gelu")) return kl_gelu(x);
     if (!strcmp(what, "gelu_tanh")) return kl_gelu_tanh(x);
     if (!strcmp(what, "softmax")) return kl_softmax(kl_reshape(x, KL_SHAPE(1024, 1024)), -1);
+    if (!strcmp(what, "pow")) return kl_pow(x, other);
+    if (!strcmp(what, "atan2")) return kl_atan2(x, other);
     return NULL;
 }
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: math_count_bench exp|log|tanh|gelu|gelu_tanh|softmax|chain5|gelu_wl\n");
+        fprintf(stderr, "usage: math_count_bench exp|log|tanh|gelu|gelu_tanh|softmax|pow|atan2|chain5|gelu_wl\n");
         return 2;
     }
     what = argv[1];
@@ -65,6 +70,8 @@ int main(int argc, char **argv) {
     /* log's input is positive; the others see N(0, 3^2) */
     kl_tensor *x = kl_mul_scalar(kl_randn(KL_SHAPE(1 << 20), KL_F32), 3.0);
     if (!strcmp(what, "log")) x = kl_add_scalar(kl_abs(x), 1e-3);
+    other = kl_mul_scalar(kl_randn(KL_SHAPE(1 << 20), KL_F32), !strcmp(what, "pow") ? 1.0 : 3.0);
+    if (!strcmp(what, "pow")) x = kl_add_scalar(kl_abs(x), 1e-3);
     if (!strcmp(what, "chain5") || !strcmp(what, "gelu_wl")) {
         fn = kl_compile(!strcmp(what, "chain5") ? chain5 : gelu_wl, NULL, NULL);
         kl_tensor *y = NULL;

@@ -43,4 +43,13 @@
     X(26, logit)             \
     X(27, mish)
 #define KT_VMATH_COUNT_CPU 28
+
+/* The two-argument f32 functions, ke_v<name>f(a, b) as the eager op
+ * <name>(a, b) computes it with tensor operands (pow: the general path, not
+ * the scalar-exponent shortcuts; atan2(a, b) is atan2f(y = a, x = b)). */
+#define KT_VMATH_LIST2(X) \
+    X(0, pow)             \
+    X(1, atan2)           \
+    X(2, hypot)
+#define KT_VMATH_COUNT2 3
 #endif

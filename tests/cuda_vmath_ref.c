@@ -17,6 +17,7 @@
 
 void KT_REF_NAME(int fn, const float *x, float *y, size_t n);
 void KT_CAT(KT_REF_NAME, _lerp)(const float *a, const float *b, const float *w, float *y, size_t n);
+void KT_CAT(KT_REF_NAME, _2)(int fn, const float *a, const float *b, float *y, size_t n);
 
 /* A formula outside vmath with multiply-adds that a contracting build would
  * fuse: PyTorch's lerp, as the eager f32 loop computes it (ew_other.c). */
@@ -33,6 +34,19 @@ void KT_REF_NAME(int fn, const float *x, float *y, size_t n) {
         break;
         KT_VMATH_LIST_CPU(KT_REF_CASE_)
 #undef KT_REF_CASE_
+    default: break;
+    }
+}
+
+/* The two-argument functions (KT_VMATH_LIST2). */
+void KT_CAT(KT_REF_NAME, _2)(int fn, const float *a, const float *b, float *y, size_t n) {
+    switch (fn) {
+#define KT_REF_CASE2_(id, name) \
+    case id:                    \
+        for (size_t i = 0; i < n; i++) y[i] = ke_v##name##f(a[i], b[i]); \
+        break;
+        KT_VMATH_LIST2(KT_REF_CASE2_)
+#undef KT_REF_CASE2_
     default: break;
     }
 }

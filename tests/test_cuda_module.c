@@ -21,6 +21,7 @@ static const char *OP = "module_test";
 #include "cuda_harness.h"
 
 #define KT_CASE_SRC_(id, name) "    case " #id ": y = ke_v" #name "f(v); break;\n"
+#define KT_CASE2_SRC_(id, name) "    case " #id ": y = ke_v" #name "f(v, u); break;\n"
 /* Every kernel of the suite, in one program (as the code generator emits). */
 static const char kernels_src[] =
     "#include \"kiln_cuda.h\"\n"
@@ -42,6 +43,15 @@ static const char kernels_src[] =
     "  out[i] = y;\n"
     "}\n"
     "KL_EMU_EXPORT(vmath_all)\n"
+    /* the two-argument ones (pow, atan2, hypot) */
+    "extern \"C\" __global__ void vmath_all2(float *out, const float *x, const float *w, unsigned n, int fn) {\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i >= n) return;\n"
+    "  float v = x[i], u = w[i], y = 0.0f;\n"
+    "  switch (fn) {\n" KT_VMATH_LIST2(KT_CASE2_SRC_) "  }\n"
+    "  out[i] = y;\n"
+    "}\n"
+    "KL_EMU_EXPORT(vmath_all2)\n"
     /* one block per 256 inputs: a tree in static shared memory */
     "extern \"C\" __global__ void block_sum(const float *x, float *out, unsigned n) {\n"
     "  __shared__ float buf[256];\n"
@@ -148,6 +158,7 @@ static const char syntax_error_src[] =
 /* vmath on the CPU without contraction (tests/cuda_vmath_ref.c): what both
  * NVRTC's -fmad=false and the emulator's -ffp-contract=off compute. */
 void kt_vmath_ref_off(int fn, const float *x, float *y, size_t n);
+void kt_vmath_ref_off_2(int fn, const float *a, const float *b, float *y, size_t n);
 
 static const ku_driver *drv(void) { return ku_driver_get(OP); }
 
@@ -280,6 +291,47 @@ static void test_vmath_bitwise(void **state) {
     ku_free(OP, dx);
     ku_free(OP, dout);
     free(x);
+    free(want);
+    free(got);
+    KT_NO_ERROR();
+}
+
+/* pow, atan2 and hypot likewise, over 2^16 pairs: x as above, w any bit
+ * pattern for odd i and in +-[2^-8, 2^8) for even i (pow's every result
+ * binade). */
+static void test_vmath2_bitwise(void **state) {
+    (void)state;
+    NEED_MODULES();
+    CUfunction f = kernel(kernels_src, "vmath_all2");
+    unsigned n = 1u << 16;
+    float *x = malloc(n * 4), *w = malloc(n * 4), *want = malloc(n * 4), *got = malloc(n * 4);
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t b = i * 65536u + ((i * 2654435761u) >> 16), h = (i * 2246822507u) ^ (i >> 3) * 2654435761u;
+        uint32_t c = (i & 1) ? h : ((h & 0x807fffffu) | ((119u + ((h >> 23) & 15u)) << 23));
+        memcpy(&x[i], &b, 4);
+        memcpy(&w[i], &c, 4);
+    }
+    CUdeviceptr dx = up(x, n * 4), dw = up(w, n * 4), dout = up(NULL, n * 4);
+    for (int fn = 0; fn < KT_VMATH_COUNT2; fn++) {
+        void *args[] = {&dout, &dx, &dw, &n, &fn};
+        assert_int_equal(launch(f, n / 256, 1, 1, 256, 1, 1, 0, args), 0);
+        down(got, dout, n * 4);
+        kt_vmath_ref_off_2(fn, x, w, want, n);
+        unsigned bad = 0;
+        for (unsigned i = 0; i < n; i++)
+            if (memcmp(&got[i], &want[i], 4) && !(isnan(got[i]) && isnan(want[i])) && bad++ < 3)
+                print_error("vmath two-argument function %d at (%a, %a): got %a, want %a\n", fn, x[i], w[i], got[i],
+                            want[i]);
+        if (bad) {
+            print_error("vmath two-argument function %d: %u of %u results differ\n", fn, bad, n);
+            fail();
+        }
+    }
+    ku_free(OP, dx);
+    ku_free(OP, dw);
+    ku_free(OP, dout);
+    free(x);
+    free(w);
     free(want);
     free(got);
     KT_NO_ERROR();
@@ -680,6 +732,7 @@ int main(void) {
         KT_TEST(test_module_cache),
         KT_TEST(test_elementwise),
         KT_TEST(test_vmath_bitwise),
+        KT_TEST(test_vmath2_bitwise),
         KT_TEST(test_block_reduction),
         KT_TEST(test_concurrent_launches),
         KT_TEST(test_warp_shuffles),

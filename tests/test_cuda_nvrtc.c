@@ -7,6 +7,8 @@
  * built without FP contraction (what -fmad=false compiles, and the library
  * too); the count of differences from a -ffp-contract=fast build is printed
  * (0 since vmath writes its fused multiply-adds explicitly, docs/CODEGEN.md).
+ * The two-argument functions (pow, atan2, hypot) likewise: a second kernel
+ * compiled for both architectures, and on a GPU 2^24 (x, y) pairs.
  * Skipped with a message where NVRTC (or the GPU) is missing.
  */
 #include "harness.h"
@@ -21,9 +23,12 @@ static const char *OP = "nvrtc_test";
 
 void kt_vmath_ref_off(int fn, const float *x, float *y, size_t n);
 void kt_vmath_ref_fast(int fn, const float *x, float *y, size_t n);
+void kt_vmath_ref_off_2(int fn, const float *a, const float *b, float *y, size_t n);
+void kt_vmath_ref_fast_2(int fn, const float *a, const float *b, float *y, size_t n);
 
 #define KT_NAME_(id, name) #name,
 static const char *const fn_names[] = {KT_VMATH_LIST(KT_NAME_)};
+static const char *const fn2_names[] = {KT_VMATH_LIST2(KT_NAME_)};
 #undef KT_NAME_
 _Static_assert(sizeof fn_names / sizeof *fn_names == KT_VMATH_COUNT, "KT_VMATH_COUNT matches KT_VMATH_LIST");
 
@@ -45,6 +50,34 @@ static const char sweep_src[] =
 #undef KT_CASE_SRC_
 
 static uint32_t kt_bits(uint64_t i) { return (uint32_t)(i * 256u + ((uint32_t)(i * 2654435761u) >> 24)); }
+
+/* The two-argument functions (pow, atan2, hypot): out[i] = f(x_i, y_i) with
+ * x_i as above and y_i hashed from i: odd i any bit pattern, even i in
+ * +-[2^-8, 2^8) (so that pow reaches every result binade, not only 0 and
+ * inf). The same bits on the host: kt_bits2. */
+#define KT_BITS2_BODY                                                                      \
+    "    unsigned h = (unsigned)(i * 2654435761u) ^ ((unsigned)(i >> 7) * 2246822507u);\n" \
+    "    return (i & 1) ? h : ((h & 0x807fffffu) | ((119u + ((h >> 23) & 15u)) << 23));\n"
+#define KT_CASE2_SRC_(id, name) "    case " #id ": r = ke_v" #name "f(x, y); break;\n"
+static const char sweep2_src[] =
+    "#include \"vmath.h\"\n"
+    "__device__ unsigned kt_bits(unsigned long long i) {\n"
+    "    return (unsigned)(i * 256u + ((unsigned)(i * 2654435761u) >> 24));\n"
+    "}\n"
+    "__device__ unsigned kt_bits2(unsigned long long i) {\n" KT_BITS2_BODY "}\n"
+    "extern \"C\" __global__ void vmath_sweep2(float *out, unsigned long long n, int fn) {\n"
+    "  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;\n"
+    "       i += (unsigned long long)gridDim.x * blockDim.x) {\n"
+    "    float x = __uint_as_float(kt_bits(i)), y = __uint_as_float(kt_bits2(i)), r = 0.0f;\n"
+    "    switch (fn) {\n" KT_VMATH_LIST2(KT_CASE2_SRC_) "    }\n"
+    "    out[i] = r;\n"
+    "  }\n"
+    "}\n";
+#undef KT_CASE2_SRC_
+static uint32_t kt_bits2(uint64_t i) {
+    uint32_t h = (uint32_t)(i * 2654435761u) ^ ((uint32_t)(i >> 7) * 2246822507u);
+    return (i & 1) ? h : ((h & 0x807fffffu) | ((119u + ((h >> 23) & 15u)) << 23));
+}
 
 #define NEED_NVRTC()                                                                \
     do {                                                                            \
@@ -104,24 +137,30 @@ static void test_vmath_to_cubin(void **state) {
     (void)state;
     NEED_NVRTC();
     int archs[] = {80, 90};
-    for (int a = 0; a < 2; a++) {
-        ku_cubin c;
-        double t0 = now_ms();
-        int rc = ku_nvrtc_compile(OP, sweep_src, "vmath_sweep.cu", archs[a], &c);
-        double wall = now_ms() - t0;
-        if (rc) print_error("%s\n--- source ---\n%s", kl_last_error(), sweep_src);
-        assert_int_equal(rc, 0);
-        assert_true(c.size > 1000);
-        assert_memory_equal(c.image, "\x7f" "ELF", 4);
-        if (c.registers <= 0) print_error("no ptxas resource report in NVRTC's log:\n%s\n", c.log);
-        assert_true(c.registers > 0);
-        print_message("vmath_sweep (17 functions) sm_%d: %zu-byte CUBIN, %d registers, %d bytes stack, %d bytes "
-                      "spilled, %.1f ms (%.1f ms with the call)\n",
-                      archs[a], c.size, c.registers, c.stack_bytes, c.spill_bytes, c.compile_ms, wall);
-        if (c.spill_bytes) print_error("the kernel spills:\n%s\n", c.log);
-        assert_int_equal(c.spill_bytes, 0);
-        ku_cubin_free(&c);
-    }
+    const struct {
+        const char *src, *file, *what;
+    } progs[] = {{sweep_src, "vmath_sweep.cu", "vmath_sweep (17 functions)"},
+                 {sweep2_src, "vmath_sweep2.cu", "vmath_sweep2 (pow, atan2, hypot)"}};
+    for (int p = 0; p < 2; p++)
+        for (int a = 0; a < 2; a++) {
+            ku_cubin c;
+            double t0 = now_ms();
+            int rc = ku_nvrtc_compile(OP, progs[p].src, progs[p].file, archs[a], &c);
+            double wall = now_ms() - t0;
+            if (rc) print_error("%s\n--- source ---\n%s", kl_last_error(), progs[p].src);
+            assert_int_equal(rc, 0);
+            assert_true(c.size > 1000);
+            assert_memory_equal(c.image, "\x7f" "ELF", 4);
+            if (c.registers <= 0) print_error("no ptxas resource report in NVRTC's log:\n%s\n", c.log);
+            assert_true(c.registers > 0);
+            print_message("%s sm_%d: %zu-byte CUBIN, %d registers, %d bytes stack, %d bytes spilled, %.1f ms "
+                          "(%.1f ms with the call)\n",
+                          progs[p].what, archs[a], c.size, c.registers, c.stack_bytes, c.spill_bytes, c.compile_ms,
+                          wall);
+            if (c.spill_bytes) print_error("the kernel spills:\n%s\n", c.log);
+            assert_int_equal(c.spill_bytes, 0);
+            ku_cubin_free(&c);
+        }
     KT_NO_ERROR();
 }
 
@@ -259,6 +298,78 @@ static void test_vmath_bitwise_on_gpu(void **state) {
     assert_int_equal(total, 0);
 }
 
+/* The same for the two-argument functions over 2^24 (x, y) pairs. */
+static void test_vmath2_bitwise_on_gpu(void **state) {
+    (void)state;
+    NEED_NVRTC();
+    if (!kl_cuda_is_available() || ku_driver_get(OP)->emulated) {
+        print_message("skipped: needs a real GPU (%s)\n",
+                      kl_cuda_is_available() ? "on the emulated device pow/atan2/hypot run in test_cuda_ew"
+                                               : kl_cuda_unavailable_reason());
+        skip();
+    }
+    const ku_driver *d = ku_driver_get(OP);
+    assert_int_equal(ku_device_enter(OP, 0), 0);
+    ku_cubin c;
+    int rc = ku_nvrtc_compile(OP, sweep2_src, "vmath_sweep2.cu", kl_cuda_compute_capability(0), &c);
+    if (rc) print_error("%s\n", kl_last_error());
+    assert_int_equal(rc, 0);
+    CUmodule mod;
+    CUfunction fun;
+    assert_int_equal(KU_CALL(OP, d, ModuleLoadData, &mod, c.image), 0);
+    assert_int_equal(KU_CALL(OP, d, ModuleGetFunction, &fun, mod, "vmath_sweep2"), 0);
+    ku_cubin_free(&c);
+    const size_t n = (size_t)1 << 24;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *gpu = malloc(n * sizeof *x),
+          *ref = malloc(n * sizeof *x), *ref_fast = malloc(n * sizeof *x);
+    assert_true(x && y && gpu && ref && ref_fast);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a = kt_bits(i), b = kt_bits2(i);
+        memcpy(&x[i], &a, 4);
+        memcpy(&y[i], &b, 4);
+    }
+    CUdeviceptr out = ku_malloc(OP, 0, n * sizeof(float), NULL);
+    assert_true(out != 0);
+    int total = 0;
+    for (int f = 0; f < KT_VMATH_COUNT2; f++) {
+        unsigned long long nn = n;
+        int fn = f;
+        void *args[] = {&out, &nn, &fn};
+        assert_int_equal(KU_CALL(OP, d, LaunchKernel, fun, 132 * 8, 1, 1, 128, 1, 1, 0, NULL, args, NULL), 0);
+        assert_int_equal(KU_CALL(OP, d, MemcpyDtoH, gpu, out, n * sizeof(float)), 0);
+        kt_vmath_ref_off_2(f, x, y, ref, n);
+        kt_vmath_ref_fast_2(f, x, y, ref_fast, n);
+        long long diff = 0, diff_fast = 0;
+        long first = -1;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t g, r, q;
+            memcpy(&g, &gpu[i], 4);
+            memcpy(&r, &ref[i], 4);
+            memcpy(&q, &ref_fast[i], 4);
+            int gn = (g & 0x7fffffffu) > 0x7f800000u, rn = (r & 0x7fffffffu) > 0x7f800000u,
+                qn = (q & 0x7fffffffu) > 0x7f800000u;
+            if (g != r && !(gn && rn)) {
+                if (first < 0) first = (long)i;
+                diff++;
+            }
+            if (g != q && !(gn && qn)) diff_fast++;
+        }
+        print_message("%-10s GPU vs CPU (no contraction): %lld of %zu differ; vs CPU (-ffp-contract=fast): %lld\n",
+                      fn2_names[f], diff, n, diff_fast);
+        if (first >= 0)
+            print_message("  first: (%a, %a) gpu=%a cpu=%a\n", x[first], y[first], gpu[first], ref[first]);
+        total += diff != 0;
+    }
+    assert_int_equal(ku_free(OP, out), 0);
+    assert_int_equal(KU_CALL(OP, d, ModuleUnload, mod), 0);
+    free(x);
+    free(y);
+    free(gpu);
+    free(ref);
+    free(ref_fast);
+    assert_int_equal(total, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(test_libraries_load_lazily),
@@ -266,6 +377,7 @@ int main(void) {
         KT_TEST(test_compile_time),
         KT_TEST(test_compile_errors),
         KT_TEST(test_vmath_bitwise_on_gpu),
+        KT_TEST(test_vmath2_bitwise_on_gpu),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     return rc;

@@ -597,6 +597,208 @@ static void test_hypot(void **state)
     assert_true(ke_vhypotf(0x1p-149f, 0.0f) == 0x1p-149f);
 }
 
+/* ---------------------------------------------------------------------- */
+/* pow and atan2: two-argument sweeps                                     */
+/* ---------------------------------------------------------------------- */
+#define KE_APPLY2(name)                                                                        \
+    static void apply2_##name(const float *restrict x, const float *restrict y, float *restrict r, \
+                              size_t n)                                                        \
+    {                                                                                          \
+        for (size_t b = 0; b < n; b += BLOCK)                                                  \
+            for (size_t i = 0; i < BLOCK; i++) r[b + i] = ke_v##name##f(x[b + i], y[b + i]);   \
+    }
+KE_APPLY2(pow)
+KE_APPLY2(atan2)
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rng64(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+static double rng_unit(void) { return (double)(rng64() >> 11) * 0x1p-53; } /* [0, 1) */
+
+typedef double (*ref2_t)(double, double);
+static double ref_pow2(double x, double y) { return pow(x, y); }
+static double ref_atan2(double y, double x) { return atan2(y, x); }
+
+/* Runs f over the n pairs (a multiple of BLOCK), measures each result in
+ * ulps against the double reference, prints a histogram and the count of
+ * results that are not the reference rounded to float; returns the max. */
+static double sweep2(const char *name, void (*f)(const float *, const float *, float *, size_t), ref2_t ref,
+                     const float *x, const float *y, size_t n)
+{
+    float *r = malloc(n * sizeof *r);
+    assert_non_null(r);
+    f(x, y, r, n);
+    static const double edge[] = {0.5, 0.5001, 0.501, 0.6, 1.0};
+    size_t hist[6] = {0}, misrounded = 0;
+    double worst = 0;
+    size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = ref((double)x[i], (double)y[i]);
+        double e = ulp_err(r[i], d);
+        int k = 0;
+        while (k < 5 && e > edge[k]) k++;
+        hist[k]++;
+        misrounded += !(r[i] == (float)d || (isnan(r[i]) && isnan(d)));
+        if (e > worst) worst = e, wi = i;
+    }
+    print_message("%-6s %zu pairs, ulp error histogram: <=0.5: %zu, (0.5, 0.5001]: %zu, (0.5001, 0.501]: %zu, "
+                  "(0.501, 0.6]: %zu, (0.6, 1]: %zu, >1: %zu; not the correctly rounded float: %zu; max %.4f at "
+                  "(%a, %a)\n",
+                  name, n, hist[0], hist[1], hist[2], hist[3], hist[4], hist[5], misrounded, worst, (double)x[wi],
+                  (double)y[wi]);
+    free(r);
+    assert_true(misrounded <= n >> 12); /* "nearly always correctly rounded" */
+    return worst;
+}
+
+/* Every pair of the values, bitwise (NaN: any NaN) against the double
+ * reference rounded to float: the special cases of C99 Annex F, which
+ * glibc's double pow and atan2 implement, signed zeros included. */
+static size_t special_pairs(const char *name, float (*f)(float, float), ref2_t ref, const float *v, size_t nv)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < nv; i++)
+        for (size_t j = 0; j < nv; j++) {
+            float got = f(v[i], v[j]), want = (float)ref((double)v[i], (double)v[j]);
+            uint32_t gb, wb;
+            memcpy(&gb, &got, 4);
+            memcpy(&wb, &want, 4);
+            if (gb == wb || (isnan(got) && isnan(want))) continue;
+            if (bad++ < 10)
+                print_message("%s(%a, %a) = %a, expected %a\n", name, (double)v[i], (double)v[j], (double)got,
+                              (double)want);
+        }
+    return bad;
+}
+
+static const float k_pow_special[] = {
+    0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 0.5f, -0.5f, 2.0f, -2.0f, 3.0f, -3.0f, 2.5f, -2.5f,
+    0x1p-149f, -0x1p-149f, 0x1p-126f, -0x1p-126f, FLT_MAX, -FLT_MAX, 0x1.fffffep-1f, -0x1.fffffep-1f, 0x1.000002p0f,
+    -0x1.000002p0f, 0x1.fffffep22f, -0x1.fffffep22f /* x.5 */, 0x1.fffffcp22f, 0x1.fffffep23f /* odd */,
+    -0x1.fffffep23f, 0x1p23f, 0x1.000002p23f /* odd */, 0x1p24f /* even */, -0x1.000002p24f /* even */, 1e10f,
+    -1e10f, 127.0f, -127.0f, 128.0f, -149.0f, -150.0f, -149.5f, 0.1f, -0.1f, 10.0f, -10.0f, 4097.0f, 1.5f,
+    103041.0f, 321.0f};
+
+static void test_pow(void **state)
+{
+    (void)state;
+    const size_t q = (size_t)1 << 20, n = 5 * q;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    assert_non_null(x);
+    assert_non_null(y);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = (uint32_t)rng64();
+        float xi;
+        memcpy(&xi, &b, 4);
+        double u = 2.0 * rng_unit() - 1.0;
+        if (i < q) { /* any finite x > 0, y so that y log2 x covers [-160, 160]: every result binade */
+            b &= 0x7fffffffu;
+            if (b >= 0x7f800000u) b -= 0x00800000u;
+            memcpy(&xi, &b, 4);
+            double l = fabs(log2((double)xi));
+            x[i] = xi;
+            y[i] = (float)(u * (l > 0 ? 160.0 / l : 1e6));
+        } else if (i < 2 * q) { /* any x, integer y in [-64, 64]: signs of negative bases */
+            x[i] = xi;
+            y[i] = (float)((int)(rng64() % 129u) - 64);
+        } else if (i < 3 * q) { /* x within 2^-12 of 1, large y: log near 1 */
+            x[i] = (float)(1.0 + u * 0x1p-12);
+            y[i] = (float)(ldexp(2.0 * rng_unit() - 1.0, (int)(rng64() % 40u)));
+        } else if (i < 4 * q) { /* x in +[2^-8, 2^8), y in +-[2^-8, 2^5): the common range */
+            x[i] = (float)ldexp(1.0 + rng_unit(), (int)(rng64() % 16u) - 8);
+            y[i] = (float)ldexp(u, (int)(rng64() % 13u) - 7);
+        } else { /* bit patterns for both */
+            x[i] = xi;
+            b = (uint32_t)rng64();
+            memcpy(&y[i], &b, 4);
+        }
+    }
+    double worst = sweep2("pow", apply2_pow, ref_pow2, x, y, n);
+    assert_true(worst <= 1.0);
+    free(x);
+    free(y);
+
+    size_t nv = sizeof k_pow_special / sizeof *k_pow_special;
+    assert_int_equal(special_pairs("pow", ke_vpowf, ref_pow2, k_pow_special, nv), 0);
+    /* C99 Annex F, spelled out */
+    float inf = INFINITY;
+    assert_true(ke_vpowf(NAN, 0.0f) == 1.0f && ke_vpowf(NAN, -0.0f) == 1.0f);
+    assert_true(ke_vpowf(1.0f, NAN) == 1.0f && ke_vpowf(1.0f, -inf) == 1.0f);
+    assert_true(ke_vpowf(-1.0f, inf) == 1.0f && ke_vpowf(-1.0f, -inf) == 1.0f);
+    assert_true(isnan(ke_vpowf(-1.0f, NAN)) && isnan(ke_vpowf(NAN, 1.0f)) && isnan(ke_vpowf(2.0f, NAN)));
+    assert_true(isnan(ke_vpowf(-8.0f, 1.0f / 3.0f)) && isnan(ke_vpowf(-FLT_MAX, 0.5f)));
+    assert_true(ke_vpowf(-2.0f, 3.0f) == -8.0f && ke_vpowf(-2.0f, 2.0f) == 4.0f && ke_vpowf(-2.0f, -1.0f) == -0.5f);
+    assert_true(IS_NZERO(ke_vpowf(-0.0f, 3.0f)) && IS_PZERO(ke_vpowf(-0.0f, 2.0f)) && IS_PZERO(ke_vpowf(-0.0f, 0.5f)));
+    assert_true(ke_vpowf(-0.0f, -3.0f) == -inf && ke_vpowf(-0.0f, -2.0f) == inf && ke_vpowf(0.0f, -inf) == inf);
+    assert_true(IS_PZERO(ke_vpowf(0.0f, inf)) && ke_vpowf(-0.0f, -0.5f) == inf);
+    assert_true(ke_vpowf(-inf, 3.0f) == -inf && ke_vpowf(-inf, 2.0f) == inf && IS_NZERO(ke_vpowf(-inf, -3.0f)));
+    assert_true(IS_PZERO(ke_vpowf(-inf, -2.5f)) && ke_vpowf(-inf, 0.5f) == inf && IS_PZERO(ke_vpowf(inf, -1.0f)));
+    assert_true(IS_PZERO(ke_vpowf(0.5f, inf)) && ke_vpowf(0.5f, -inf) == inf && ke_vpowf(-2.0f, inf) == inf);
+    assert_true(IS_PZERO(ke_vpowf(-2.0f, -inf)));
+    assert_true(ke_vpowf(-3.0f, 0x1.fffffep23f) == -inf && ke_vpowf(-3.0f, 0x1p24f) == inf); /* odd, even */
+    assert_true(ke_vpowf(FLT_MAX, 2.0f) == inf && ke_vpowf(-FLT_MAX, 3.0f) == -inf);
+    assert_true(IS_PZERO(ke_vpowf(0x1p-100f, 2.0f)) && IS_NZERO(ke_vpowf(-0x1p-100f, 3.0f)));
+    /* subnormal results, exact powers, exact integers */
+    assert_true(ke_vpowf(2.0f, -149.0f) == 0x1p-149f && IS_PZERO(ke_vpowf(2.0f, -150.0f)));
+    assert_true(ke_vpowf(2.0f, -149.5f) == 0x1p-149f && IS_PZERO(ke_vpowf(0x1p-75f, 2.0f)));
+    assert_true(ke_vpowf(2.0f, 127.0f) == 0x1p127f && ke_vpowf(2.0f, 128.0f) == inf);
+    assert_true(ke_vpowf(3.0f, 5.0f) == 243.0f && ke_vpowf(10.0f, 7.0f) == 1e7f && ke_vpowf(4.0f, 0.5f) == 2.0f);
+    assert_true(ke_vpowf(0x1p-149f, 1.0f) == 0x1p-149f && ke_vpowf(0x1p-149f, 0.5f) == 0x1.6a09e6p-75f);
+    /* exact results halfway between two floats round to even (glibc's powf
+     * gives the odd neighbour of all three) */
+    assert_true(ke_vpowf(4097.0f, 2.0f) == 0x1.002p+24f && ke_vpowf(-149.5f, 3.0f) == -0x1.97e194p+21f);
+    assert_true(ke_vpowf(103041.0f, 1.5f) == 0x1.f8b3cp+24f && ke_vpowf(0x1.001p-40f, 2.0f) == 0x1.002p-80f);
+}
+
+static const float k_atan2_special[] = {0.0f,   -0.0f,   INFINITY,  -INFINITY,  NAN,       1.0f,      -1.0f,
+                                        0.5f,   -2.0f,   0x1p-149f, -0x1p-149f, FLT_MAX,   -FLT_MAX,  0x1p-126f,
+                                        3e38f, -1e-30f, 0.41421356f, 2.4142137f, -0.41421356f, 1e20f, -1e20f};
+
+static void test_atan2(void **state)
+{
+    (void)state;
+    const size_t q = (size_t)1 << 20, n = 4 * q;
+    float *y = malloc(n * sizeof *y), *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    assert_non_null(y);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a = (uint32_t)rng64(), b = (uint32_t)rng64();
+        if (i < q) { /* bit patterns */
+            memcpy(&y[i], &a, 4);
+            memcpy(&x[i], &b, 4);
+        } else if (i < 2 * q) { /* both in +-[2^-8, 2^8) */
+            y[i] = (float)ldexp(2.0 * rng_unit() - 1.0, (int)(a % 16u) - 7);
+            x[i] = (float)ldexp(2.0 * rng_unit() - 1.0, (int)(b % 16u) - 7);
+        } else if (i < 3 * q) { /* near the diagonals |y| = |x| and the tan(pi/8) switch */
+            double t = (b & 1) ? 1.0 : 0.41421356237309503, s = ldexp(1.0, (int)(a % 200u) - 100);
+            x[i] = (float)(((a >> 8) & 1 ? -1.0 : 1.0) * s);
+            y[i] = (float)(((a >> 9) & 1 ? -1.0 : 1.0) * s * t * (1.0 + (2.0 * rng_unit() - 1.0) * 0x1p-10));
+        } else { /* far apart: results near 0, +-pi/2, +-pi, subnormal */
+            y[i] = (float)ldexp(2.0 * rng_unit() - 1.0, (int)(a % 250u) - 125);
+            x[i] = (float)ldexp(2.0 * rng_unit() - 1.0, (int)(b % 250u) - 125);
+        }
+    }
+    double worst = sweep2("atan2", apply2_atan2, ref_atan2, y, x, n);
+    assert_true(worst <= 1.0);
+    free(x);
+    free(y);
+    size_t nv = sizeof k_atan2_special / sizeof *k_atan2_special;
+    assert_int_equal(special_pairs("atan2", ke_vatan2f, ref_atan2, k_atan2_special, nv), 0);
+    float pi = 0x1.921fb6p+1f, pio2 = 0x1.921fb6p+0f, inf = INFINITY;
+    assert_true(ke_vatan2f(0.0f, -0.0f) == pi && ke_vatan2f(-0.0f, -0.0f) == -pi);
+    assert_true(IS_PZERO(ke_vatan2f(0.0f, 0.0f)) && IS_NZERO(ke_vatan2f(-0.0f, 0.0f)));
+    assert_true(ke_vatan2f(-0.0f, -1.0f) == -pi && IS_NZERO(ke_vatan2f(-0.0f, 1.0f)));
+    assert_true(ke_vatan2f(1.0f, -0.0f) == pio2 && ke_vatan2f(-1.0f, 0.0f) == -pio2);
+    assert_true(ke_vatan2f(inf, -inf) == 0x1.2d97c8p+1f && ke_vatan2f(-inf, inf) == -0x1.921fb6p-1f);
+    assert_true(ke_vatan2f(1.0f, -inf) == pi && IS_NZERO(ke_vatan2f(-1.0f, inf)) && ke_vatan2f(-inf, 5.0f) == -pio2);
+    assert_true(isnan(ke_vatan2f(NAN, 1.0f)) && isnan(ke_vatan2f(inf, NAN)) && ke_vatan2f(0x1p-149f, 1.0f) == 0x1p-149f);
+}
+
 /* Group teardown: the summary table (max ulp per function vs its bound). */
 static int print_table(void **state)
 {
@@ -625,6 +827,8 @@ int main(void)
 #undef UT
         cmocka_unit_test(test_trig_large),
         cmocka_unit_test(test_hypot),
+        cmocka_unit_test(test_pow),
+        cmocka_unit_test(test_atan2),
     };
     return cmocka_run_group_tests(tests, NULL, print_table);
 }

@@ -9,6 +9,9 @@
  *    values; and lerp (a formula outside vmath, with plain multiply-adds)
  *    shows that eager and the kernels' bitcode are compiled without
  *    contraction: a contraction flag change in the library fails here;
+ *    The two-argument functions (pow, atan2, hypot) likewise, over 2^22
+ *    pairs (random bit patterns, all binades against moderate exponents,
+ *    integer exponents of negative bases, and every pair of special values);
  *  - vmath compiled with -ffp-contract=fast equals vmath compiled with
  *    -ffp-contract=off, both with FMA: a multiply-add written as plain
  *    `a * b + c` instead of KE__FMA (which a contracting compiler would fuse
@@ -27,7 +30,8 @@
 
 #define KT_REF_DECL_(v)                                                     \
     void kt_vmath_ref_##v(int fn, const float *x, float *y, size_t n); \
-    void kt_vmath_ref_##v##_lerp(const float *a, const float *b, const float *w, float *y, size_t n);
+    void kt_vmath_ref_##v##_lerp(const float *a, const float *b, const float *w, float *y, size_t n); \
+    void kt_vmath_ref_##v##_2(int fn, const float *a, const float *b, float *y, size_t n);
 KT_REF_DECL_(off)
 KT_REF_DECL_(fast)
 #ifdef KT_HAVE_FMA_REF
@@ -37,7 +41,9 @@ KT_REF_DECL_(fma_fast)
 
 #define KT_NAME_(id, name) #name,
 static const char *const fn_names[] = {KT_VMATH_LIST_CPU(KT_NAME_)};
+static const char *const fn2_names[] = {KT_VMATH_LIST2(KT_NAME_)};
 #undef KT_NAME_
+_Static_assert(sizeof fn2_names / sizeof *fn2_names == KT_VMATH_COUNT2, "KT_VMATH_COUNT2 matches the list");
 _Static_assert(sizeof fn_names / sizeof *fn_names == KT_VMATH_COUNT_CPU, "KT_VMATH_COUNT_CPU matches the list");
 
 /* The eager op of each function: its op id, its attribute (logit's eps < 0:
@@ -227,6 +233,142 @@ static void lerp_equals_reference(void **state) {
     assert_int_equal(total, 0);
 }
 
+/* ---- two-argument functions ---------------------------------------------------- */
+
+static uint64_t xs64(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+static float u2f(uint32_t b) {
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* NPAIRS pairs: a quarter random bit patterns for both; a quarter any a
+ * against b in +-[2^-8, 2^8) (pow then reaches every result binade), every
+ * fourth b an integer in [-40, 40] (signs of negative bases); half both in
+ * +-[2^-8, 2^8); then every pair of special values. Returns the count. */
+#define NPAIRS ((int64_t)1 << 22)
+static int64_t make_pairs(float *a, float *b) {
+    uint64_t s = 0x2545f4914f6cdd1dull;
+    int64_t m = 0;
+    for (int64_t i = 0; i < NPAIRS; i++, m++) {
+        uint64_t r = xs64(&s);
+        uint32_t lo = (uint32_t)r, hi = (uint32_t)(r >> 32);
+        /* +-[2^-8, 2^8): exponent field 119..134, random mantissa and sign */
+        float ma = u2f((lo & 0x807fffffu) | (119u + (lo >> 23 & 15u)) << 23);
+        float mb = u2f((hi & 0x807fffffu) | (119u + (hi >> 23 & 15u)) << 23);
+        if (i < NPAIRS / 4) {
+            a[m] = u2f(lo);
+            b[m] = u2f(hi);
+        } else if (i < NPAIRS / 2) {
+            a[m] = u2f((uint32_t)xs64(&s));
+            b[m] = (i & 3) ? mb : (float)((int)(hi % 81u) - 40);
+        } else {
+            a[m] = ma;
+            b[m] = mb;
+        }
+    }
+    for (int64_t i = 0; i < NSPECIAL; i++)
+        for (int64_t j = 0; j < NSPECIAL; j++, m++) a[m] = special[i], b[m] = special[j];
+    return m;
+}
+
+static int op2_fn(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const char *name = fn2_names[*(const int *)user];
+    out[0] = !strcmp(name, "pow")     ? kl_pow(in[0], in[1])
+             : !strcmp(name, "atan2") ? kl_atan2(in[0], in[1])
+                                      : kl_hypot(in[0], in[1]);
+    return out[0] ? 0 : -1;
+}
+
+/* count_diff for pairs: the first difference names both operands. */
+static int64_t count_diff2(const char *what, const char *name, const float *a, const float *b, const float *got,
+                           const float *want, int64_t n) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (f2u(got[i]) == f2u(want[i]) || (isnan(got[i]) && isnan(want[i]))) continue;
+        if (!bad)
+            print_message("%-10s %s: first at (%a, %a): %a (0x%08x), reference %a (0x%08x)\n", name, what, (double)a[i],
+                          (double)b[i], (double)got[i], f2u(got[i]), (double)want[i], f2u(want[i]));
+        bad++;
+    }
+    if (bad) print_message("%-10s %s: %lld of %lld differ\n", name, what, (long long)bad, (long long)n);
+    return bad;
+}
+
+/* Eager and compiled pow / atan2 / hypot (tensor operands) against the
+ * no-contraction reference. */
+static void eager_and_compiled_equal_reference_2(void **state) {
+    (void)state;
+    size_t cap = (size_t)(NPAIRS + NSPECIAL * NSPECIAL);
+    float *a = malloc(sizeof(float) * cap), *b = malloc(sizeof(float) * cap), *ref = malloc(sizeof(float) * cap);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(ref);
+    int64_t n = make_pairs(a, b), total = 0;
+#ifdef KL_HAVE_LLVM
+    int64_t fb0 = cg_llvm_fallbacks();
+#endif
+    for (int fn = 0; fn < KT_VMATH_COUNT2; fn++) {
+        kt_vmath_ref_off_2(fn, a, b, ref, (size_t)n);
+        kl_scope_begin();
+        kl_tensor *in[2] = {kl_from_data(a, 1, (int64_t[]){n}, KL_F32), kl_from_data(b, 1, (int64_t[]){n}, KL_F32)};
+        assert_non_null(in[0]);
+        assert_non_null(in[1]);
+        kl_tensor *ye = NULL;
+        assert_int_equal(op2_fn(&fn, in, 2, &ye, 1), 0);
+        total += count_diff2("eager", fn2_names[fn], a, b, kl_data_ptr(ye), ref, n);
+#ifdef KL_HAVE_LLVM
+        kl_compile_options opt = kl_compile_options_default();
+        opt.backend = "llvm";
+        kl_fn *f = kl_compile(op2_fn, &fn, &opt);
+        assert_non_null(f);
+        kl_tensor *yc = NULL;
+        assert_int_equal(kl_fn_call(f, in, 2, &yc, 1), 0);
+        kl_fn_stats st;
+        assert_int_equal(kl_fn_get_stats(f, &st), 0);
+        assert_int_equal(st.eager_calls, 0);
+        assert_int_equal(st.kernels, 1);
+        total += count_diff2("compiled", fn2_names[fn], a, b, kl_data_ptr(yc), ref, n);
+        kl_fn_release(f);
+#endif
+        kl_scope_end();
+    }
+#ifdef KL_HAVE_LLVM
+    assert_int_equal(cg_llvm_fallbacks(), fb0);
+#endif
+    free(a);
+    free(b);
+    free(ref);
+    assert_int_equal(total, 0);
+}
+
+/* The two-argument references with and without contraction: equal.
+ * (fn_off, fn_fast): the library's instruction set, or with FMA. */
+typedef void (*ref2_fn)(int, const float *, const float *, float *, size_t);
+static int64_t contraction_diff_2(ref2_fn off, ref2_fn fast, const char *what) {
+    size_t cap = (size_t)(NPAIRS + NSPECIAL * NSPECIAL);
+    float *a = malloc(sizeof(float) * cap), *b = malloc(sizeof(float) * cap), *r0 = malloc(sizeof(float) * cap),
+          *r1 = malloc(sizeof(float) * cap);
+    assert_true(a && b && r0 && r1);
+    int64_t n = make_pairs(a, b), total = 0;
+    for (int fn = 0; fn < KT_VMATH_COUNT2; fn++) {
+        off(fn, a, b, r0, (size_t)n);
+        fast(fn, a, b, r1, (size_t)n);
+        total += count_diff2(what, fn2_names[fn], a, b, r1, r0, n);
+    }
+    free(a);
+    free(b);
+    free(r0);
+    free(r1);
+    return total;
+}
+
 /* The references themselves: with contraction, as without (with FMA). */
 static void contraction_changes_nothing(void **state) {
     (void)state;
@@ -251,6 +393,7 @@ static void contraction_changes_nothing(void **state) {
         kt_vmath_ref_fma_fast(fn, x, b, (size_t)n);
         total += count_diff("-ffp-contract=fast vs off", fn_names[fn], x, b, a, n);
     }
+    total += contraction_diff_2(kt_vmath_ref_fma_off_2, kt_vmath_ref_fma_fast_2, "-ffp-contract=fast vs off");
     free(x);
     free(a);
     free(b);
@@ -276,6 +419,7 @@ static void contraction_changes_nothing_here(void **state) {
         kt_vmath_ref_fast(fn, x, b, (size_t)n);
         total += count_diff("-ffp-contract=fast vs off (library ISA)", fn_names[fn], x, b, a, n);
     }
+    total += contraction_diff_2(kt_vmath_ref_off_2, kt_vmath_ref_fast_2, "-ffp-contract=fast vs off (library ISA)");
     free(x);
     free(a);
     free(b);
@@ -287,6 +431,7 @@ int main(void) {
     setenv("KL_CACHE_DIR", "off", 1);
     const struct CMUnitTest tests[] = {
         KT_TEST(eager_and_compiled_equal_reference),
+        KT_TEST(eager_and_compiled_equal_reference_2),
         KT_TEST(lerp_equals_reference),
         KT_TEST(contraction_changes_nothing),
         KT_TEST(contraction_changes_nothing_here),

@@ -112,10 +112,11 @@ static inline uint8_t ipow_uint8_t(uint8_t a, uint8_t b) {
 #define POW_I(T, U) ipow_##T(x, y)
 KE_GEN_I(KE_EW_BINARY, pow, POW_I)
 
-/* Float pow: libm in general. A one-element exponent takes the shortcuts of
- * PyTorch's pow(Tensor, Scalar) (x*x for 2, sqrt for 0.5, ...), which are
- * faster and give its results at the edges (sqrt(-inf) is NaN, powf's +inf). */
-KE_EW_BINARY(pow_any_f32, float, float, powf(x, y))
+/* Float pow: vmath's ke_vpowf for f32 (the same bits on every device; f64
+ * keeps libm). A one-element exponent takes the shortcuts of PyTorch's
+ * pow(Tensor, Scalar) (x*x for 2, sqrt for 0.5, ...), which are faster and
+ * give its results at the edges (sqrt(-inf) is NaN, pow's +inf). */
+KE_EW_BINARY(pow_any_f32, float, float, ke_vpowf(x, y))
 KE_EW_BINARY(pow_any_f64, double, double, pow(x, y))
 /* The shortcuts: (exponent, formula of x) pairs, written once for the CPU
  * loop (one branch per exponent, outside the loop) and the device function
@@ -181,7 +182,7 @@ KE_GEN_I(KE_EW_BINARY, minimum, MIN_X)
 KE_EW_BINARY(minimum_b8, uint8_t, uint8_t, x & y)
 KE_BINARY_IMPL(minimum, KE_LOOPS_ALL(minimum))
 
-KE_EW_BINARY(atan2_f32, float, float, atan2f(x, y))
+KE_EW_BINARY(atan2_f32, float, float, ke_vatan2f(x, y))
 KE_EW_BINARY(atan2_f64, double, double, atan2(x, y))
 KE_BINARY_IMPL(atan2, KE_LOOPS_F(atan2))
 

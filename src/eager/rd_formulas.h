@@ -25,9 +25,9 @@ static inline float rk_sqrt_(float v) { return sqrtf(v); }
 static inline double rk_sqrt_(double v) { return sqrt(v); }
 static inline float rk_exp_(float v) { return ke_vexpf(v); }
 static inline double rk_exp_(double v) { return exp(v); }
-static inline float rk_log_(float v) { return logf(v); }
+static inline float rk_log_(float v) { return ke_vlogf(v); }
 static inline double rk_log_(double v) { return log(v); }
-static inline float rk_pow_(float v, float e) { return powf(v, e); }
+static inline float rk_pow_(float v, float e) { return ke_vpowf(v, e); }
 static inline double rk_pow_(double v, double e) { return pow(v, e); }
 template <typename T> static inline T rk_lowest_(T) { return 0; }
 static inline float rk_lowest_(float) { return -INFINITY; }
@@ -55,8 +55,8 @@ static inline int rk_nan_i(int64_t v) { return (void)v, 0; }
 #define RK_ABS(v) _Generic((v), float: fabsf, default: fabs)(v)
 #define RK_SQRT(v) _Generic((v), float: sqrtf, default: sqrt)(v)
 #define RK_EXP(v) _Generic((v), float: ke_vexpf, default: exp)(v) /* vmath.h: vectorizes */
-#define RK_LOG(v) _Generic((v), float: logf, default: log)(v)
-#define RK_POW(v, e) _Generic((v), float: powf, default: pow)(v, e)
+#define RK_LOG(v) _Generic((v), float: ke_vlogf, default: log)(v)
+#define RK_POW(v, e) _Generic((v), float: ke_vpowf, default: pow)(v, e) /* f32: vmath, as the elementwise pow */
 #define RK_LOWEST(A) \
     ((A)_Generic((A)0, float: -INFINITY, double: -INFINITY, int32_t: INT32_MIN, int64_t: INT64_MIN, default: 0))
 #define RK_HIGHEST(A) \

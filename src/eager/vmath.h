@@ -3,8 +3,9 @@
  *
  * Each function is an always-inline float -> float routine made only of
  * arithmetic, comparisons feeding bit-mask selects, and bit reinterpretation
- * through memcpy: no libm calls, no tables, no branches, no `?:`.  That lets
- * GCC 12 and Clang vectorize a plain loop such as
+ * through memcpy: no libm calls, no tables, no branches, no `?:` (pow's
+ * loop over the 6 bits of an exponent has a constant trip count and is
+ * unrolled).  That lets GCC 12 and Clang vectorize a plain loop such as
  *
  *     for (size_t i = 0; i < n; i++) y[i] = ke_vexpf(x[i]);
  *
@@ -40,13 +41,17 @@
  * sinh <= 3 (2.02), cosh <= 2 (1.42), asin, acos, atan <= 1 (0.50), asinh,
  * acosh, atanh <= 3 (1.62, 1.74, 1.72), log10 <= 1 (0.86), logit <= 3
  * (1.73), mish <= 2 (1.72), elu with selu's coefficients <= 2 (1.41),
- * hypot <= 1 (0.50).  Subnormal inputs work as ordinary numbers; subnormal
- * results come from gradual underflow with one final rounding (not FTZ).
+ * hypot <= 1 (0.50).  Added for one definition of the math on every device
+ * (docs/GPU.md): pow <= 1 (0.50: correctly rounded on every sampled pair,
+ * halfway cases included), atan2 <= 1 (0.50).  Subnormal inputs work as
+ * ordinary numbers; subnormal results come from gradual underflow with one
+ * final rounding (not FTZ).
  *
  * Coefficients were derived for this file with a weighted Remez exchange
  * (mpmath, 50 digits) on the stated intervals, then rounded to float; where it
  * helped, one coefficient at a time with the rest re-fitted after each
- * rounding.  A quoted "fit error" is the max error of the rounded polynomial,
+ * rounding (pow's double polynomials: mpmath's chebyfit).  A quoted "fit
+ * error" is the max error of the rounded polynomial,
  * before float evaluation error.
  *
  * Public functions are ke_v<name>f; ke__* are internal helpers.
@@ -1133,6 +1138,147 @@ KE__VINLINE float ke_vhypotf(float x, float y)
     float r = (float)ke__sqrtd(KE__FMAD(xd, xd, yd * yd)); /* exact products */
     int inf = (ke__absf(x) == __builtin_inff()) | (ke__absf(y) == __builtin_inff());
     return ke__self(inf, __builtin_inff(), r);
+}
+
+/* ---- pow ------------------------------------------------------------- */
+
+/*
+ * pow(x, y) = 2^(y log2|x|), in double from end to end: log2|x| to about
+ * 2^-52 relative, y times it (one rounding), 2^t to 2^-50, then one rounding
+ * to float, which also gives the right overflow to inf and gradual
+ * underflow (double holds every 2^t the float range needs).  The error
+ * before that rounding is at most about 2^-44 relative (|t| <= 150), so the
+ * result is the correctly rounded pow except within ~2^-20 ulp of a
+ * rounding boundary, and exact halfway cases are recognized (see below):
+ * <= 0.5 ulp measured over 5 * 2^20 pairs, none misrounded
+ * (tests/test_vmath.c).  No table: the polynomials are long instead (fits
+ * by mpmath's chebyfit, errors quoted after rounding the coefficients).
+ */
+
+/* log2(a) for finite a > 0 (others give garbage, for the caller's selects):
+ * a = m 2^e with m in [sqrt(1/2), sqrt(2)) taken from the bits (subnormal a
+ * scaled by 2^23 first), then ln m = 2 atanh(s) = 2s + s z Q(z) with
+ * s = (m - 1)/(m + 1) (m - 1 and m + 1 exact in double, one rounded
+ * division) and z = s^2 <= 0.0295.  Q: degree 6, relative error of ln m
+ * 2^-57.  log2(1) = 0 exactly, so integer powers of 2 stay exact. */
+KE__VINLINE double ke__log2_d(float a)
+{
+    int sub = a < 0x1p-126f;
+    float as = ke__self(sub, a * 0x1p23f, a);
+    uint32_t t = ke__asu(as) - 0x3f3504f3u; /* bits of sqrt(1/2) rounded */
+    int32_t e = ((int32_t)t >> 23) - ke__seli(sub, 23, 0);
+    double m = (double)ke__asf(ke__asu(as) - (t & 0xff800000u));
+    double s = (m - 1.0) / (m + 1.0);
+    double z = s * s;
+    double q = 0x1.2b5f68a50d903p-3;
+    q = KE__FMAD(q, z, 0x1.39fdcceb4bb45p-3);
+    q = KE__FMAD(q, z, 0x1.7462b91b8df65p-3);
+    q = KE__FMAD(q, z, 0x1.c71c62d5e53e0p-3);
+    q = KE__FMAD(q, z, 0x1.2492492dfd86cp-2);
+    q = KE__FMAD(q, z, 0x1.9999999995273p-2);
+    q = KE__FMAD(q, z, 0x1.5555555555558p-1);
+    double lnm = KE__FMAD(s * z, q, 2.0 * s);
+    return KE__FMAD(lnm, 0x1.71547652b82fep+0 /* 1/ln 2 */, (double)e);
+}
+
+/* 2^t for t in [-200, 200] (NaN: garbage): t = k + r with k = round(t)
+ * (|r| <= 1/2, exact), 2^r = 1 + r P(r) with P of degree 9 (relative error
+ * 2^-50.6; 2^0 = 1 exactly), times 2^k built in the exponent field.  The
+ * low bits of t + 1.5*2^52 hold k + 2^51; adding the bias and shifting
+ * leaves (k + 1023) << 52 (unsigned arithmetic: no UB for garbage t). */
+KE__VINLINE double ke__exp2_d(double t)
+{
+    double sh = t + 0x1.8p52;
+    double k = sh - 0x1.8p52;
+    double r = t - k;
+    double p = 0x1.e5ea1242d6602p-28;
+    p = KE__FMAD(p, r, 0x1.b6573d402f8e6p-24);
+    p = KE__FMAD(p, r, 0x1.62bfe45469585p-20);
+    p = KE__FMAD(p, r, 0x1.ffcb765d2594fp-17);
+    p = KE__FMAD(p, r, 0x1.430913037bab9p-13);
+    p = KE__FMAD(p, r, 0x1.5d87fe9096e32p-10);
+    p = KE__FMAD(p, r, 0x1.3b2ab6fba3856p-7);
+    p = KE__FMAD(p, r, 0x1.c6b08d70440f2p-5);
+    p = KE__FMAD(p, r, 0x1.ebfbdff82c590p-3);
+    p = KE__FMAD(p, r, 0x1.62e42fefa39f7p-1);
+    double scale = ke__asd((ke__asu64(sh) + 1023u) << 52);
+    return KE__FMAD(r, p, 1.0) * scale;
+}
+
+/*
+ * pow as C99 Annex F (and PyTorch) define it, special cases by selects after
+ * the general path: pow(x, +-0) = 1 even for NaN x and pow(1, y) = 1 even
+ * for NaN y; pow(-1, +-inf) = 1; otherwise NaN in, NaN out; a finite x < 0
+ * to a finite non-integer y is NaN; an odd integer y keeps the sign of x
+ * (-0 and -inf too); +-0 and +-inf bases give 0 or inf by the sign of y;
+ * y = +-inf gives 0 or inf by |x| < 1 (t clamped to +-200 gets there).
+ * Integer y: |y| < 2^23 is one if y + 2^23 is exact; odd below 2^24 if y/2
+ * is not an integer; from 2^24 on every float is even.
+ */
+KE__VINLINE float ke_vpowf(float x, float y)
+{
+    float ax = ke__absf(x), ay = ke__absf(y);
+    double t = (double)y * ke__log2_d(ax);
+    t = ke__seld(t > 200.0, 200.0, ke__seld(t < -200.0, -200.0, t));
+    double rd = ke__exp2_d(t);
+    /* An exact result halfway between two floats (x^y with 25 significant
+     * bits: 4097^2, 321^3, 103041^1.5) must round to even, but rd is only
+     * within ~2^-44 of it and may lie on either side.  Such a result needs
+     * y > 0 and 2y an integer k <= 32 (x = m 2^e with m odd > 1: m^k has at
+     * most 50 bits), so for those y: mid = rd rounded to 25 bits (from the
+     * bits: integer arithmetic, nothing to contract), and if mid^2 equals
+     * |x|^k (both exact in double then; |x|^k by squaring, selects for the
+     * bits of k) rd is replaced by mid, whose conversion breaks the tie by
+     * the rule.  Results in the subnormal range are left as they are. */
+    float k2 = 2.0f * ay;
+    int half = (y > 0.0f) & (k2 <= 32.0f) & (((k2 + 0x1p23f) - 0x1p23f) == k2);
+    uint32_t kb = ke__asu(k2 + 0x1p23f) - ke__asu(0x1p23f);
+    double b = (double)ax, pk = 1.0;
+    for (int j = 0; j < 6; j++) {
+        pk = ke__seld((int)((kb >> j) & 1u), pk * b, pk);
+        b = b * b;
+    }
+    double mid = ke__asd((ke__asu64(rd) + (1ull << 27)) & ~((1ull << 28) - 1u));
+    rd = ke__seld(half & (pk == mid * mid) & (rd >= 0x1p-126), mid, rd);
+    float r = (float)rd;
+    float h = 0.5f * ay;
+    int yint = (ay >= 0x1p23f) | (((ay + 0x1p23f) - 0x1p23f) == ay);
+    int yodd = yint & (ay < 0x1p24f) & (((h + 0x1p23f) - 0x1p23f) != h);
+    int zero_inf = (ax == 0.0f) | (ax == __builtin_inff());
+    r = ke__self(zero_inf, ke__self((ax == 0.0f) == (y < 0.0f), __builtin_inff(), 0.0f), r);
+    r = ke__asf(ke__asu(r) | (ke__signbit(x) & (0u - (uint32_t)yodd)));
+    r = ke__self((x < 0.0f) & (ax < __builtin_inff()) & !yint, __builtin_nanf(""), r);
+    r = ke__self((x != x) | (y != y), x + y, r);
+    return ke__self((y == 0.0f) | (x == 1.0f) | ((ax == 1.0f) & (ay == __builtin_inff())), 1.0f, r);
+}
+
+/* ---- atan2 ----------------------------------------------------------- */
+
+/*
+ * atan2(y, x) in double, rounded once: u = min(|x|, |y|) / max(|x|, |y|)
+ * (one rounding; the quotient of two floats never leaves double's normal
+ * range), atan(u) on [0, 1] as in ke_vatanf (base pi/4 and (u - 1)/(u + 1)
+ * above tan(pi/8)), then pi/2 - that when |y| > |x|, pi - that when x is
+ * negative (-0 and -inf included), and y's sign by OR.  0/0 is taken as
+ * u = 0 and inf/inf as u = 1, which gives C99's table: atan2(+-0, -0) =
+ * +-pi, atan2(+-0, +0) = +-0, atan2(+-inf, -inf) = +-3pi/4, atan2(+-y,
+ * -inf) = +-pi, atan2(+-inf, x) = +-pi/2, ...  NaN -> NaN.
+ */
+KE__VINLINE float ke_vatan2f(float y, float x)
+{
+    float ay = ke__absf(y), ax = ke__absf(x);
+    int swap = ay > ax;
+    double num = (double)ke__self(swap, ax, ay), den = (double)ke__self(swap, ay, ax);
+    double u = num / den;
+    u = ke__seld(den == 0.0, 0.0, ke__seld(num == (double)__builtin_inff(), 1.0, u));
+    int mid = u > 0x1.a827999fcef32p-2; /* tan(pi/8) */
+    double v = ke__seld(mid, (u - 1.0) / (u + 1.0), u);
+    double z = v * v;
+    double a = ke__seld(mid, 0.5 * KE__PIO2D, 0.0) + KE__FMAD(v, z * ke__atan_poly(z), v);
+    a = ke__seld(swap, KE__PIO2D - a, a);
+    a = ke__seld(ke__signbit(x) != 0u, KE__PID - a, a);
+    float r = ke__asf(ke__asu((float)a) | ke__signbit(y));
+    return ke__self((x != x) | (y != y), x + y, r);
 }
 
 #endif /* KILN_EAGER_VMATH_H */
