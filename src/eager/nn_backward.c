@@ -257,8 +257,8 @@ int ke_infer_batch_norm_backward(ke_call *c, ke_outspec *out) {
     for (int i = 0; i < c->nin; i++) {
         const kl_tensor *t = c->in[i];
         if (t->dtype != x->dtype || (i >= 2 && (t->ndim != 1 || t->shape[0] != x->shape[1])))
-            return ke_err(KL_ERR_SHAPE, op, "input %d %s must be %s%s", i, ke_fmt_tensor(b1, sizeof b1, t),
-                          i >= 2 ? "a [C] vector of " : "", ke_dtypes[x->dtype].name);
+            return ke_err(t->dtype != x->dtype ? KL_ERR_DTYPE : KL_ERR_SHAPE, op, "input %d %s must be %s%s", i,
+                          ke_fmt_tensor(b1, sizeof b1, t), i >= 2 ? "a [C] vector of " : "", ke_dtypes[x->dtype].name);
     }
     for (int o = 0; o < 3; o++) {
         out[o].dtype = (kl_dtype)x->dtype;
