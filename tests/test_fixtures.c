@@ -692,6 +692,10 @@ static const struct {
     {"rand", "random values: cases check shape and dtype only; statistics are in test_philox"},
     {"randn", "random values: cases check shape and dtype only; statistics are in test_philox"},
     {"max_pool2d_indices", "internal op of max_pool2d's derivative: checked through its gradients (grad_nn.c)"},
+    {"max_pool2d_backward", "internal op of max_pool2d's derivative: checked through its gradients (grad_nn.c, "
+                            "test_nn.c)"},
+    {"batch_norm_backward", "internal op of batch_norm's derivative: checked through its gradients (grad_nn.c, "
+                            "test_nn.c)"},
 };
 
 static const fx_op *fx_find_op(const char *name) {
@@ -1290,7 +1294,12 @@ static void fixtures_gradients_match_torch(void **s) {
 static const struct {
     const char *row, *why;
 } fx_grad_allowlist[] = {
-    {"", ""},  /* (none: keeps the array non-empty) */
+    {"batch_norm_backward", "internal op of batch_norm's derivative (no torch counterpart to call): its own "
+                            "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
+                            "batch_norm checks"},
+    {"max_pool2d_backward", "internal op of max_pool2d's derivative (no torch counterpart to call): its own "
+                            "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
+                            "max_pool2d checks"},
 };
 
 /* Every differentiable row has a gradient-checked case unless allowlisted. */

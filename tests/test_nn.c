@@ -722,6 +722,78 @@ static void conv2d_values(void **s) {
     }
 }
 
+/* conv2d with a small output and a large reduction (P <= 1024 positions,
+ * Og * P * Kc >= KE_GEMM_SMALL: conv2d as its own weight gradient) puts
+ * several samples' column matrices side by side in one GEMM: the same as
+ * one sample at a time, with groups, bias, stride and padding, across the
+ * chunks the column budget (16 MiB) cuts the batch into. */
+static void conv2d_batched_columns(void **s) {
+    (void)s;
+    kl_manual_seed(5);
+    /* Kc = 16 * 11 * 11 = 1936, P = 3 * 9 = 27, Og = 16 */
+    kl_tensor *x = kl_randn(KL_SHAPE(3, 32, 13, 13), KL_F32), *w = kl_randn(KL_SHAPE(32, 16, 11, 11), KL_F32);
+    kl_tensor *b = kl_randn(KL_SHAPE(32), KL_F32);
+    kl_conv2d_options o = kl_conv2d_options_default();
+    o.groups = 2, o.stride[0] = 2, o.padding[1] = 2;
+    for (int dt = 0; dt < 2; dt++) {
+        kl_dtype t = dt ? KL_F64 : KL_F32;
+        double tol = dt ? 1e-10 : 1e-4;
+        kl_tensor *xt = kl_to_dtype(x, t), *wt = kl_to_dtype(w, t), *bt = kl_to_dtype(b, t);
+        kl_tensor *r = kl_conv2d(xt, wt, bt, &o);
+        kt_assert_shape(r, KL_SHAPE(3, 32, 2, 7));
+        for (int64_t n = 0; n < 3; n++)
+            assert_int_equal(kl_allclose(kl_narrow(r, 0, n, 1), kl_conv2d(kl_narrow(xt, 0, n, 1), wt, bt, &o), tol, tol,
+                                         false), 1);
+        /* no bias */
+        kl_tensor *r0 = kl_conv2d(xt, wt, NULL, &o);
+        assert_int_equal(kl_allclose(kl_add(r0, kl_reshape(bt, KL_SHAPE(32, 1, 1))), r, tol, tol, false), 1);
+    }
+    /* 250 samples of 1936 x 9 f32 columns: chunks of 240 and 10 */
+    kl_tensor *xb = kl_randn(KL_SHAPE(250, 16, 13, 13), KL_F32), *wb = kl_randn(KL_SHAPE(8, 16, 11, 11), KL_F32);
+    kl_tensor *rb = kl_conv2d(xb, wb, NULL, NULL);
+    kt_assert_shape(rb, KL_SHAPE(250, 8, 3, 3));
+    static const int64_t picks[] = {0, 1, 239, 240, 249};
+    for (size_t i = 0; i < sizeof picks / sizeof picks[0]; i++)
+        assert_int_equal(kl_allclose(kl_narrow(rb, 0, picks[i], 1), kl_conv2d(kl_narrow(xb, 0, picks[i], 1), wb, NULL, NULL),
+                                     1e-4, 1e-4, false),
+                         1);
+}
+
+/* max_pool2d's gradient from the fused max_pool2d_backward (first order,
+ * f32/f64 CPU) equals the one its create_graph formula builds from
+ * max_pool2d_indices and scatter_add, bit for bit: ties, NaNs, overlapping
+ * windows, padding, dilation, ceil_mode windows past the input, 3-D input. */
+static void max_pool2d_fused_backward(void **s) {
+    (void)s;
+    kl_manual_seed(9);
+    for (int dt = 0; dt < 2; dt++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            kl_scope_begin();
+            kl_dtype t = dt ? KL_F64 : KL_F32;
+            kl_pool2d_options o = kl_pool2d_options_default(2);
+            if (cfg == 1) o.kernel[0] = o.kernel[1] = 3, o.stride[0] = 1, o.padding[1] = 1;
+            if (cfg == 2) o.kernel[0] = 3, o.dilation[1] = 2, o.stride[1] = 1, o.ceil_mode = true;
+            if (cfg == 3) o.stride[0] = o.stride[1] = 3, o.ceil_mode = true;
+            /* values in {-2, ..., 2}: many ties */
+            static const int64_t shape[4] = {2, 3, 7, 8};
+            int nd = cfg == 3 ? 3 : 4;
+            kl_tensor *x = kl_round(kl_mul_scalar(kl_randn(nd, shape + 4 - nd, t), 1.5));
+            if (cfg == 1) x = kl_where(kl_gt_scalar(kl_rand(4, kl_shape(x), t), 0.9), kl_full(KL_SHAPE(1), NAN, t), x);
+            assert_int_equal(kl_set_requires_grad(x, true), 0);
+            kl_tensor *y = kl_max_pool2d(x, &o);
+            kl_tensor *l = kl_sum(kl_mul(y, kl_randn(kl_ndim(y), kl_shape(y), t)), KL_ALL_DIMS, false);
+            kl_backward_options bo = kl_backward_options_default();
+            bo.retain_graph = true;
+            kl_tensor *fused, *formula;
+            assert_int_equal(kl_autograd_grad(1, &l, NULL, 1, &x, &fused, &bo), 0);
+            bo.create_graph = true;
+            assert_int_equal(kl_autograd_grad(1, &l, NULL, 1, &x, &formula, &bo), 0);
+            assert_int_equal(kl_allclose(fused, formula, 0, 0, true), 1);
+            assert_true(kl_item(kl_sum(kl_abs(fused), KL_ALL_DIMS, false)) > 0);
+            kl_scope_end();
+        }
+}
+
 static void conv2d_errors(void **s) {
     (void)s;
     kl_tensor *x = kl_ones(KL_SHAPE(1, 2, 5, 5), KL_F32), *w = kl_ones(KL_SHAPE(4, 3, 3, 3), KL_F32);
@@ -904,6 +976,69 @@ static void batch_norm_running_buffers(void **s) {
     kt_assert_values(rv4, (double[]){138.0 / 7, 138.0 / 7}, 2, 1e-12); /* unbiased: 2 (5.5^2 + 4.5^2 + 3.5^2 + 2.5^2) / 7 */
 }
 
+/* The fused CPU batch_norm (forward kernel, and batch_norm_backward for
+ * first-order gradients) against the same math written with kl_ ops and
+ * differentiated by autograd, f32 and f64, 2-, 3- and 4-D, training and
+ * eval, with and without weight and bias; and the formula its derivative
+ * uses under create_graph against the fused kernel. */
+static kl_tensor *bn_by_ops(kl_tensor *x, kl_tensor *rm, kl_tensor *rv, kl_tensor *w, kl_tensor *b, bool training,
+                            double eps) {
+    int nd = kl_ndim(x);
+    int64_t dims[4] = {0, 2, 3}, cs[3] = {kl_shape(x)[1], 1, 1};
+    kl_tensor *mean = training ? kl_mean(x, nd - 1, dims, true) : kl_reshape(rm, nd - 1, cs);
+    kl_tensor *xc = kl_sub(x, mean);
+    kl_tensor *var = training ? kl_mean(kl_mul(xc, xc), nd - 1, dims, true) : kl_reshape(rv, nd - 1, cs);
+    kl_tensor *y = kl_mul(xc, kl_rsqrt(kl_add_scalar(var, eps)));
+    if (w) y = kl_mul(y, kl_reshape(w, nd - 1, cs));
+    if (b) y = kl_add(y, kl_reshape(b, nd - 1, cs));
+    return y;
+}
+
+static void batch_norm_fused_matches_ops(void **s) {
+    (void)s;
+    kl_manual_seed(8);
+    static const int64_t shapes[3][4] = {{6, 3}, {7, 2, 9}, {5, 4, 6, 3}};
+    for (int dt = 0; dt < 2; dt++)
+        for (int sh = 0; sh < 3; sh++)
+            for (int mode = 0; mode < 4; mode++) { /* training +w+b, training, eval +w+b, eval +w */
+                kl_scope_begin();
+                kl_dtype t = dt ? KL_F64 : KL_F32;
+                double tol = dt ? 1e-10 : 2e-5;
+                int nd = sh + 2;
+                int64_t C = shapes[sh][1];
+                bool training = mode < 2;
+                /* an offset mean, so the statistics' shift matters */
+                kl_tensor *x = kl_add_scalar(kl_mul_scalar(kl_randn(nd, shapes[sh], t), 2), 30);
+                kl_tensor *r = kl_randn(nd, shapes[sh], t);
+                kl_tensor *w = mode != 1 ? kl_add_scalar(kl_rand(KL_SHAPE(C), t), 0.5) : NULL;
+                kl_tensor *b = mode == 0 || mode == 2 ? kl_randn(KL_SHAPE(C), t) : NULL;
+                kl_tensor *rm = kl_add_scalar(kl_randn(KL_SHAPE(C), t), 30), *rv = kl_add_scalar(kl_rand(KL_SHAPE(C), t), 1);
+                kl_tensor *leaves[3] = {x, w, b}, *ref[3] = {0}, *fused[3] = {0}, *formula[3] = {0};
+                int nl = 0;
+                kl_tensor *req[3];
+                for (int i = 0; i < 3; i++)
+                    if (leaves[i]) {
+                        assert_int_equal(kl_set_requires_grad(leaves[i], true), 0);
+                        req[nl++] = leaves[i];
+                    }
+                kl_tensor *y = kl_batch_norm(x, training ? NULL : rm, training ? NULL : rv, w, b, training, 0.1, 1e-5);
+                kl_tensor *ye = bn_by_ops(x, rm, rv, w, b, training, 1e-5);
+                assert_int_equal(kl_allclose(y, ye, tol, tol, false), 1);
+                kl_tensor *ly = kl_sum(kl_mul(y, r), KL_ALL_DIMS, false), *le = kl_sum(kl_mul(ye, r), KL_ALL_DIMS, false);
+                kl_backward_options cg = kl_backward_options_default();
+                cg.retain_graph = true;
+                assert_int_equal(kl_autograd_grad(1, &le, NULL, nl, req, ref, NULL), 0);
+                assert_int_equal(kl_autograd_grad(1, &ly, NULL, nl, req, fused, &cg), 0);
+                cg.create_graph = true;
+                assert_int_equal(kl_autograd_grad(1, &ly, NULL, nl, req, formula, &cg), 0);
+                for (int i = 0; i < nl; i++) {
+                    assert_int_equal(kl_allclose(fused[i], ref[i], tol, tol * 10, false), 1);
+                    assert_int_equal(kl_allclose(formula[i], ref[i], tol, tol * 10, false), 1);
+                }
+                kl_scope_end();
+            }
+}
+
 static void batch_norm_errors(void **s) {
     (void)s;
     kl_tensor *x = kl_ones(KL_SHAPE(4, 3), KL_F32), *c = kl_zeros(KL_SHAPE(3), KL_F32);
@@ -1069,6 +1204,8 @@ int main(void) {
         KT_TEST(class_loss_options),
         KT_TEST(mse_and_bce_values),
         KT_TEST(conv2d_values),
+        KT_TEST(conv2d_batched_columns),
+        KT_TEST(max_pool2d_fused_backward),
         KT_TEST(conv2d_errors),
         KT_TEST(pool2d_values),
         KT_TEST(pool2d_errors),
@@ -1076,6 +1213,7 @@ int main(void) {
         KT_TEST(thread_count_invariance),
         KT_TEST(batch_norm_running_buffers),
         KT_TEST(batch_norm_errors),
+        KT_TEST(batch_norm_fused_matches_ops),
         KT_TEST(dropout2d_planes),
         KT_TEST(conv_transpose2d_is_conv2d_adjoint),
     };

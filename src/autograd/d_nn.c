@@ -28,10 +28,6 @@ static kl_tensor *zero_scalar(kl_dtype dt, kl_device dev) {
     return kl_to_device(kl_scalar_tensor(0, dt), dev);
 }
 
-static kl_tensor *zeros_on(int ndim, const int64_t *shape, kl_dtype dt, kl_device dev) {
-    return kl_zero_inplace(kl_empty_on(ndim, shape, dt, dev));
-}
-
 /* The output gradient of a mean/sum/none-reduced elementwise loss spread
  * back over the n elements the loss reduced. */
 static kl_tensor *spread_reduction(const ag_ctx *c, kl_tensor *g, int64_t n) {
@@ -181,6 +177,30 @@ static int norm_backward(ag_ctx *c, int rms) {
 
 int ag_d_layer_norm(ag_ctx *c) { return norm_backward(c, 0); }
 int ag_d_rms_norm(ag_ctx *c) { return norm_backward(c, 1); }
+
+/* batch_norm: inputs x[, running_mean, running_var (eval)][, weight][, bias].
+ * batch_norm_backward (an internal composite: its decomposition is the
+ * formula, its CPU kernel fused) gives dx, dweight and dbias at once; the
+ * running buffers never require grad. */
+int ag_d_batch_norm(ag_ctx *c) {
+    const ag_tmeta *xm = &c->in_meta[0];
+    int training = ke_attr_batch_norm_training(c->a), has_w = ke_attr_batch_norm_has_weight(c->a),
+        has_b = ke_attr_batch_norm_has_bias(c->a);
+    int k = 1, kw = -1, kb = -1;
+    kl_tensor *in[5] = {c->gout[0], c->in[0]};
+    int n = 2;
+    if (kl_dtype_of(in[0]) != (kl_dtype)xm->dtype) in[0] = kl_to_dtype(in[0], (kl_dtype)xm->dtype);
+    if (!training) in[n++] = c->in[k++], in[n++] = c->in[k++];
+    if (has_w) kw = k, in[n++] = c->in[k++];
+    if (has_b) kb = k;
+    if (!in[0]) return -1;
+    ke_call call = {.op = KE_OP_batch_norm_backward, .nin = n, .in = in, .device = xm->device, .a = *c->a};
+    if (ke_dispatch(&call)) return -1;
+    if (c->need[0]) c->gin[0] = call.out[0];
+    if (kw >= 0 && c->need[kw]) c->gin[kw] = call.out[1];
+    if (kb >= 0 && c->need[kb]) c->gin[kb] = call.out[2];
+    return 0;
+}
 
 /* The same mask on g: the forward op with its recorded seed and offset
  * gives g * mask / (1 - p) exactly (the mask depends on the dtype's Philox
@@ -434,21 +454,18 @@ int ag_d_conv2d(ag_ctx *c) {
     return 0;
 }
 
-/* The gradient goes to each window's maximum (max_pool2d_indices: PyTorch's
- * choice among ties and NaNs), scattered into the planes of x; one spare
- * column per plane catches windows that saw no element of x. */
+/* The gradient goes to each window's maximum (PyTorch's choice among ties
+ * and NaNs): max_pool2d_backward, an internal composite whose decomposition
+ * scatters g by max_pool2d_indices (double backward goes through it) and
+ * whose CPU kernel does it in one pass per plane. */
 int ag_d_max_pool2d(ag_ctx *c) {
-    const ag_tmeta *xm = &c->in_meta[0], *om = &c->out_meta[0];
+    const ag_tmeta *xm = &c->in_meta[0];
     int b = xm->ndim == 4;
-    int64_t HW = xm->shape[b + 1] * xm->shape[b + 2], OHW = om->shape[b + 1] * om->shape[b + 2];
     int64_t planes = (b ? xm->shape[0] : 1) * xm->shape[b];
-    if (planes == 0 || HW == 0) return 0;
-    kl_tensor *x = c->in[0], *g = c->gout[0];
-    kl_tensor *idx = ag_call(KE_OP_max_pool2d_indices, 1, &x, c->a);
-    kl_tensor *buf = zeros_on(2, (int64_t[]){planes, HW + 1}, kl_dtype_of(g), xm->device);
-    kl_tensor *gx = kl_scatter_add(buf, 1, kl_reshape(idx, 2, (int64_t[]){planes, OHW}),
-                                   kl_reshape(g, 2, (int64_t[]){planes, OHW}));
-    c->gin[0] = kl_reshape(kl_narrow(gx, 1, 0, HW), xm->ndim, xm->shape);
+    if (planes == 0 || xm->shape[b + 1] * xm->shape[b + 2] == 0) return 0;
+    kl_tensor *in[2] = {c->gout[0], c->in[0]};
+    if (kl_dtype_of(in[0]) != (kl_dtype)xm->dtype) in[0] = kl_to_dtype(in[0], (kl_dtype)xm->dtype);
+    c->gin[0] = in[0] ? ag_call(KE_OP_max_pool2d_backward, 2, in, c->a) : NULL;
     return c->gin[0] ? 0 : -1;
 }
 

@@ -6,7 +6,8 @@
  *
  * The target machine is built from LLVMGetHostCPUFeatures(): on this
  * machine's Zen 5 LLVMGetHostCPUName() answers "generic", and the features
- * are what give 512-bit vectors. Objects are position independent (small
+ * are what give 512-bit vectors ($KL_LLVM_CPU and $KL_LLVM_FEATURES override
+ * both, for tools such as valgrind that cannot run AVX-512). Objects are position independent (small
  * code model): the JIT places them anywhere, and calls to libm go through
  * stubs. The JIT resolves libm and other process symbols with a dynamic
  * library search generator; kernels never call back into Kiln (the host
@@ -106,8 +107,11 @@ int cg_jit_init(void) {
     }
     G.master_td = LLVMCreateTargetData(LLVMGetDataLayoutStr(G.master));
     G.triple = LLVMGetDefaultTargetTriple();
-    G.cpu = LLVMGetHostCPUName();
-    G.features = LLVMGetHostCPUFeatures();
+    /* $KL_LLVM_CPU / $KL_LLVM_FEATURES replace the host's (e.g. "haswell" and
+     * "": AVX2 code that valgrind, which cannot decode AVX-512, can run). */
+    const char *cpu = getenv("KL_LLVM_CPU"), *features = getenv("KL_LLVM_FEATURES");
+    G.cpu = cpu ? LLVMCreateMessage(cpu) : LLVMGetHostCPUName();
+    G.features = features ? LLVMCreateMessage(features) : LLVMGetHostCPUFeatures();
     LLVMTargetRef target;
     char *msg = NULL;
     if (LLVMGetTargetFromTriple(G.triple, &target, &msg)) {

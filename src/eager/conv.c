@@ -8,7 +8,9 @@
  * ke_gemm multiplies the group's [O/groups, C/groups * kh * kw] weights by
  * it. Small products run in parallel over (sample, group) pairs; large ones
  * run one after another with im2col split over the pool and OpenBLAS
- * threading the GEMM. Shapes, padding rules and output sizes follow PyTorch.
+ * threading the GEMM, except when the output is small (<= 1024 positions):
+ * then chunks of samples share one wider GEMM (conv_batched). Shapes,
+ * padding rules and output sizes follow PyTorch.
  */
 #include "alloc.h"
 #include "kernels_nn.h"
@@ -113,12 +115,12 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
     return 1;
 }
 
-/* Rows [r0, r1) of the im2col matrix of one sample's group: row r is
- * (channel, ki, kj); column (oh, ow) holds x[ch, oh*sh - ph + ki*dh,
- * ow*sw - pw + kj*dw], 0 in the padding. Only bits move, so one copy per
- * element size serves every dtype. */
+/* Rows [r0, r1) of the im2col matrix of one sample's group: row r (ld
+ * elements apart) is (channel, ki, kj); column (oh, ow) holds x[ch, oh*sh -
+ * ph + ki*dh, ow*sw - pw + kj*dw], 0 in the padding. Only bits move, so one
+ * copy per element size serves every dtype. */
 #define KE_IM2COL(T, sfx)                                                                                 \
-    static void im2col_##sfx(const conv_geom *g, const T *x, T *col, int64_t r0, int64_t r1) {             \
+    static void im2col_##sfx(const conv_geom *g, const T *x, T *col, int64_t ld, int64_t r0, int64_t r1) { \
         for (int64_t r = r0; r < r1; r++) {                                                                \
             int64_t kj = r % g->kw, ki = (r / g->kw) % g->kh, ch = r / (g->kw * g->kh);                    \
             const T *xp = x + ch * g->H * g->W;                                                            \
@@ -128,7 +130,7 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
             if (hi > g->OW) hi = g->OW;                                                                    \
             if (lo > hi) lo = hi;                                                                          \
             for (int64_t oh = 0; oh < g->OH; oh++) {                                                       \
-                T *restrict row = col + r * g->P + oh * g->OW;                                             \
+                T *restrict row = col + r * ld + oh * g->OW;                                               \
                 int64_t ih = oh * g->sh - g->ph + ki * g->dh;                                              \
                 if (ih < 0 || ih >= g->H) {                                                                \
                     for (int64_t ow = 0; ow < g->OW; ow++) row[ow] = 0;                                    \
@@ -156,20 +158,21 @@ typedef struct conv_ctx {
     const char *x, *w, *b;
     char *y, *col;             /* col: the shared buffer of the sequential path */
     const char *xs;            /* im2col source of the sequential path */
+    int64_t n0, nb, grp;       /* batched path: samples [n0, n0 + nb) of group grp */
     _Atomic int oom;
 } conv_ctx;
 
-static void im2col(const conv_ctx *p, const char *x, char *col, int64_t r0, int64_t r1) {
+static void im2col(const conv_ctx *p, const char *x, char *col, int64_t ld, int64_t r0, int64_t r1) {
     switch (p->es) {
-    case 1: im2col_b1(&p->g, (const uint8_t *)x, (uint8_t *)col, r0, r1); break;
-    case 4: im2col_b4(&p->g, (const uint32_t *)x, (uint32_t *)col, r0, r1); break;
-    default: im2col_b8(&p->g, (const uint64_t *)x, (uint64_t *)col, r0, r1); break;
+    case 1: im2col_b1(&p->g, (const uint8_t *)x, (uint8_t *)col, ld, r0, r1); break;
+    case 4: im2col_b4(&p->g, (const uint32_t *)x, (uint32_t *)col, ld, r0, r1); break;
+    default: im2col_b8(&p->g, (const uint64_t *)x, (uint64_t *)col, ld, r0, r1); break;
     }
 }
 
 static void im2col_range(void *ctx, int64_t r0, int64_t r1) {
     const conv_ctx *p = ctx;
-    im2col(p, p->xs, p->col, r0, r1);
+    im2col(p, p->xs, p->col, p->g.P, r0, r1);
 }
 
 /* Output rows of sample n, group grp start as the bias (GEMM then adds with
@@ -214,10 +217,66 @@ static void conv_task_range(void *ctx, int64_t t0, int64_t t1) {
         int64_t n = t / g->G, grp = t % g->G;
         const char *xs = sample_group(p, n, grp);
         if (p->b) fill_bias(p, n, grp);
-        if (!p->direct) im2col(p, xs, col, 0, g->Kc);
+        if (!p->direct) im2col(p, xs, col, g->P, 0, g->Kc);
         conv_gemm(p, n, grp, p->direct ? xs : col);
     }
     ke_cpu_free(col, bytes);
+}
+
+/* Batched path. A per-sample GEMM is [Og, Kc] @ [Kc, P]; when P is small
+ * (conv2d as its own weight gradient has the kernel's few positions as its
+ * output, e.g. [64, 15488] @ [15488, 9]) such skinny products run at a
+ * fraction of the GEMM's speed. Here nb samples' column matrices sit side by
+ * side, [Kc, nb * P], so one GEMM of width nb * P serves them all; its
+ * [Og, nb * P] result (started as the bias) is then copied into y's rows. */
+#define KE_CONV_BATCH_MAX_P 1024                  /* wider outputs: per-sample GEMMs are efficient */
+#define KE_CONV_BATCH_BYTES ((size_t)16 << 20)    /* column-buffer budget per chunk of samples */
+
+/* Items t in [t0, t1) are (sample s = t / Kc, row r = t % Kc) of the chunk. */
+static void im2col_batch_range(void *ctx, int64_t t0, int64_t t1) {
+    const conv_ctx *p = ctx;
+    const conv_geom *g = &p->g;
+    while (t0 < t1) {
+        int64_t s = t0 / g->Kc, r0 = t0 % g->Kc, r1 = r0 + (t1 - t0);
+        if (r1 > g->Kc) r1 = g->Kc;
+        im2col(p, sample_group(p, p->n0 + s, p->grp), p->col + s * g->P * p->es, p->nb * g->P, r0, r1);
+        t0 += r1 - r0;
+    }
+}
+
+static int conv_batched(conv_ctx *p, int64_t nb_max) {
+    const conv_geom *g = &p->g;
+    size_t es = (size_t)p->es, col_bytes = (size_t)(g->Kc * nb_max * g->P) * es,
+           tmp_bytes = (size_t)(g->Og * nb_max * g->P) * es;
+    char *col = ke_cpu_alloc(col_bytes), *tmp = ke_cpu_alloc(tmp_bytes);
+    if (!col || !tmp) {
+        ke_cpu_free(col, col_bytes);
+        ke_cpu_free(tmp, tmp_bytes);
+        return -1;
+    }
+    p->col = col;
+    for (int64_t n0 = 0; n0 < g->N; n0 += nb_max) {
+        int64_t nb = g->N - n0 < nb_max ? g->N - n0 : nb_max, ld = nb * g->P;
+        for (int64_t grp = 0; grp < g->G; grp++) {
+            p->n0 = n0, p->nb = nb, p->grp = grp;
+            ke_parallel_for(nb * g->Kc, g->P >= 16384 ? 1 : 16384 / g->P, im2col_batch_range, p);
+            for (int64_t o = 0; p->b && o < g->Og; o++) {
+                char *row = tmp + (size_t)(o * ld) * es;
+                const char *v = p->b + (grp * g->Og + o) * p->es;
+                for (int64_t i = 0; i < ld; i++) memcpy(row + (size_t)i * es, v, es);
+            }
+            if (p->dt == KL_F32 || p->dt == KL_F64) ke_blas_prepare();
+            ke_gemm(p->dt, g->Og, ld, g->Kc, 1, p->w + grp * g->Og * g->Kc * p->es, g->Kc, 1, col, ld, 1,
+                    p->b ? 1 : 0, tmp, ld);
+            for (int64_t s = 0; s < nb; s++)
+                for (int64_t o = 0; o < g->Og; o++)
+                    memcpy(p->y + ((n0 + s) * g->O + grp * g->Og + o) * g->P * p->es,
+                           tmp + (size_t)(o * ld + s * g->P) * es, (size_t)g->P * es);
+        }
+    }
+    ke_cpu_free(col, col_bytes);
+    ke_cpu_free(tmp, tmp_bytes);
+    return 0;
 }
 
 static int conv_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
@@ -233,7 +292,12 @@ static int conv_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
         return 0;
     }
     double work = (double)g->Og * (double)g->P * (double)g->Kc; /* per task */
-    if (tasks > 1 && work < KE_GEMM_SMALL) {
+    size_t per_sample = (size_t)(g->Kc * g->P * p.es);
+    if (!p.direct && g->N > 1 && work >= KE_GEMM_SMALL && g->P <= KE_CONV_BATCH_MAX_P) {
+        int64_t nb = (int64_t)(KE_CONV_BATCH_BYTES / per_sample);
+        if (conv_batched(&p, nb < 1 ? 1 : nb > g->N ? g->N : nb) < 0)
+            return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for the column buffers");
+    } else if (tasks > 1 && work < KE_GEMM_SMALL) {
         ke_parallel_for(tasks, (int64_t)(KE_GEMM_SMALL / work) + 1, conv_task_range, &p);
     } else {
         size_t bytes = p.direct ? 0 : (size_t)(g->Kc * g->P * p.es);

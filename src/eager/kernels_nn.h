@@ -61,6 +61,13 @@ double ke_row_sum_f64(const double *x, int64_t n);
 float ke_row_max_f32(const float *x, int64_t n);
 double ke_row_max_f64(const double *x, int64_t n);
 
+/* batch_norm's helpers (nn.c), shared with its derivative's op
+ * (nn_backward.c): the dims a channel's statistics cover for x [N, C, ...]
+ * (the batch dim and every spatial dim; returns their count), and a [C]
+ * tensor reshaped to [C, 1, ...] to broadcast against x. */
+int ke_bn_dims(const kl_tensor *x, int64_t *dims);
+kl_tensor *ke_per_channel(const kl_tensor *x, kl_tensor *t);
+
 /* Runs fn(c, xs, y) with xs = the inputs as contiguous tensors of the compute
  * dtype and y = an output of that dtype: out[0] itself, or an f32 temporary
  * copied into out[0] afterwards (f16/bf16). Shared by nn.c and conv.c. */

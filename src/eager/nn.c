@@ -544,16 +544,16 @@ int ke_infer_batch_norm(ke_call *c, ke_outspec *out) {
     return 1;
 }
 
-/* The batch dim and every spatial dim: the dims a channel's statistics cover. */
-static int bn_dims(const kl_tensor *x, int64_t *dims) {
+/* (declared in kernels_nn.h) */
+int ke_bn_dims(const kl_tensor *x, int64_t *dims) {
     int n = 0;
     dims[n++] = 0;
     for (int d = 2; d < x->ndim; d++) dims[n++] = d;
     return n;
 }
 
-/* A [C] parameter shaped [C, 1, ...] to broadcast against x [N, C, ...]. */
-static kl_tensor *per_channel(const kl_tensor *x, kl_tensor *t) {
+/* (declared in kernels_nn.h) */
+kl_tensor *ke_per_channel(const kl_tensor *x, kl_tensor *t) {
     int64_t shape[KL_MAX_DIMS];
     shape[0] = x->shape[1];
     for (int d = 2; d < x->ndim; d++) shape[d - 1] = 1;
@@ -568,23 +568,77 @@ int ke_decomp_batch_norm(ke_call *c) {
     kl_tensor *x = c->in[0], *rm, *rv, *w, *b;
     bn_inputs(c, c->in, &rm, &rv, &w, &b);
     int64_t dims[KL_MAX_DIMS];
-    int nd = bn_dims(x, dims);
+    int nd = ke_bn_dims(x, dims);
     kl_scope_begin();
     kl_tensor *xc, *var;
     if (ke_attr_batch_norm_training(&c->a)) {
         xc = kl_sub(x, kl_mean(x, nd, dims, true));
         var = kl_mean(kl_mul(xc, xc), nd, dims, true);
     } else {
-        xc = kl_sub(x, per_channel(x, rm));
-        var = per_channel(x, rv);
+        xc = kl_sub(x, ke_per_channel(x, rm));
+        var = ke_per_channel(x, rv);
     }
     kl_tensor *y = kl_mul(xc, kl_rsqrt(kl_add_scalar(var, ke_attr_batch_norm_eps(&c->a))));
-    if (w) y = kl_mul(y, per_channel(x, w));
-    if (b) y = kl_add(y, per_channel(x, b));
+    if (w) y = kl_mul(y, ke_per_channel(x, w));
+    if (b) y = kl_add(y, ke_per_channel(x, b));
     kl_keep(y);
     kl_scope_end();
     return ke_set_out1(c, y);
 }
+
+/* The fused CPU kernel: per channel, the statistics (training: the batch's
+ * mean, then the biased variance around it, each summed plane by plane with
+ * the row fold; eval: the running buffers), then one pass writing
+ * ((x - mean) * rstd) * weight + bias, the decomposition's order of
+ * operations. Channels are split over the pool; a channel's planes are
+ * x[n, c] for every n, S = the spatial size apart. */
+typedef struct bn_ctx {
+    const char *x, *rm, *rv, *w, *b; /* rm, rv: eval mode's running buffers, else NULL */
+    char *y;
+    int64_t N, C, S;
+    double eps;
+} bn_ctx;
+
+#define KE_BN_FWD(T, sfx)                                                                                \
+    static void bn_range_##sfx(void *ctx, int64_t c0, int64_t c1) {                                      \
+        const bn_ctx *p = ctx;                                                                           \
+        const int64_t N = p->N, C = p->C, S = p->S;                                                      \
+        for (int64_t ch = c0; ch < c1; ch++) {                                                           \
+            const T *x = (const T *)p->x + ch * S;                                                       \
+            T *y = (T *)p->y + ch * S;                                                                   \
+            double mean, var;                                                                            \
+            if (p->rm) {                                                                                 \
+                mean = ((const T *)p->rm)[ch], var = ((const T *)p->rv)[ch];                             \
+            } else {                                                                                     \
+                double s = 0, q = 0;                                                                     \
+                for (int64_t n = 0; n < N; n++) s += row_sum_##sfx(x + n * C * S, S, 0, 0);              \
+                mean = (T)(s / (double)(N * S));                                                         \
+                for (int64_t n = 0; n < N; n++) q += row_sum_##sfx(x + n * C * S, S, (T)mean, 1);        \
+                var = (T)(q / (double)(N * S));                                                          \
+            }                                                                                            \
+            const T tmean = (T)mean, rstd = (T)(1 / sqrt((double)((T)var + (T)p->eps)));                 \
+            const T wv = p->w ? ((const T *)p->w)[ch] : 1, bv = p->b ? ((const T *)p->b)[ch] : 0;        \
+            for (int64_t n = 0; n < N; n++) {                                                            \
+                const T *restrict xr = x + n * C * S;                                                    \
+                T *restrict yr = y + n * C * S;                                                          \
+                for (int64_t i = 0; i < S; i++) yr[i] = (xr[i] - tmean) * rstd * wv + bv;                \
+            }                                                                                            \
+        }                                                                                                \
+    }
+KE_BN_FWD(float, f32)
+KE_BN_FWD(double, f64)
+
+static int bn_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
+    kl_tensor *x = xs[0], *rm, *rv, *w, *b;
+    bn_inputs(c, xs, &rm, &rv, &w, &b);
+    bn_ctx p = {ke_data(x), rm ? ke_data(rm) : NULL, rv ? ke_data(rv) : NULL, w ? ke_data(w) : NULL,
+                b ? ke_data(b) : NULL, ke_data(y), x->shape[0], x->shape[1], 1, ke_attr_batch_norm_eps(&c->a)};
+    for (int d = 2; d < x->ndim; d++) p.S *= x->shape[d];
+    ke_parallel_for(p.C, grain_for(p.N * p.S), x->dtype == KL_F64 ? bn_range_f64 : bn_range_f32, &p);
+    return 0;
+}
+
+int ke_cpu_batch_norm(ke_call *c) { return ke_with_compute_dtype(c, bn_compute); }
 
 /* The running buffers are updated after the op, with elementwise in-place
  * ops (r = (1 - m) r + m stat, the variance unbiased as PyTorch's) that a
@@ -592,7 +646,7 @@ int ke_decomp_batch_norm(ke_call *c) {
  * off for the update: it never enters the graph. */
 static int bn_update_running(kl_tensor *x, kl_tensor *rm, kl_tensor *rv, double momentum) {
     int64_t dims[KL_MAX_DIMS];
-    int nd = bn_dims(x, dims);
+    int nd = ke_bn_dims(x, dims);
     ke_keyset saved = ke_tls_state.exclude;
     ke_tls_state.exclude |= KE_KS(KE_KEY_AUTOGRAD);
     kl_scope_begin();
@@ -678,8 +732,8 @@ int ke_decomp_group_norm(ke_call *c) {
     kl_scope_begin();
     kl_tensor *y = kl_layer_norm(kl_reshape(x, 3, (int64_t[]){N, G, per}), 1, NULL, NULL, ke_attr_group_norm_eps(&c->a));
     y = kl_reshape(y, x->ndim, x->shape);
-    if (w) y = kl_mul(y, per_channel(x, w));
-    if (b) y = kl_add(y, per_channel(x, b));
+    if (w) y = kl_mul(y, ke_per_channel(x, w));
+    if (b) y = kl_add(y, ke_per_channel(x, b));
     kl_keep(y);
     kl_scope_end();
     return ke_set_out1(c, y);

@@ -16,8 +16,9 @@
 #include <math.h>
 
 typedef struct pidx_ctx {
-    const char *x;
-    int64_t *y;
+    const char *x, *g; /* g: max_pool2d_backward's output gradient */
+    int64_t *y;        /* max_pool2d_indices' output */
+    char *gx;          /* max_pool2d_backward's output */
     int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
 } pidx_ctx;
 
@@ -29,35 +30,63 @@ static void window_span(int64_t start, int64_t k, int64_t dil, int64_t n, int64_
     *lo = start >= 0 ? start : start + (-start + dil - 1) / dil * dil;
 }
 
-#define KE_POOL_INDICES(T, sfx)                                                                        \
+/* The flat index of window (oh, ow)'s maximum in its plane x (see the header). */
+#define KE_POOL_ARGMAX(T, sfx)                                                                         \
+    static inline int64_t pool_argmax_##sfx(const pidx_ctx *p, const T *x, int64_t oh, int64_t ow) {  \
+        int64_t ih0, ih1, iw0, iw1;                                                                    \
+        window_span(oh * p->sh - p->ph, p->kh, p->dh, p->H, &ih0, &ih1);                               \
+        window_span(ow * p->sw - p->pw, p->kw, p->dw, p->W, &iw0, &iw1);                               \
+        if (ih0 >= ih1 || iw0 >= iw1) return p->H * p->W;                                              \
+        int64_t best = ih0 * p->W + iw0;                                                               \
+        T m = -INFINITY;                                                                               \
+        for (int64_t ih = ih0; ih < ih1; ih += p->dh)                                                  \
+            for (int64_t iw = iw0; iw < iw1; iw += p->dw) {                                            \
+                T v = x[ih * p->W + iw];                                                               \
+                if (v > m || isnan(v)) m = v, best = ih * p->W + iw;                                   \
+            }                                                                                          \
+        return best;                                                                                   \
+    }                                                                                                  \
     static void pidx_##sfx(void *ctx, int64_t p0, int64_t p1) {                                        \
         const pidx_ctx *p = ctx;                                                                       \
         for (int64_t pl = p0; pl < p1; pl++) {                                                         \
             const T *x = (const T *)p->x + pl * p->H * p->W;                                           \
             int64_t *y = p->y + pl * p->OH * p->OW;                                                    \
-            for (int64_t oh = 0; oh < p->OH; oh++) {                                                   \
-                int64_t ih0, ih1;                                                                      \
-                window_span(oh * p->sh - p->ph, p->kh, p->dh, p->H, &ih0, &ih1);                       \
+            for (int64_t oh = 0; oh < p->OH; oh++)                                                     \
+                for (int64_t ow = 0; ow < p->OW; ow++) y[oh * p->OW + ow] = pool_argmax_##sfx(p, x, oh, ow); \
+        }                                                                                              \
+    }                                                                                                  \
+    /* max_pool2d_backward: each plane of gx zeroed, then every window's g added at its maximum. */   \
+    static void pbwd_##sfx(void *ctx, int64_t p0, int64_t p1) {                                        \
+        const pidx_ctx *p = ctx;                                                                       \
+        for (int64_t pl = p0; pl < p1; pl++) {                                                         \
+            const T *x = (const T *)p->x + pl * p->H * p->W, *g = (const T *)p->g + pl * p->OH * p->OW; \
+            T *gx = (T *)p->gx + pl * p->H * p->W;                                                     \
+            memset(gx, 0, sizeof(T) * (size_t)(p->H * p->W));                                          \
+            for (int64_t oh = 0; oh < p->OH; oh++)                                                     \
                 for (int64_t ow = 0; ow < p->OW; ow++) {                                               \
-                    int64_t iw0, iw1;                                                                  \
-                    window_span(ow * p->sw - p->pw, p->kw, p->dw, p->W, &iw0, &iw1);                   \
-                    int64_t best = p->H * p->W;                                                        \
-                    if (ih0 < ih1 && iw0 < iw1) {                                                      \
-                        best = ih0 * p->W + iw0;                                                       \
-                        T m = -INFINITY;                                                               \
-                        for (int64_t ih = ih0; ih < ih1; ih += p->dh)                                  \
-                            for (int64_t iw = iw0; iw < iw1; iw += p->dw) {                            \
-                                T v = x[ih * p->W + iw];                                               \
-                                if (v > m || isnan(v)) m = v, best = ih * p->W + iw;                   \
-                            }                                                                          \
-                    }                                                                                  \
-                    y[oh * p->OW + ow] = best;                                                         \
+                    int64_t best = pool_argmax_##sfx(p, x, oh, ow);                                    \
+                    if (best < p->H * p->W) gx[best] += g[oh * p->OW + ow];                            \
                 }                                                                                      \
-            }                                                                                          \
         }                                                                                              \
     }
-KE_POOL_INDICES(float, f32)
-KE_POOL_INDICES(double, f64)
+KE_POOL_ARGMAX(float, f32)
+KE_POOL_ARGMAX(double, f64)
+
+/* Fills p from x and out (the pooled shape) and max_pool2d's attributes;
+ * returns the planes and sets *grain for the pool. */
+static int64_t pool_setup(const ke_call *c, const kl_tensor *x, const kl_tensor *out, pidx_ctx *p, int64_t *grain) {
+    int b = x->ndim == 4;
+    /* the internal ops have max_pool2d's attributes */
+    const int64_t *k = ke_attr_max_pool2d_kernel_size(&c->a), *s = ke_attr_max_pool2d_stride(&c->a),
+                  *pad = ke_attr_max_pool2d_padding(&c->a), *dil = ke_attr_max_pool2d_dilation(&c->a);
+    *p = (pidx_ctx){.x = ke_data(x), .H = x->shape[b + 1], .W = x->shape[b + 2], .OH = out->shape[b + 1],
+                    .OW = out->shape[b + 2], .kh = k[0], .kw = k[1], .sh = s[0], .sw = s[1], .ph = pad[0], .pw = pad[1],
+                    .dh = dil[0], .dw = dil[1]};
+    int64_t per;
+    if (ke_mul_ov(p->OH * p->OW, p->kh, &per) || ke_mul_ov(per, p->kw, &per)) per = INT64_MAX; /* huge kernels */
+    *grain = per >= 16384 ? 1 : 16384 / (per ? per : 1);
+    return (b ? x->shape[0] : 1) * x->shape[b];
+}
 
 int ke_cpu_max_pool2d_indices(ke_call *c) {
     kl_tensor *out = c->out[0];
@@ -66,17 +95,240 @@ int ke_cpu_max_pool2d_indices(ke_call *c) {
     /* f16/bf16 compare exactly in f32 */
     kl_tensor *x = kl_contiguous(kl_to_dtype(c->in[0], c->compute));
     if (x) {
-        int b = x->ndim == 4;
-        /* max_pool2d_indices has max_pool2d's attributes */
-        const int64_t *k = ke_attr_max_pool2d_kernel_size(&c->a), *s = ke_attr_max_pool2d_stride(&c->a),
-                      *pad = ke_attr_max_pool2d_padding(&c->a), *dil = ke_attr_max_pool2d_dilation(&c->a);
-        pidx_ctx p = {ke_data(x), (int64_t *)ke_data(out), x->shape[b + 1], x->shape[b + 2], out->shape[b + 1],
-                      out->shape[b + 2], k[0], k[1], s[0], s[1], pad[0], pad[1], dil[0], dil[1]};
-        int64_t planes = (b ? x->shape[0] : 1) * x->shape[b], per;
-        if (ke_mul_ov(p.OH * p.OW, p.kh, &per) || ke_mul_ov(per, p.kw, &per)) per = INT64_MAX; /* huge kernels */
-        ke_parallel_for(planes, per >= 16384 ? 1 : 16384 / (per ? per : 1),
-                        x->dtype == KL_F64 ? pidx_f64 : pidx_f32, &p);
+        pidx_ctx p;
+        int64_t grain, planes = pool_setup(c, x, out, &p, &grain);
+        p.y = (int64_t *)ke_data(out);
+        ke_parallel_for(planes, grain, x->dtype == KL_F64 ? pidx_f64 : pidx_f32, &p);
     }
     kl_scope_end();
     return x ? 0 : -1;
+}
+
+/* ---- max_pool2d_backward ---------------------------------------------------------------------
+ * Inputs g (the pooled shape), x; max_pool2d's attributes; output gx (x's
+ * shape). A composite: the decomposition is the formula (max_pool2d_indices,
+ * then a scatter_add of g into the planes of x, one spare column per plane
+ * catching windows that saw no element of x); the CPU kernel does the same
+ * in one pass per plane (f16/bf16 through f32). Autograd differentiates it
+ * through the decomposition (double backward). */
+int ke_infer_max_pool2d_backward(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    char b1[256], b2[256];
+    const kl_tensor *g = c->in[0], *x = c->in[1];
+    ke_call fwd = *c; /* max_pool2d's shape rule (its messages name max_pool2d) */
+    kl_tensor *xin[1] = {c->in[1]};
+    fwd.op = KE_OP_max_pool2d, fwd.in = xin, fwd.nin = 1;
+    ke_outspec pooled;
+    if (ke_infer_pool2d(&fwd, &pooled) < 0) return -1;
+    if (g->dtype != x->dtype)
+        return ke_err(KL_ERR_DTYPE, op, "gradient %s and input %s must have one dtype", ke_fmt_tensor(b1, sizeof b1, g),
+                      ke_fmt_tensor(b2, sizeof b2, x));
+    if (g->ndim != pooled.ndim || memcmp(g->shape, pooled.shape, sizeof(int64_t) * (size_t)g->ndim))
+        return ke_err(KL_ERR_SHAPE, op, "gradient %s does not have the pooled shape of input %s",
+                      ke_fmt_tensor(b1, sizeof b1, g), ke_fmt_tensor(b2, sizeof b2, x));
+    out[0].dtype = (kl_dtype)x->dtype;
+    out[0].ndim = x->ndim;
+    memcpy(out[0].shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    c->compute = ke_compute_dtype((kl_dtype)x->dtype);
+    return 1;
+}
+
+static int pbwd_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
+    pidx_ctx p;
+    int64_t grain, planes = pool_setup(c, xs[1], xs[0], &p, &grain);
+    p.g = ke_data(xs[0]), p.gx = ke_data(y);
+    ke_parallel_for(planes, grain, xs[1]->dtype == KL_F64 ? pbwd_f64 : pbwd_f32, &p);
+    return 0;
+}
+
+int ke_cpu_max_pool2d_backward(ke_call *c) { return ke_with_compute_dtype(c, pbwd_compute); }
+
+int ke_decomp_max_pool2d_backward(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_max_pool2d_backward(c, &spec) < 0) return -1;
+    kl_tensor *g = c->in[0], *x = c->in[1];
+    int b = x->ndim == 4;
+    int64_t HW = x->shape[b + 1] * x->shape[b + 2], OHW = g->shape[b + 1] * g->shape[b + 2];
+    int64_t planes = (b ? x->shape[0] : 1) * x->shape[b];
+    kl_scope_begin();
+    ke_call ic = {.op = KE_OP_max_pool2d_indices, .nin = 1, .in = &x, .a = c->a};
+    kl_tensor *idx = ke_call1(&ic);
+    kl_tensor *buf = kl_zero_inplace(kl_empty_on(2, (int64_t[]){planes, HW + 1}, (kl_dtype)g->dtype, kl_device_of(x)));
+    kl_tensor *gx = kl_scatter_add(buf, 1, kl_reshape(idx, 2, (int64_t[]){planes, OHW}),
+                                   kl_reshape(g, 2, (int64_t[]){planes, OHW}));
+    gx = kl_contiguous(kl_reshape(kl_narrow(gx, 1, 0, HW), x->ndim, x->shape));
+    kl_keep(gx);
+    kl_scope_end();
+    return ke_set_out1(c, gx);
+}
+
+/* ---- batch_norm_backward ---------------------------------------------------------------------
+ * Inputs g, x[, running_mean, running_var (eval)][, weight], batch_norm's
+ * attributes; outputs dx (x's shape), dweight and dbias ([C]). Per channel,
+ * over its M = N * S elements, with xh = (x - mean) * rstd:
+ *   training  dx = rstd * w * (g - sum(g) / M - xh * sum(g * xh) / M)
+ *   eval      dx = rstd * w * g        (mean, var: the running buffers)
+ *   dweight = sum(g * xh), dbias = sum(g).
+ * A composite: the decomposition writes this with kl_ ops (other devices,
+ * compiled kernels, and double backward, which goes through it); the CPU
+ * kernel (f16/bf16 through f32) recomputes the statistics in the same pass
+ * that sums g and g * x:
+ * sums of x - K, (x - K)^2 and g * (x - K) in f64, K the channel's first
+ * element (so the variance does not cancel when |mean| >> std), 8 lanes so
+ * the loop vectorizes. Then one pass writes dx. */
+typedef struct bnb_ctx {
+    const char *g, *x, *rm, *rv, *w;
+    char *dx, *dw, *db;
+    int64_t N, C, S;
+    double eps;
+} bnb_ctx;
+
+enum { KE_BNB_LANES = 8 };
+
+#define KE_BN_BWD(T, sfx)                                                                                   \
+    static void bnb_range_##sfx(void *ctx, int64_t c0, int64_t c1) {                                        \
+        const bnb_ctx *p = ctx;                                                                             \
+        const int64_t N = p->N, C = p->C, S = p->S, M = N * S;                                              \
+        for (int64_t ch = c0; ch < c1; ch++) {                                                              \
+            const T *g = (const T *)p->g + ch * S, *x = (const T *)p->x + ch * S;                           \
+            const double K = p->rm ? ((const T *)p->rm)[ch] : (double)x[0];                                 \
+            double sx[KE_BNB_LANES] = {0}, sxx[KE_BNB_LANES] = {0}, sg[KE_BNB_LANES] = {0},                 \
+                   sgx[KE_BNB_LANES] = {0};                                                                 \
+            for (int64_t n = 0; n < N; n++) {                                                               \
+                const T *restrict gr = g + n * C * S, *restrict xr = x + n * C * S;                         \
+                int64_t i = 0;                                                                              \
+                for (; i + KE_BNB_LANES <= S; i += KE_BNB_LANES)                                            \
+                    for (int l = 0; l < KE_BNB_LANES; l++) {                                                \
+                        double d = (double)xr[i + l] - K, gv = gr[i + l];                                   \
+                        sx[l] += d, sxx[l] += d * d, sg[l] += gv, sgx[l] += gv * d;                         \
+                    }                                                                                       \
+                for (; i < S; i++) {                                                                        \
+                    double d = (double)xr[i] - K, gv = gr[i];                                               \
+                    sx[0] += d, sxx[0] += d * d, sg[0] += gv, sgx[0] += gv * d;                             \
+                }                                                                                           \
+            }                                                                                               \
+            double Sx = 0, Sxx = 0, Sg = 0, Sgx = 0;                                                        \
+            for (int l = 0; l < KE_BNB_LANES; l++) Sx += sx[l], Sxx += sxx[l], Sg += sg[l], Sgx += sgx[l];  \
+            double mean, rstd, sgxh; /* sgxh = sum(g * xh) */                                               \
+            if (p->rm) {                                                                                    \
+                mean = K;                                                                                   \
+                rstd = 1 / sqrt((double)((T)((const T *)p->rv)[ch] + (T)p->eps));                           \
+            } else {                                                                                        \
+                double dm = Sx / (double)M, var = Sxx / (double)M - dm * dm;                                \
+                mean = K + dm;                                                                              \
+                rstd = 1 / sqrt((var > 0 ? var : 0) + p->eps);                                              \
+                Sgx -= dm * Sg; /* sum(g * (x - mean)) */                                                   \
+            }                                                                                               \
+            sgxh = Sgx * rstd;                                                                              \
+            const double wv = p->w ? ((const T *)p->w)[ch] : 1;                                             \
+            ((T *)p->dw)[ch] = (T)sgxh;                                                                     \
+            ((T *)p->db)[ch] = (T)Sg;                                                                       \
+            const T a = (T)(rstd * wv), mg = p->rm ? 0 : (T)(Sg / (double)M),                               \
+                    bx = p->rm ? 0 : (T)(rstd * sgxh / (double)M), tm = (T)mean;                            \
+            for (int64_t n = 0; n < N; n++) {                                                               \
+                const T *restrict gr = g + n * C * S, *restrict xr = x + n * C * S;                         \
+                T *restrict dr = (T *)p->dx + ch * S + n * C * S;                                           \
+                if (p->rm)                                                                                  \
+                    for (int64_t i = 0; i < S; i++) dr[i] = a * gr[i];                                      \
+                else                                                                                        \
+                    for (int64_t i = 0; i < S; i++) dr[i] = a * (gr[i] - mg - (xr[i] - tm) * bx);           \
+            }                                                                                               \
+        }                                                                                                   \
+    }
+KE_BN_BWD(float, f32)
+KE_BN_BWD(double, f64)
+
+/* g, x[, running_mean, running_var][, weight]: the count batch_norm's flags imply. */
+static int bnb_layout(const ke_call *c, int *k_w) {
+    int k = 2 + 2 * !ke_attr_batch_norm_training(&c->a);
+    *k_w = ke_attr_batch_norm_has_weight(&c->a) ? k : -1;
+    return k + ke_attr_batch_norm_has_weight(&c->a);
+}
+
+int ke_infer_batch_norm_backward(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    char b1[256], b2[256];
+    int kw;
+    if (c->nin != bnb_layout(c, &kw)) return ke_err(KL_ERR_INTERNAL, op, "training/weight flags and input count disagree");
+    const kl_tensor *g = c->in[0], *x = c->in[1];
+    if (x->ndim < 2 || g->ndim != x->ndim || memcmp(g->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim))
+        return ke_err(KL_ERR_SHAPE, op, "expects a gradient %s of the input's shape %s (at least 2 dims)",
+                      ke_fmt_tensor(b1, sizeof b1, g), ke_fmt_tensor(b2, sizeof b2, x));
+    for (int i = 0; i < c->nin; i++) {
+        const kl_tensor *t = c->in[i];
+        if (t->dtype != x->dtype || (i >= 2 && (t->ndim != 1 || t->shape[0] != x->shape[1])))
+            return ke_err(t->dtype != x->dtype ? KL_ERR_DTYPE : KL_ERR_SHAPE, op, "input %d %s must be %s%s", i,
+                          ke_fmt_tensor(b1, sizeof b1, t), i >= 2 ? "a [C] vector of " : "", ke_dtypes[x->dtype].name);
+    }
+    for (int o = 0; o < 3; o++) {
+        out[o].dtype = (kl_dtype)x->dtype;
+        out[o].ndim = o ? 1 : x->ndim;
+        memcpy(out[o].shape, o ? x->shape + 1 : x->shape, sizeof(int64_t) * (size_t)out[o].ndim);
+    }
+    c->compute = ke_compute_dtype((kl_dtype)x->dtype);
+    return 3;
+}
+
+int ke_cpu_batch_norm_backward(ke_call *c) {
+    int kw, training = ke_attr_batch_norm_training(&c->a);
+    bnb_layout(c, &kw);
+    kl_dtype ct = c->compute;
+    kl_scope_begin();
+    kl_tensor *in[5], *out[3];
+    int ok = 1;
+    for (int i = 0; i < c->nin && ok; i++) ok = (in[i] = kl_contiguous(kl_to_dtype(c->in[i], ct))) != NULL;
+    for (int o = 0; o < 3 && ok; o++)
+        ok = (out[o] = c->out[o]->dtype == ct ? c->out[o] : kl_empty_on(c->out[o]->ndim, c->out[o]->shape, ct, KL_DEVICE_CPU)) != NULL;
+    if (ok) {
+        const kl_tensor *x = in[1];
+        bnb_ctx p = {ke_data(in[0]), ke_data(x), training ? NULL : ke_data(in[2]), training ? NULL : ke_data(in[3]),
+                     kw >= 0 ? ke_data(in[kw]) : NULL, ke_data(out[0]), ke_data(out[1]), ke_data(out[2]),
+                     x->shape[0], x->shape[1], 1, ke_attr_batch_norm_eps(&c->a)};
+        for (int d = 2; d < x->ndim; d++) p.S *= x->shape[d];
+        int64_t per = p.N * p.S;
+        if (per == 0) { /* no elements: zero sums, empty dx */
+            memset(ke_data(out[1]), 0, (size_t)p.C * ke_dtypes[ct].size);
+            memset(ke_data(out[2]), 0, (size_t)p.C * ke_dtypes[ct].size);
+        } else {
+            ke_parallel_for(p.C, per >= 32768 ? 1 : 32768 / per, ct == KL_F64 ? bnb_range_f64 : bnb_range_f32, &p);
+        }
+        for (int o = 0; o < 3; o++)
+            if (out[o] != c->out[o])
+                ke_convert(ke_data(c->out[o]), (kl_dtype)c->out[o]->dtype, ke_data(out[o]), ct,
+                           ke_numel(out[o]->ndim, out[o]->shape));
+    }
+    kl_scope_end();
+    return ok ? 0 : -1;
+}
+
+int ke_decomp_batch_norm_backward(ke_call *c) {
+    ke_outspec spec[3];
+    if (ke_infer_batch_norm_backward(c, spec) < 0) return -1;
+    int kw, training = ke_attr_batch_norm_training(&c->a);
+    bnb_layout(c, &kw);
+    kl_tensor *g = c->in[0], *x = c->in[1], *w = kw >= 0 ? c->in[kw] : NULL;
+    int64_t dims[KL_MAX_DIMS];
+    int nd = ke_bn_dims(x, dims);
+    double eps = ke_attr_batch_norm_eps(&c->a);
+    kl_scope_begin();
+    kl_tensor *xc, *rstd;
+    if (training) {
+        xc = kl_sub(x, kl_mean(x, nd, dims, true));
+        rstd = kl_rsqrt(kl_add_scalar(kl_mean(kl_mul(xc, xc), nd, dims, true), eps));
+    } else {
+        xc = kl_sub(x, ke_per_channel(x, c->in[2]));
+        rstd = kl_rsqrt(kl_add_scalar(ke_per_channel(x, c->in[3]), eps));
+    }
+    kl_tensor *xh = kl_mul(xc, rstd);
+    kl_tensor *gh = w ? kl_mul(g, ke_per_channel(x, w)) : g, *r = gh;
+    if (training)
+        r = kl_sub(kl_sub(gh, kl_mean(gh, nd, dims, true)), kl_mul(xh, kl_mean(kl_mul(gh, xh), nd, dims, true)));
+    kl_tensor *o[3] = {kl_mul(r, rstd), kl_sum(kl_mul(g, xh), nd, dims, false), kl_sum(g, nd, dims, false)};
+    int ok = o[0] && o[1] && o[2];
+    for (int i = 0; i < 3 && ok; i++) kl_keep(o[i]);
+    kl_scope_end();
+    if (!ok) return -1;
+    for (int i = 0; i < 3; i++) c->out[i] = o[i];
+    c->nout = 3;
+    return 0;
 }
