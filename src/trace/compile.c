@@ -21,8 +21,10 @@
 #include "log.h"
 #include "profiler.h"
 #include "philox.h"
+#include "threadpool.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -105,6 +107,14 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
             return NULL;
         }
         if (o.backend) o.backend = cpu->name; /* kept as the backend's own (static) name */
+    }
+    if (o.mode == KL_COMPILE_FUSE) { /* the backend's one-time setup overlaps the first trace */
+        ke_error_stash st;
+        ke_error_set_aside(&st);
+        const ir_backend *b = cpu ? cpu : ir_backend_for_device(KL_CPU);
+        if (b && b->prepare) b->prepare();
+        kl_clear_error();
+        ke_error_put_back(&st);
     }
     kl_fn *f = calloc(1, sizeof *f);
     if (f) f->entries = calloc((size_t)o.recompile_limit, sizeof *f->entries);
@@ -426,12 +436,72 @@ static int needs_autograd(const ir_graph *g, kl_tensor *const *in, int n_in, int
     return 0;
 }
 
+/* Kernels of backends that compile concurrently, spread over the thread pool:
+ * each thread claims the next kernel (one slow kernel does not hold up a
+ * fixed share of the others); the first error stops the rest and is handed to
+ * the calling thread; the LLVM time the helpers spent joins the caller's. */
+typedef struct par_compile {
+    ir_graph *g;
+    const ir_backend *cpu;
+    _Atomic int32_t next;
+    _Atomic int failed;
+    pthread_mutex_t mu; /* err, llvm_ms */
+    ke_error_stash err;
+    double llvm_ms;
+} par_compile;
+
+static const ir_backend *backend_of(const ir_kernel *k, const ir_backend *cpu) {
+    return k->device.type == KL_CPU && cpu ? cpu : ir_backend_for_device(k->device.type);
+}
+
+static void par_compile_range(void *ctx, int64_t begin, int64_t end) {
+    (void)begin, (void)end; /* one range per thread; kernels are claimed one by one */
+    par_compile *p = ctx;
+    double l0 = ir_backend_llvm_ms();
+    for (;;) {
+        int32_t i = atomic_fetch_add(&p->next, 1);
+        if (i >= p->g->nkernels || atomic_load(&p->failed)) break;
+        ir_kernel *k = p->g->kernels[i];
+        const ir_backend *b = backend_of(k, p->cpu);
+        if (!b || !b->concurrent) continue; /* compiled serially before */
+        if (ir_kernel_compile(k, b)) {
+            pthread_mutex_lock(&p->mu);
+            if (!atomic_exchange(&p->failed, 1)) ke_error_set_aside(&p->err);
+            pthread_mutex_unlock(&p->mu);
+            kl_clear_error();
+            break;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    p->llvm_ms += ir_backend_llvm_ms() - l0;
+    pthread_mutex_unlock(&p->mu);
+}
+
 int tr_compile_kernels(ir_graph *g, const ir_backend *cpu) {
     kl_init(); /* the backend registry */
+    int nconc = 0;
     for (int32_t i = 0; i < g->nkernels; i++) {
         ir_kernel *k = g->kernels[i];
-        const ir_backend *b = k->device.type == KL_CPU && cpu ? cpu : ir_backend_for_device(k->device.type);
-        if (!b || ir_kernel_compile(k, b)) return -1;
+        const ir_backend *b = backend_of(k, cpu);
+        if (!b) return -1;
+        if (b->concurrent && !k->handle) nconc++;
+        else if (ir_kernel_compile(k, b)) return -1;
+    }
+    if (!nconc) return 0;
+    int threads = kl_get_num_threads();
+    par_compile p = {.g = g, .cpu = cpu};
+    pthread_mutex_init(&p.mu, NULL);
+    double l0 = ir_backend_llvm_ms();
+    /* n = threads, grain 1: one range per thread (inline, i.e. serial, with one
+     * thread, inside a parallel region or while another thread uses the pool) */
+    if (threads > 1 && nconc > 1) ke_parallel_for(threads < nconc ? threads : nconc, 1, par_compile_range, &p);
+    else par_compile_range(&p, 0, 1);
+    pthread_mutex_destroy(&p.mu);
+    /* the caller's own share is in its running total already */
+    ir_backend_add_llvm_ms(p.llvm_ms - (ir_backend_llvm_ms() - l0));
+    if (atomic_load(&p.failed)) {
+        ke_error_put_back(&p.err);
+        return -1;
     }
     return 0;
 }

