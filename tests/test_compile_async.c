@@ -23,7 +23,14 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+static double kt_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 #ifdef KL_HAVE_LLVM
 
@@ -208,20 +215,212 @@ static void concurrent_compiles_from_threads(void **state) {
     for (int i = 0; i < 4; i++) assert_true(w[i].ok);
 }
 
+/* ---- tiered execution ------------------------------------------------------------------ */
+
+static kl_fn *compile_async(kl_traceable fn, void *u) {
+    kl_compile_options o = kl_compile_options_default();
+    o.async = 1;
+    o.name = "tiered";
+    return kl_compile(fn, u, &o);
+}
+
+/* A row kernel (softmax, decomposed and fused) besides elementwise ones: compiled it
+ * equals eager within the row kernels' documented 1e-5, elementwise ones bitwise. */
+static int mixed(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const chain_args *a = u;
+    kl_tensor *h = kl_softmax(kl_mul_scalar(in[0], 1.5 + a->salt), -1);
+    out[0] = kl_matmul(kl_tanh(kl_clamp(h, -1, 0.75 + a->salt)), in[1]);
+    out[1] = kl_sigmoid(kl_add_scalar(in[0], a->salt));
+    return out[0] && out[1] ? 0 : -1;
+}
+
+/* The first calls run eagerly (counted in async_eager_calls) and equal eager bitwise; once
+ * the kernels are compiled the calls run them: cache hits, not eager calls, LLVM kernels in
+ * kl_fn_explain, results equal eager within tolerance (row kernel) or bitwise. */
+static void async_first_calls_eager_then_compiled(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.01};
+    kl_tensor *in[2] = {seqf(4, 8, 0.41), kl_mul_scalar(seqf(8, 8, 0.07), 0.5)};
+    kl_tensor *want[2], *y[2];
+    assert_int_equal(mixed(&a, in, 2, want, 2), 0);
+    kl_fn *f = compile_async(mixed, &a);
+    assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+    assert_int_equal(kl_equal(y[0], want[0]), 1);
+    assert_int_equal(kl_equal(y[1], want[1]), 1);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 1);
+    assert_true(st.async_eager_calls >= 1);
+    assert_int_equal(st.eager_calls, st.async_eager_calls);
+    assert_int_equal(kl_fn_wait_compiled(f), 0);
+    kl_fn_get_stats(f, &st);
+    int64_t eager0 = st.async_eager_calls, hits0 = st.cache_hits;
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+        assert_int_equal(kl_allclose(y[0], want[0], 1e-5, 1e-6, false), 1);
+        assert_int_equal(kl_equal(y[1], want[1]), 1);
+    }
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.async_eager_calls, eager0);
+    assert_int_equal(st.cache_hits, hits0 + 3);
+    assert_int_equal(st.traces, 1);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(kl_fn_explain(f, m), 0);
+    fclose(m);
+    assert_non_null(strstr(buf, "llvm)"));
+    assert_null(strstr(buf, "compiling in the background"));
+    free(buf);
+    assert_int_equal(kl_fn_wait_compiled(NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "NULL");
+    kl_fn_release(f);
+}
+
+/* $KL_COMPILE_ASYNC overrides the option both ways. */
+static void async_env_overrides_option(void **state) {
+    (void)state;
+    chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.02};
+    kl_tensor *in[2] = {seqf(4, 8, 0.43), kl_mul_scalar(seqf(8, 8, 0.05), 0.5)};
+    kl_tensor *y[2];
+    setenv("KL_COMPILE_ASYNC", "0", 1);
+    kl_fn *f = compile_async(mixed, &a); /* option on, environment off: compiles at once */
+    assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.async_eager_calls, 0);
+    assert_int_equal(st.eager_calls, 0);
+    kl_fn_release(f);
+    a.salt += 0.005;
+    setenv("KL_COMPILE_ASYNC", "1", 1);
+    f = kl_compile(mixed, &a, NULL); /* default options, environment on */
+    assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+    kl_fn_get_stats(f, &st);
+    assert_true(st.async_eager_calls >= 1);
+    unsetenv("KL_COMPILE_ASYNC");
+    kl_fn_release(f);
+}
+
+/* Released while its kernels compile: the compile is cancelled and waited for (ASan
+ * sees no use of the freed graph), quickly (not all 40 kernels compile). */
+static void release_while_compiling(void **state) {
+    (void)state;
+    for (int r = 0; r < 3; r++) {
+        chain_args a = {40, (double)(getpid() % 1000) / 1e4 + 0.03 + r * 0.001};
+        kl_tensor *in[2] = {seqf(4, 8, 0.31), kl_mul_scalar(seqf(8, 8, 0.09), 0.5)};
+        kl_tensor *want = NULL, *y = NULL;
+        assert_int_equal(chain(&a, in, 2, &want, 1), 0);
+        kl_fn *f = compile_async(chain, &a);
+        assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+        assert_int_equal(kl_equal(y, want), 1);
+        if (r == 1) usleep(20000); /* let some kernels compile */
+        kl_fn_release(f);
+    }
+}
+
+/* Several threads call one tiered function while its kernels compile and after: every
+ * result equals eager; one trace; eager calls first, then compiled ones. */
+typedef struct caller {
+    kl_fn *f;
+    chain_args *a;
+    int ok;
+} caller;
+static void *call_worker(void *p) {
+    caller *c = p;
+    kl_scope_begin();
+    kl_tensor *in[2] = {seqf(4, 8, 0.23), kl_mul_scalar(seqf(8, 8, 0.19), 0.5)};
+    kl_tensor *want[2], *y[2];
+    c->ok = mixed(c->a, in, 2, want, 2) == 0;
+    /* until calls ran compiled (the switch happens while the threads call), 20 s at most */
+    double t0 = kt_now_s();
+    for (int r = 0; c->ok && kt_now_s() - t0 < 20; r++) {
+        kl_scope_begin();
+        c->ok = kl_fn_call(c->f, in, 2, y, 2) == 0 && kl_allclose(y[0], want[0], 1e-5, 1e-6, false) == 1 &&
+                kl_equal(y[1], want[1]) == 1;
+        kl_scope_end();
+        kl_fn_stats st;
+        kl_fn_get_stats(c->f, &st);
+        if (r >= 40 && st.cache_hits - st.async_eager_calls >= 40) break;
+    }
+    kl_scope_end();
+    return NULL;
+}
+
+static void calls_from_threads_while_compiling(void **state) {
+    (void)state;
+    chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.04};
+    kl_fn *f = compile_async(mixed, &a);
+    caller c[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        c[i] = (caller){f, &a, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, call_worker, &c[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) assert_true(c[i].ok);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_true(st.calls >= 160);
+    assert_int_equal(st.traces, 1);
+    assert_int_equal(st.cache_hits, st.calls - 1);
+    assert_int_equal(st.eager_calls, st.async_eager_calls);
+    assert_true(st.async_eager_calls >= 1);                  /* the first call at least */
+    assert_true(st.cache_hits - st.async_eager_calls >= 40); /* and then compiled ones */
+    kl_fn_release(f);
+}
+
+/* The process exits (exit() and a return from main) while kernels compile in the
+ * background: the handlers cancel and wait; the child exits 0 (under ASan: no error). */
+static int child_exit(int via_return) {
+    kl_scope_begin();
+    chain_args a = {40, (double)(getpid() % 1000) / 1e4 + 0.06};
+    kl_tensor *in[2] = {seqf(4, 8, 0.33), kl_mul_scalar(seqf(8, 8, 0.03), 0.5)}, *y;
+    kl_fn *f = compile_async(chain, &a);
+    if (kl_fn_call(f, in, 2, &y, 1)) return 3;
+    if (via_return) return 0; /* f and the scope left alive, as a careless program would */
+    exit(0);
+}
+
+static void exit_while_compiling(void **state) {
+    (void)state;
+    for (int via_return = 0; via_return < 2; via_return++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            execl("/proc/self/exe", "test_compile_async", via_return ? "--child-return" : "--child-exit", (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+}
+
 #endif /* KL_HAVE_LLVM */
 
-int main(void) {
+int main(int argc, char **argv) {
 #ifdef KL_HAVE_LLVM
     setenv("KL_CACHE_DIR", "off", 1);
+    if (argc >= 2 && !strcmp(argv[1], "--child-exit")) return child_exit(0);
+    if (argc >= 2 && !strcmp(argv[1], "--child-return")) return child_exit(1);
     const struct CMUnitTest tests[] = {
         KT_TEST(parallel_compile_equals_serial),
         KT_TEST(parallel_compile_failures_fall_back),
         KT_TEST(concurrent_compiles_from_threads),
+        KT_TEST(async_first_calls_eager_then_compiled),
+        KT_TEST(async_env_overrides_option),
+        KT_TEST(release_while_compiling),
+        KT_TEST(calls_from_threads_while_compiling),
+        KT_TEST(exit_while_compiling),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     kt_tmp_cleanup();
     return rc;
 #else
+    (void)argc, (void)argv;
     printf("LLVM backend not built: nothing to test\n");
     return 0;
 #endif

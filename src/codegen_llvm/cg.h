@@ -55,6 +55,7 @@ int cg_lock_held(void);               /* 1 if this thread holds cg_lock */
 int cg_jit_init(void);                /* the JIT and target: 0 or -1 with a Kiln error */
 void cg_jit_disable(const char *why); /* after an LLVM fatal error: compiles fall back */
 void cg_jit_register_shutdown(void);  /* registers the exit handler (once): before any background compile */
+void cg_arm_exit_gate(void);          /* on the main thread: compiles stop before exit's handlers (once) */
 /* Takes a free compile slot for this thread (making one, up to the thread
  * count; else waits for one), initializing the JIT first. 0 or -1. */
 int cg_slot_acquire(void);

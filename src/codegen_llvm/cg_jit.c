@@ -31,6 +31,9 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -63,6 +66,7 @@ static struct {
     LLVMOrcLLJITRef jit;
     cg_slot *slots[CG_MAX_SLOTS];
     int nslots, nbusy, making; /* making: slots being made (counted in nbusy too) */
+    int exiting;               /* exit_gate ran: no new compiles */
     char why[512];
 } G;
 static int peak_busy; /* cg_llvm_peak_compiles */
@@ -120,6 +124,7 @@ static void shutdown_jit(void) {
     memset(&G, 0, sizeof G);
     G.state = -1;
     G.disabled = 1;
+    G.exiting = 1;
     snprintf(G.why, sizeof G.why, "the JIT was shut down at exit");
     cg_unlock();
 }
@@ -208,11 +213,49 @@ static cg_slot *slot_new(void) {
     return s;
 }
 
+/* ---- exit ----------------------------------------------------------------------------------
+ * LLVM constructs some of its statics on first use (bitcode reading's intrinsic-upgrade
+ * Regex, ...), which registers their destructors with atexit then: after any handler of
+ * ours. A compile still running on another thread when exit() runs would use them after
+ * they were destroyed. So the gate runs before every atexit handler: as a thread_local
+ * destructor of the main thread (glibc runs the exiting thread's before the atexit list),
+ * armed by the main thread's first kl_compile or compile. It waits for the compiles in
+ * flight and refuses later ones (they fall back to the interpreter), leaving the objects
+ * for shutdown_jit. Not covered: exit() called by a thread other than main while another
+ * thread compiles; the main thread calling pthread_exit (later compiles then fall back). */
+static void exit_gate(void *u) {
+    (void)u;
+    cg_lock();
+    G.exiting = 1;
+    while (G.nbusy > 0) pthread_cond_wait(&slot_cond, &lock);
+    if (G.state == 1) {
+        G.state = -1;
+        snprintf(G.why, sizeof G.why, "the process is exiting");
+    }
+    cg_unlock();
+}
+#ifdef __GLIBC__
+extern int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj, void *dso);
+extern void *__dso_handle;
+#endif
+void cg_arm_exit_gate(void) {
+#ifdef __GLIBC__
+    static _Atomic int armed;
+    if (atomic_load(&armed) || syscall(SYS_gettid) != getpid() || atomic_exchange(&armed, 1)) return;
+    __cxa_thread_atexit_impl(exit_gate, NULL, &__dso_handle);
+#endif
+}
+
 int cg_slot_acquire(void) {
+    cg_arm_exit_gate();
     int most = kl_get_num_threads();
     most = most < 1 ? 1 : most > CG_MAX_SLOTS ? CG_MAX_SLOTS : most;
     cg_lock();
     for (;;) {
+        if (G.exiting) {
+            cg_unlock();
+            return ke_err(KL_ERR_STATE, "compile", "llvm backend: the process is exiting");
+        }
         if (cg_jit_init()) {
             cg_unlock();
             return -1;

@@ -526,9 +526,10 @@ static void *prep_main(void *u) {
 }
 static void prep_join(void) { pthread_join(prep_thread, NULL); }
 static void prep_start(void) {
+    cg_jit_register_shutdown(); /* first: background compiles' exit handlers come after it */
+    cg_arm_exit_gate();
     const char *e = getenv("KL_LLVM_PREPARE");
     if (e && !strcmp(e, "0")) return;
-    cg_jit_register_shutdown();
     if (!pthread_create(&prep_thread, NULL, prep_main, NULL)) atexit(prep_join);
 }
 static void cg_prepare(void) {
