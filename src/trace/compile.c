@@ -496,7 +496,10 @@ static void par_compile_range(void *ctx, int64_t begin, int64_t end) {
     pthread_mutex_unlock(&p->mu);
 }
 
-static int compile_kernels(ir_graph *g, const ir_backend *cpu, const _Atomic int *cancel) {
+/* spare: threads left to the callers (tiered compiles leave one, so a call running eagerly
+ * meanwhile keeps a core: with two threads a background compile on both made an eager
+ * digits step wait ~100 ms for OpenBLAS's starved helper). */
+static int compile_kernels(ir_graph *g, const ir_backend *cpu, const _Atomic int *cancel, int spare) {
     kl_init(); /* the backend registry */
     int nconc = 0;
     for (int32_t i = 0; i < g->nkernels; i++) {
@@ -507,7 +510,7 @@ static int compile_kernels(ir_graph *g, const ir_backend *cpu, const _Atomic int
         else if (ir_kernel_compile(k, b)) return -1;
     }
     if (!nconc) return 0;
-    int threads = kl_get_num_threads();
+    int threads = kl_get_num_threads() - spare;
     par_compile p = {.g = g, .cpu = cpu, .cancel = cancel};
     pthread_mutex_init(&p.mu, NULL);
     double l0 = ir_backend_llvm_ms();
@@ -525,7 +528,7 @@ static int compile_kernels(ir_graph *g, const ir_backend *cpu, const _Atomic int
     return 0;
 }
 
-int tr_compile_kernels(ir_graph *g, const ir_backend *cpu) { return compile_kernels(g, cpu, NULL); }
+int tr_compile_kernels(ir_graph *g, const ir_backend *cpu) { return compile_kernels(g, cpu, NULL, 0); }
 
 /* ---- tiered execution (KL_COMPILE_ASYNC) -------------------------------------------------
  * A new signature's kernels compile on a detached thread of their own while its calls run
@@ -552,7 +555,7 @@ static tr_async *jobs;
 static void *async_main(void *p) {
     tr_async *j = p;
     double t0 = now_ms(), l0 = ir_backend_llvm_ms();
-    int rc = compile_kernels(j->g, j->cpu, &j->cancel);
+    int rc = compile_kernels(j->g, j->cpu, &j->cancel, 1);
     j->ms = now_ms() - t0;
     j->llvm_ms = ir_backend_llvm_ms() - l0;
     if (rc) ke_error_set_aside(&j->err);
