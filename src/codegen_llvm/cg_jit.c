@@ -72,6 +72,7 @@ static struct {
 static int peak_busy; /* cg_llvm_peak_compiles */
 static _Thread_local cg_slot *tl_slot;  /* the slot this thread compiles in */
 static _Thread_local int tl_locked;     /* this thread holds lock (cg_guard's unwinding skips unlocks) */
+static _Thread_local int tl_making;     /* this thread is making a slot (counted in G.making, G.nbusy) */
 
 void cg_lock(void) {
     pthread_mutex_lock(&lock);
@@ -273,9 +274,11 @@ int cg_slot_acquire(void) {
     }
     G.nbusy++; /* shutdown_jit waits for the slot being made, too */
     G.making++;
+    tl_making = 1;
     cg_unlock();
     cg_slot *s = slot_new();
     cg_lock();
+    tl_making = 0;
     G.making--;
     if (s && G.state == 1 && G.nslots < CG_MAX_SLOTS) {
         s->busy = 1;
@@ -311,9 +314,17 @@ void cg_slot_release(void) {
 }
 
 void cg_slot_abandon(void) {
-    if (!tl_slot) return;
+    if (!tl_slot && !tl_making) return;
     int held = tl_locked;
     if (!held) cg_lock();
+    if (tl_making) { /* LLVM threw while the slot was made: it is leaked */
+        tl_making = 0;
+        G.making--;
+        G.nbusy--;
+        pthread_cond_broadcast(&slot_cond);
+        if (!held) cg_unlock();
+        return;
+    }
     for (int i = 0; i < G.nslots; i++)
         if (G.slots[i] == tl_slot) G.slots[i] = G.slots[--G.nslots]; /* leaked: LLVM may have left it half-updated */
     tl_slot = NULL;

@@ -342,6 +342,19 @@ static void put_code(cg_code *c) {
     free(c);
 }
 
+/* cg_guard, then what the frames LLVM's throw unwound did not do: release this thread's
+ * slot (leaked) and cg_lock; after a fatal error, LLVM is off for the process. */
+static int guarded(void (*fn)(void *), void *arg, char *why, size_t cap) {
+    int g = cg_guard(fn, arg, why, cap);
+    if (g) {
+        cg_slot_abandon();
+        if (!cg_lock_held()) cg_lock();
+        if (g == 2) cg_jit_disable(why);
+        cg_unlock();
+    }
+    return g;
+}
+
 static void *compile(const ir_kernel *k, int strict) {
     if (k->ninputs + k->noutputs > CG_MAX_BUFS) {
         ke_err(KL_ERR_UNSUPPORTED, "compile", "llvm backend: a kernel with more than %d buffers", CG_MAX_BUFS);
@@ -357,13 +370,7 @@ static void *compile(const ir_kernel *k, int strict) {
         cg_plan_make(&h->plan, k);
         get_code_args a = {k, &h->plan, NULL};
         char why[256];
-        int g = cg_guard(get_code_guarded, &a, why, sizeof why);
-        if (g) { /* LLVM threw: the frames it unwound did not release the slot or the lock */
-            cg_slot_abandon();
-            if (!cg_lock_held()) cg_lock();
-            if (g == 2) cg_jit_disable(why);
-            cg_unlock();
-        }
+        int g = guarded(get_code_guarded, &a, why, sizeof why);
         h->code = a.code;
         if (g)
             ke_err(g == 1 ? KL_ERR_OOM : KL_ERR_INTERNAL, "compile", "llvm backend: %s while compiling a kernel%s",
@@ -518,9 +525,14 @@ static int cg_dump(const ir_kernel *k, const char *path) {
  * thread is joined at exit (a handler registered after the JIT's own, so it
  * runs before it). KL_LLVM_PREPARE=0 leaves the setup to the first compile. */
 static pthread_t prep_thread;
-static void *prep_main(void *u) {
+static void prep_work(void *u) {
     (void)u;
     if (!cg_slot_acquire()) cg_slot_release();
+}
+static void *prep_main(void *u) {
+    (void)u;
+    char why[256];
+    guarded(prep_work, NULL, why, sizeof why);
     kl_clear_error(); /* a failure stays in the backend's state; the first compile reports it */
     return NULL;
 }
