@@ -1223,6 +1223,11 @@ typedef struct kl_compile_options {
      * are input dims that all went from one size to another (both >= 2) traces those dims as
      * dynamic, so later sizes reuse that entry. */
     int auto_dynamic;
+    /* Tiered execution (docs/COMPILE.md "Compile latency"), 0 in kl_compile_options_default:
+     * 1 = a new signature is traced and optimized at once, its kernels compile on a background
+     * thread, and its calls run fn eagerly until they are ready, then the compiled graph.
+     * $KL_COMPILE_ASYNC=1 / 0 turns it on / off for every function, whatever this says. */
+    int async;
 } kl_compile_options;
 KL_API kl_compile_options kl_compile_options_default(void);
 
@@ -1238,6 +1243,9 @@ KL_API kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *
  * result (it is set aside and stays the recorded one: first error wins). */
 KL_API int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out);
 KL_API void kl_fn_release(kl_fn *f);
+/* Waits until no kernels of f compile in the background (tiered execution); the next call
+ * of such a signature runs compiled. Returns 0, or -1 (NULL f). */
+KL_API int kl_fn_wait_compiled(kl_fn *f);
 
 typedef struct kl_fn_stats {
     int64_t calls;            /* kl_fn_call calls */
@@ -1263,6 +1271,7 @@ typedef struct kl_fn_stats {
     int64_t dynamic_entries;  /* cache entries serving every size of a dynamic dim */
     int64_t specialisations;  /* graphs of dynamic entries specialised to a new size (no trace or
                                  LLVM compile: their numbers rewritten, kernels' code shared) */
+    int64_t async_eager_calls; /* calls run eagerly while their kernels compiled in the background */
 } kl_fn_stats;
 /* Fills *out with f's counters. Returns 0 or -1. */
 KL_API int kl_fn_get_stats(const kl_fn *f, kl_fn_stats *out);

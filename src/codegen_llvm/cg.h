@@ -7,9 +7,11 @@
  *   cg_bitcode.cpp  copies the needed eager functions out of the bitcode
  *   cg_symtab.c   op -> name of its impl table in the bitcode
  *
- * Every LLVM object of compilation lives in one LLVMContext shared by all
- * kernels (the eager bitcode is loaded into it once, lazily); compiles are
- * serialized by cg_lock. The JIT only ever sees object files, so it needs
+ * Kernels compile concurrently: each compile takes a slot (cg_slot_acquire),
+ * an LLVMContext of its own with the eager bitcode loaded into it once,
+ * lazily, and a target machine; the slots outlive the compiles (one per
+ * thread at most). cg_lock guards the slots, the loaded code list and
+ * loading into the one JIT, which only ever sees object files, so it needs
  * no context of ours.
  */
 #ifndef CG_H
@@ -44,13 +46,24 @@ typedef struct cg_plan {
 
 void cg_plan_make(cg_plan *p, const ir_kernel *k);
 
-/* cg_jit.c. All but cg_jit_add/remove/lookup need cg_lock held. */
+/* cg_jit.c. cg_jit_init, cg_jit_disable, cg_jit_add and cg_jit_remove need
+ * cg_lock held; cg_ctx, cg_master, cg_master_layout and cg_jit_optimize_emit
+ * a slot acquired by this thread. */
 void cg_lock(void);
 void cg_unlock(void);
-int cg_jit_init(void); /* 0 or -1 with a Kiln error */
+int cg_lock_held(void);               /* 1 if this thread holds cg_lock */
+int cg_jit_init(void);                /* the JIT and target: 0 or -1 with a Kiln error */
 void cg_jit_disable(const char *why); /* after an LLVM fatal error: compiles fall back */
+void cg_jit_register_shutdown(void);  /* registers the exit handler (once): before any background compile */
+void cg_arm_exit_gate(void);          /* on the main thread: compiles stop before exit's handlers (once) */
+/* Takes a free compile slot for this thread (making one, up to the thread
+ * count; else waits for one), initializing the JIT first. 0 or -1. */
+int cg_slot_acquire(void);
+void cg_slot_release(void);
+/* After LLVM threw out of a compile (cg_guard): the slot is dropped and leaked. */
+void cg_slot_abandon(void);
 LLVMContextRef cg_ctx(void);
-LLVMModuleRef cg_master(void); /* the eager bitcode (lazy) */
+LLVMModuleRef cg_master(void); /* the eager bitcode (lazy), in this thread's slot */
 LLVMTargetDataRef cg_master_layout(void);
 const char *cg_cpu_name(void);
 const char *cg_cpu_features(void);

@@ -4,6 +4,12 @@
  * optimization pipeline, object emission, and the process's one ORC LLJIT
  * (created on first use, disposed at exit so leak checkers see it freed).
  *
+ * Compiles run concurrently, each in a slot of its own (its LLVMContext,
+ * the eager bitcode loaded into it, its target machine); the JIT, whose
+ * ExecutionSession is thread-safe, is shared, and loading into it happens
+ * under the lock (cg_llvm.c checks there that no other thread loaded the
+ * same kernel first: two definitions of one symbol would be an error).
+ *
  * The target machine is built from LLVMGetHostCPUFeatures(): on this
  * machine's Zen 5 LLVMGetHostCPUName() answers "generic", and the features
  * are what give 512-bit vectors ($KL_LLVM_CPU and $KL_LLVM_FEATURES override
@@ -17,6 +23,7 @@
 #include "cg.h"
 
 #include "log.h"
+#include "threadpool.h"
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/BitReader.h>
@@ -25,6 +32,9 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -32,48 +42,98 @@
 extern const unsigned char cg_bitcode[];
 extern const size_t cg_bitcode_size;
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    int state; /* 0 not yet, 1 ready, -1 failed */
+/* One compile slot per concurrent compile: LLVM objects of one context may be
+ * touched by one thread at a time, and a target machine is not shared between
+ * concurrent codegens either. A slot is made when a compile finds none free
+ * (up to the thread count, CG_MAX_SLOTS at most), kept for the process, and
+ * its lazily loaded eager bitcode materializes only the functions kernels
+ * used, once per slot. */
+#define CG_MAX_SLOTS 16
+typedef struct cg_slot {
     LLVMContextRef ctx;
     LLVMModuleRef master;
     LLVMTargetDataRef master_td;
     LLVMTargetMachineRef tm;
+    int busy;
+} cg_slot;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t slot_cond = PTHREAD_COND_INITIALIZER; /* a slot was released */
+static struct {
+    int state;    /* 0 not yet, 1 ready, -1 failed, shut down or disabled */
+    int disabled; /* after an LLVM fatal error: nothing is disposed (it may be half-updated) */
+    LLVMTargetRef target;
     char *triple, *cpu, *features;
     LLVMOrcLLJITRef jit;
+    cg_slot *slots[CG_MAX_SLOTS];
+    int nslots, nbusy, making; /* making: slots being made (counted in nbusy too) */
+    int exiting;               /* exit_gate ran: no new compiles */
     char why[512];
 } G;
+static int peak_busy; /* cg_llvm_peak_compiles */
+static _Thread_local cg_slot *tl_slot;  /* the slot this thread compiles in */
+static _Thread_local int tl_locked;     /* this thread holds lock (cg_guard's unwinding skips unlocks) */
+static _Thread_local int tl_making;     /* this thread is making a slot (counted in G.making, G.nbusy) */
 
-void cg_lock(void) { pthread_mutex_lock(&lock); }
-/* After an LLVM fatal error (cg_guard): no more LLVM in this process. */
+void cg_lock(void) {
+    pthread_mutex_lock(&lock);
+    tl_locked = 1;
+}
+void cg_unlock(void) {
+    tl_locked = 0;
+    pthread_mutex_unlock(&lock);
+}
+int cg_lock_held(void) { return tl_locked; }
+
+/* After an LLVM fatal error (cg_guard): no more LLVM in this process. Called
+ * with the lock held. */
 void cg_jit_disable(const char *why) {
     /* LLVM's objects may be half-updated (the error unwound through them):
-     * leaked rather than disposed at exit */
-    memset(&G, 0, sizeof G);
+     * leaked rather than disposed at exit; compiles in flight in other slots
+     * finish (their results are refused: state is -1) */
     G.state = -1;
+    G.disabled = 1;
     snprintf(G.why, sizeof G.why, "disabled after an LLVM fatal error: %s", why);
 }
-void cg_unlock(void) { pthread_mutex_unlock(&lock); }
-LLVMContextRef cg_ctx(void) { return G.ctx; }
-LLVMModuleRef cg_master(void) { return G.master; }
-LLVMTargetDataRef cg_master_layout(void) { return G.master_td; }
+LLVMContextRef cg_ctx(void) { return tl_slot ? tl_slot->ctx : NULL; }
+LLVMModuleRef cg_master(void) { return tl_slot ? tl_slot->master : NULL; }
+LLVMTargetDataRef cg_master_layout(void) { return tl_slot ? tl_slot->master_td : NULL; }
 const char *cg_cpu_name(void) { return G.cpu; }
 const char *cg_cpu_features(void) { return G.features; }
 
+static void slot_dispose(cg_slot *s) {
+    if (s->tm) LLVMDisposeTargetMachine(s->tm);
+    if (s->master_td) LLVMDisposeTargetData(s->master_td);
+    if (s->master) LLVMDisposeModule(s->master);
+    if (s->ctx) LLVMContextDispose(s->ctx);
+    free(s);
+}
+
+/* At exit (registered once, before anything can compile in the background: the
+ * trace layer's async compiles and cg_llvm_prepare's thread are joined by
+ * handlers registered later, so they run first): waits for compiles in
+ * flight, then disposes everything so leak checkers see it freed. */
 static void shutdown_jit(void) {
     cg_lock();
-    if (G.jit) LLVMOrcDisposeLLJIT(G.jit);
-    if (G.tm) LLVMDisposeTargetMachine(G.tm);
-    if (G.master_td) LLVMDisposeTargetData(G.master_td);
-    if (G.master) LLVMDisposeModule(G.master);
-    if (G.ctx) LLVMContextDispose(G.ctx);
-    LLVMDisposeMessage(G.triple);
-    LLVMDisposeMessage(G.cpu);
-    LLVMDisposeMessage(G.features);
+    while (G.nbusy > 0) pthread_cond_wait(&slot_cond, &lock);
+    if (!G.disabled) {
+        if (G.jit) LLVMOrcDisposeLLJIT(G.jit);
+        for (int i = 0; i < G.nslots; i++) slot_dispose(G.slots[i]);
+        LLVMDisposeMessage(G.triple);
+        LLVMDisposeMessage(G.cpu);
+        LLVMDisposeMessage(G.features);
+    }
     memset(&G, 0, sizeof G);
     G.state = -1;
+    G.disabled = 1;
+    G.exiting = 1;
     snprintf(G.why, sizeof G.why, "the JIT was shut down at exit");
     cg_unlock();
+}
+static void register_shutdown(void) { atexit(shutdown_jit); }
+void cg_jit_register_shutdown(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_shutdown);
 }
 
 static int fail_init(const char *what, const char *detail) {
@@ -89,39 +149,27 @@ static int err_msg(LLVMErrorRef e, char *buf, size_t cap) {
     return -1;
 }
 
-/* Called with the lock held. */
+/* Called with the lock held: the target and the JIT (not the slots). */
 int cg_jit_init(void) {
     if (G.state == 1) return 0;
     if (G.state == -1) return ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: %s", G.why);
     static pthread_once_t handlers = PTHREAD_ONCE_INIT;
     pthread_once(&handlers, cg_install_error_handlers);
+    cg_jit_register_shutdown();
     LLVMInitializeNativeTarget();
     LLVMInitializeNativeAsmPrinter();
-    G.ctx = LLVMContextCreate();
-    LLVMMemoryBufferRef mb =
-        LLVMCreateMemoryBufferWithMemoryRange((const char *)cg_bitcode, cg_bitcode_size, "kiln-eager.bc", 0);
-    if (LLVMGetBitcodeModuleInContext2(G.ctx, mb, &G.master)) {
-        LLVMDisposeMemoryBuffer(mb);
-        G.master = NULL;
-        return fail_init("cannot read the embedded eager bitcode", NULL);
-    }
-    G.master_td = LLVMCreateTargetData(LLVMGetDataLayoutStr(G.master));
     G.triple = LLVMGetDefaultTargetTriple();
     /* $KL_LLVM_CPU / $KL_LLVM_FEATURES replace the host's (e.g. "haswell" and
      * "": AVX2 code that valgrind, which cannot decode AVX-512, can run). */
     const char *cpu = getenv("KL_LLVM_CPU"), *features = getenv("KL_LLVM_FEATURES");
     G.cpu = cpu ? LLVMCreateMessage(cpu) : LLVMGetHostCPUName();
     G.features = features ? LLVMCreateMessage(features) : LLVMGetHostCPUFeatures();
-    LLVMTargetRef target;
     char *msg = NULL;
-    if (LLVMGetTargetFromTriple(G.triple, &target, &msg)) {
+    if (LLVMGetTargetFromTriple(G.triple, &G.target, &msg)) {
         fail_init("no target for the host", msg);
         LLVMDisposeMessage(msg);
         return -1;
     }
-    G.tm = LLVMCreateTargetMachine(target, G.triple, G.cpu, G.features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
-                                   LLVMCodeModelSmall);
-    if (!G.tm) return fail_init("cannot create the target machine", NULL);
     LLVMErrorRef e = LLVMOrcCreateLLJIT(&G.jit, NULL);
     if (e) {
         char buf[400];
@@ -137,9 +185,156 @@ int cg_jit_init(void) {
         return fail_init("cannot search the process's symbols", buf);
     }
     LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(G.jit), gen);
-    atexit(shutdown_jit);
     G.state = 1;
     return 0;
+}
+
+/* A new slot: its context, the eager bitcode loaded lazily into it, and a
+ * target machine. Called without the lock (the slot is not shared yet). */
+static cg_slot *slot_new(void) {
+    cg_slot *s = calloc(1, sizeof *s);
+    if (!s) {
+        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        return NULL;
+    }
+    s->ctx = LLVMContextCreate();
+    LLVMMemoryBufferRef mb =
+        LLVMCreateMemoryBufferWithMemoryRange((const char *)cg_bitcode, cg_bitcode_size, "kiln-eager.bc", 0);
+    if (LLVMGetBitcodeModuleInContext2(s->ctx, mb, &s->master)) {
+        LLVMDisposeMemoryBuffer(mb);
+        s->master = NULL;
+        slot_dispose(s);
+        ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: cannot read the embedded eager bitcode");
+        return NULL;
+    }
+    s->master_td = LLVMCreateTargetData(LLVMGetDataLayoutStr(s->master));
+    s->tm = LLVMCreateTargetMachine(G.target, G.triple, G.cpu, G.features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
+                                    LLVMCodeModelSmall);
+    if (!s->tm) {
+        slot_dispose(s);
+        ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: cannot create the target machine");
+        return NULL;
+    }
+    return s;
+}
+
+/* ---- exit ----------------------------------------------------------------------------------
+ * LLVM constructs some of its statics on first use (bitcode reading's intrinsic-upgrade
+ * Regex, ...), which registers their destructors with atexit then: after any handler of
+ * ours. A compile still running on another thread when exit() runs would use them after
+ * they were destroyed. So the gate runs before every atexit handler: as a thread_local
+ * destructor of the main thread (glibc runs the exiting thread's before the atexit list),
+ * armed by the main thread's first kl_compile or compile. It waits for the compiles in
+ * flight and refuses later ones (they fall back to the interpreter), leaving the objects
+ * for shutdown_jit. Not covered: exit() called by a thread other than main while another
+ * thread compiles; the main thread calling pthread_exit (later compiles then fall back). */
+static void exit_gate(void *u) {
+    (void)u;
+    cg_lock();
+    G.exiting = 1;
+    while (G.nbusy > 0) pthread_cond_wait(&slot_cond, &lock);
+    if (G.state == 1) {
+        G.state = -1;
+        snprintf(G.why, sizeof G.why, "the process is exiting");
+    }
+    cg_unlock();
+}
+#ifdef __GLIBC__
+extern int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj, void *dso);
+extern void *__dso_handle;
+#endif
+void cg_arm_exit_gate(void) {
+#ifdef __GLIBC__
+    static _Atomic int armed;
+    if (atomic_load(&armed) || syscall(SYS_gettid) != getpid() || atomic_exchange(&armed, 1)) return;
+    __cxa_thread_atexit_impl(exit_gate, NULL, &__dso_handle);
+#endif
+}
+
+int cg_slot_acquire(void) {
+    cg_arm_exit_gate();
+    int most = kl_get_num_threads();
+    most = most < 1 ? 1 : most > CG_MAX_SLOTS ? CG_MAX_SLOTS : most;
+    cg_lock();
+    for (;;) {
+        if (G.exiting) {
+            cg_unlock();
+            return ke_err(KL_ERR_STATE, "compile", "llvm backend: the process is exiting");
+        }
+        if (cg_jit_init()) {
+            cg_unlock();
+            return -1;
+        }
+        for (int i = 0; i < G.nslots; i++)
+            if (!G.slots[i]->busy) {
+                tl_slot = G.slots[i];
+                tl_slot->busy = 1;
+                if (++G.nbusy > peak_busy) peak_busy = G.nbusy;
+                cg_unlock();
+                return 0;
+            }
+        if (G.nslots + G.making < most) break;
+        pthread_cond_wait(&slot_cond, &lock);
+    }
+    G.nbusy++; /* shutdown_jit waits for the slot being made, too */
+    G.making++;
+    tl_making = 1;
+    cg_unlock();
+    cg_slot *s = slot_new();
+    cg_lock();
+    tl_making = 0;
+    G.making--;
+    if (s && G.state == 1 && G.nslots < CG_MAX_SLOTS) {
+        s->busy = 1;
+        if (G.nbusy > peak_busy) peak_busy = G.nbusy;
+        G.slots[G.nslots++] = tl_slot = s;
+        cg_unlock();
+        return 0;
+    }
+    G.nbusy--;
+    pthread_cond_broadcast(&slot_cond);
+    int rc = s ? ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: %s", G.state == 1 ? "too many slots" : G.why) : -1;
+    cg_unlock();
+    if (s) slot_dispose(s);
+    return rc;
+}
+
+int cg_llvm_peak_compiles(int reset) {
+    cg_lock();
+    int n = peak_busy;
+    if (reset) peak_busy = G.nbusy;
+    cg_unlock();
+    return n;
+}
+
+void cg_slot_release(void) {
+    if (!tl_slot) return;
+    cg_lock();
+    tl_slot->busy = 0;
+    tl_slot = NULL;
+    G.nbusy--;
+    pthread_cond_broadcast(&slot_cond);
+    cg_unlock();
+}
+
+void cg_slot_abandon(void) {
+    if (!tl_slot && !tl_making) return;
+    int held = tl_locked;
+    if (!held) cg_lock();
+    if (tl_making) { /* LLVM threw while the slot was made: it is leaked */
+        tl_making = 0;
+        G.making--;
+        G.nbusy--;
+        pthread_cond_broadcast(&slot_cond);
+        if (!held) cg_unlock();
+        return;
+    }
+    for (int i = 0; i < G.nslots; i++)
+        if (G.slots[i] == tl_slot) G.slots[i] = G.slots[--G.nslots]; /* leaked: LLVM may have left it half-updated */
+    tl_slot = NULL;
+    G.nbusy--;
+    pthread_cond_broadcast(&slot_cond);
+    if (!held) cg_unlock();
 }
 
 static int count_instructions(LLVMModuleRef m) {
@@ -200,8 +395,9 @@ static double now_ms(void) {
 
 int cg_jit_optimize_emit(LLVMModuleRef m, const char *name, const char *dbg_prefix, void **obj, size_t *size,
                          int *ninstr_before, int *ninstr_after, double ms[2]) {
+    LLVMTargetMachineRef tm = tl_slot->tm;
     LLVMSetTarget(m, G.triple);
-    LLVMTargetDataRef td = LLVMCreateTargetDataLayout(G.tm);
+    LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
     LLVMSetModuleDataLayout(m, td);
     LLVMDisposeTargetData(td);
     char *msg = NULL;
@@ -220,7 +416,7 @@ int cg_jit_optimize_emit(LLVMModuleRef m, const char *name, const char *dbg_pref
     LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
     LLVMPassBuilderOptionsSetLoopInterleaving(opts, 1);
     double t0 = now_ms();
-    LLVMErrorRef e = LLVMRunPasses(m, kernel_passes, G.tm, opts);
+    LLVMErrorRef e = LLVMRunPasses(m, kernel_passes, tm, opts);
     ms[0] = now_ms() - t0;
     LLVMDisposePassBuilderOptions(opts);
     if (e) {
@@ -233,7 +429,7 @@ int cg_jit_optimize_emit(LLVMModuleRef m, const char *name, const char *dbg_pref
     if (dbg_prefix) { /* emitting consumes the module's codegen state: a clone gives the assembly */
         LLVMModuleRef c = LLVMCloneModule(m);
         LLVMMemoryBufferRef amb;
-        if (!LLVMTargetMachineEmitToMemoryBuffer(G.tm, c, LLVMAssemblyFile, &msg, &amb)) {
+        if (!LLVMTargetMachineEmitToMemoryBuffer(tm, c, LLVMAssemblyFile, &msg, &amb)) {
             char path[1200];
             snprintf(path, sizeof path, "%s.s", dbg_prefix);
             FILE *f = fopen(path, "w");
@@ -249,7 +445,7 @@ int cg_jit_optimize_emit(LLVMModuleRef m, const char *name, const char *dbg_pref
     }
     LLVMMemoryBufferRef mb;
     t0 = now_ms();
-    int bad = LLVMTargetMachineEmitToMemoryBuffer(G.tm, m, LLVMObjectFile, &msg, &mb);
+    int bad = LLVMTargetMachineEmitToMemoryBuffer(tm, m, LLVMObjectFile, &msg, &mb);
     ms[1] = now_ms() - t0;
     if (bad) {
         int rc = ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: emitting kernel %s: %s", name, msg ? msg : "");
@@ -269,6 +465,7 @@ int cg_jit_optimize_emit(LLVMModuleRef m, const char *name, const char *dbg_pref
 
 int cg_jit_add(const void *obj, size_t size, const char *sym, void **rt_out, void **fn) {
     char buf[600];
+    if (G.state != 1) return ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: %s", G.why);
     LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(G.jit);
     LLVMOrcResourceTrackerRef rt = LLVMOrcJITDylibCreateResourceTracker(jd);
     LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, size, sym);

@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -203,10 +204,52 @@ static const char *debug_prefix(char *buf, size_t cap, const ir_kernel *k, const
     return buf;
 }
 
-/* Finds or makes the code of k. Called with cg_lock held. */
+/* The code loaded with key, or NULL. Called with cg_lock held. */
+static cg_code *find_code(const ke_cache_key *key) {
+    for (cg_code *c = codes; c; c = c->next)
+        if (!memcmp(c->key.b, key->b, sizeof key->b)) return c;
+    return NULL;
+}
+
+/* Loads obj into the JIT as the code of key, unless another thread loaded that
+ * key meanwhile (compiles run concurrently): then that code is shared. Takes
+ * cg_lock. NULL with a Kiln error if the JIT refuses it. */
+static cg_code *install(const ke_cache_key *key, const void *obj, size_t size, const char *sym, int *shared) {
+    cg_lock();
+    cg_code *c = find_code(key);
+    if (c) {
+        c->refs++;
+        *shared = 1;
+        cg_unlock();
+        return c;
+    }
+    *shared = 0;
+    if (!(c = calloc(1, sizeof *c))) {
+        cg_unlock();
+        ke_err(KL_ERR_OOM, "compile", "out of memory");
+        return NULL;
+    }
+    c->key = *key;
+    if (cg_jit_add(obj, size, sym, &c->rt, (void **)&c->fn)) {
+        cg_unlock();
+        free(c);
+        return NULL;
+    }
+    c->refs = 1;
+    c->next = codes;
+    codes = c;
+    cg_unlock();
+    return c;
+}
+
+/* Finds or makes the code of k. Called without cg_lock: the LLVM work runs in
+ * this thread's compile slot, concurrently with other threads' compiles. */
 static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
     double t0 = now_ms();
-    if (cg_jit_init()) return NULL;
+    cg_lock();
+    int bad = cg_jit_init();
+    cg_unlock();
+    if (bad) return NULL;
     for (int left = atomic_load(&fail_next); left > 0;)
         if (atomic_compare_exchange_weak(&fail_next, &left, left - 1)) {
             ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: forced compile failure (cg_llvm_fail_next)");
@@ -225,64 +268,56 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
     char hex[65], sym[40];
     ke_cache_key_hex(&key, hex);
     snprintf(sym, sizeof sym, "kiln_k_%.24s", hex);
-    for (cg_code *c = codes; c; c = c->next)
-        if (!memcmp(c->key.b, key.b, sizeof key.b)) {
-            c->refs++;
-            ke_log(KE_LOG_CODEGEN, "kernel %.16s: %d statements, loaded already (%.3f ms)", hex, k->nstmts,
-                   now_ms() - t0);
-            return c;
-        }
-    cg_code *c = calloc(1, sizeof *c);
-    if (!c) {
-        ke_err(KL_ERR_OOM, "compile", "out of memory");
-        return NULL;
+    cg_lock();
+    cg_code *c = find_code(&key);
+    if (c) c->refs++;
+    cg_unlock();
+    if (c) {
+        ke_log(KE_LOG_CODEGEN, "kernel %.16s: %d statements, loaded already (%.3f ms)", hex, k->nstmts, now_ms() - t0);
+        return c;
     }
-    c->key = key;
     void *obj = NULL;
     size_t size = 0;
-    int n0 = 0, n1 = 0, rc = -1;
+    int n0 = 0, n1 = 0, shared = 0;
     double ms[3] = {0, 0, 0};
-    const char *how = "compiled";
     if (ke_cache_load(KE_CACHE_OBJ, &key, &obj, &size)) {
-        rc = cg_jit_add(obj, size, sym, &c->rt, (void **)&c->fn);
+        c = install(&key, obj, size, sym, &shared);
         free(obj);
         obj = NULL;
-        how = "cache hit";
-        if (rc) { /* a valid entry the JIT refuses: compile afresh */
-            ke_log(KE_LOG_CODEGEN, "kernel %.16s: cached object refused, compiling", hex);
-            kl_clear_error();
+        if (c) {
+            ke_log(KE_LOG_CODEGEN, "kernel %.16s: %d statements, %s in %.2f ms, %zu-byte object", hex, k->nstmts,
+                   shared ? "loaded by another thread meanwhile" : "cache hit", now_ms() - t0, size);
+            return c;
         }
+        /* a valid entry the JIT refuses: compile afresh */
+        ke_log(KE_LOG_CODEGEN, "kernel %.16s: cached object refused, compiling", hex);
+        kl_clear_error();
     }
-    if (rc) {
-        char pbuf[1100];
-        const char *dbg = debug_prefix(pbuf, sizeof pbuf, k, hex);
-        LLVMModuleRef m = NULL;
-        double t1 = now_ms();
-        rc = cg_emit_kernel(k, plan, sym, &m);
-        ms[2] = now_ms() - t1;
-        if (!rc) {
-            rc = cg_jit_optimize_emit(m, sym, dbg, &obj, &size, &n0, &n1, ms);
-            ir_backend_add_llvm_ms(ms[0] + ms[1]);
-            LLVMDisposeModule(m);
-        }
-        if (!rc) {
-            ke_cache_store(KE_CACHE_OBJ, &key, obj, size);
-            rc = cg_jit_add(obj, size, sym, &c->rt, (void **)&c->fn);
-        }
-        free(obj);
-        how = ke_cache_dir() ? "cache miss, compiled" : "compiled";
+    if (cg_slot_acquire()) return NULL;
+    char pbuf[1100];
+    const char *dbg = debug_prefix(pbuf, sizeof pbuf, k, hex);
+    LLVMModuleRef m = NULL;
+    double t1 = now_ms();
+    int rc = cg_emit_kernel(k, plan, sym, &m);
+    ms[2] = now_ms() - t1;
+    if (!rc) {
+        rc = cg_jit_optimize_emit(m, sym, dbg, &obj, &size, &n0, &n1, ms);
+        ir_backend_add_llvm_ms(ms[0] + ms[1]);
+        LLVMDisposeModule(m);
     }
-    if (rc) {
-        free(c);
-        return NULL;
+    cg_slot_release();
+    if (!rc) {
+        ke_cache_store(KE_CACHE_OBJ, &key, obj, size);
+        c = install(&key, obj, size, sym, &shared);
     }
-    c->refs = 1;
-    c->next = codes;
-    codes = c;
+    free(obj);
+    if (!c) return NULL;
     ke_log(KE_LOG_CODEGEN,
            "kernel %.16s: %d statements, %d -> %d LLVM instructions, %s in %.2f ms (IR %.2f, optimize %.2f, "
            "codegen %.2f), %zu-byte object",
-           hex, k->nstmts, n0, n1, how, now_ms() - t0, ms[2], ms[0], ms[1], size);
+           hex, k->nstmts, n0, n1,
+           shared ? "compiled (another thread loaded it meanwhile)" : ke_cache_dir() ? "cache miss, compiled" : "compiled",
+           now_ms() - t0, ms[2], ms[0], ms[1], size);
     return c;
 }
 
@@ -307,6 +342,19 @@ static void put_code(cg_code *c) {
     free(c);
 }
 
+/* cg_guard, then what the frames LLVM's throw unwound did not do: release this thread's
+ * slot (leaked) and cg_lock; after a fatal error, LLVM is off for the process. */
+static int guarded(void (*fn)(void *), void *arg, char *why, size_t cap) {
+    int g = cg_guard(fn, arg, why, cap);
+    if (g) {
+        cg_slot_abandon();
+        if (!cg_lock_held()) cg_lock();
+        if (g == 2) cg_jit_disable(why);
+        cg_unlock();
+    }
+    return g;
+}
+
 static void *compile(const ir_kernel *k, int strict) {
     if (k->ninputs + k->noutputs > CG_MAX_BUFS) {
         ke_err(KL_ERR_UNSUPPORTED, "compile", "llvm backend: a kernel with more than %d buffers", CG_MAX_BUFS);
@@ -320,12 +368,9 @@ static void *compile(const ir_kernel *k, int strict) {
     h->k = k;
     if (k->ninputs + k->noutputs <= CG_MAX_BUFS) {
         cg_plan_make(&h->plan, k);
-        cg_lock();
         get_code_args a = {k, &h->plan, NULL};
         char why[256];
-        int g = cg_guard(get_code_guarded, &a, why, sizeof why);
-        if (g == 2) cg_jit_disable(why);
-        cg_unlock();
+        int g = guarded(get_code_guarded, &a, why, sizeof why);
         h->code = a.code;
         if (g)
             ke_err(g == 1 ? KL_ERR_OOM : KL_ERR_INTERNAL, "compile", "llvm backend: %s while compiling a kernel%s",
@@ -458,8 +503,7 @@ static int cg_dump(const ir_kernel *k, const char *path) {
         return ke_err(KL_ERR_UNSUPPORTED, "compile", "llvm backend: a kernel with more than %d buffers", CG_MAX_BUFS);
     cg_plan plan;
     cg_plan_make(&plan, k);
-    cg_lock();
-    int rc = cg_jit_init();
+    int rc = cg_slot_acquire();
     LLVMModuleRef m = NULL;
     if (!rc) rc = cg_emit_kernel(k, &plan, "kiln_kernel", &m);
     if (!rc) {
@@ -469,8 +513,40 @@ static int cg_dump(const ir_kernel *k, const char *path) {
         if (msg) LLVMDisposeMessage(msg);
         LLVMDisposeModule(m);
     }
-    cg_unlock();
+    cg_slot_release();
     return rc;
+}
+
+/* ---- one-time setup off the critical path ---------------------------------------------- */
+
+/* kl_compile calls this: a thread creates the JIT and the first compile slot
+ * (context, eager bitcode, target machine: ~7 ms) while the caller traces and
+ * runs the passes; the first compile waits on cg_lock or takes the slot. The
+ * thread is joined at exit (a handler registered after the JIT's own, so it
+ * runs before it). KL_LLVM_PREPARE=0 leaves the setup to the first compile. */
+static pthread_t prep_thread;
+static void prep_work(void *u) {
+    (void)u;
+    if (!cg_slot_acquire()) cg_slot_release();
+}
+static void *prep_main(void *u) {
+    (void)u;
+    char why[256];
+    guarded(prep_work, NULL, why, sizeof why);
+    kl_clear_error(); /* a failure stays in the backend's state; the first compile reports it */
+    return NULL;
+}
+static void prep_join(void) { pthread_join(prep_thread, NULL); }
+static void prep_start(void) {
+    cg_jit_register_shutdown(); /* first: background compiles' exit handlers come after it */
+    cg_arm_exit_gate();
+    const char *e = getenv("KL_LLVM_PREPARE");
+    if (e && !strcmp(e, "0")) return;
+    if (!pthread_create(&prep_thread, NULL, prep_main, NULL)) atexit(prep_join);
+}
+static void cg_prepare(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, prep_start);
 }
 
 const ir_backend cg_llvm_backend = {
@@ -481,4 +557,6 @@ const ir_backend cg_llvm_backend = {
     .run = cg_run,
     .free = cg_free,
     .dump = cg_dump,
+    .concurrent = 1,
+    .prepare = cg_prepare,
 };

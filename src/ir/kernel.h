@@ -104,6 +104,12 @@ typedef struct ir_backend {
     /* Optional: writes the code it generates for k, in its own text form (LLVM IR),
      * to path (KL_COMPILE_CHECK's repro bundles). 0 or -1. */
     int (*dump)(const ir_kernel *k, const char *path);
+    /* 1: compile may run on several threads at once and is slow enough to be worth it
+     * (tr_compile_kernels spreads such kernels over the thread pool). */
+    int concurrent;
+    /* Optional: starts the backend's one-time setup off the caller's thread (kl_compile
+     * calls it, so the first compile finds it done or waits for it). Idempotent. */
+    void (*prepare)(void);
 } ir_backend;
 
 #define IR_MAX_BACKENDS 8

@@ -21,8 +21,10 @@
 #include "log.h"
 #include "profiler.h"
 #include "philox.h"
+#include "threadpool.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -52,6 +54,8 @@ typedef struct tr_entry {
     tr_dyn *dyn;              /* dynamic: g is its template, specialised per size (dyn.c) */
     char *static_why;         /* dynamic sizes were asked for and refused: why */
     ir_graph *traced;         /* KL_COMPILE_CHECK: g as traced, before the passes (the minifier's) */
+    struct tr_async *job;     /* tiered: g's kernels compiling in the background (calls run eagerly) */
+    char *async_why;          /* the background compile failed: the signature runs eagerly, this is why */
 } tr_entry;
 
 struct kl_fn {
@@ -65,6 +69,7 @@ struct kl_fn {
     int last;                 /* entry of the most recent call */
     uint8_t env_eager;        /* KL_COMPILE=0 when the function was compiled */
     uint8_t env_check;        /* KL_COMPILE_CHECK=1 when the function was compiled */
+    uint8_t async;            /* tiered execution: options.async, or $KL_COMPILE_ASYNC when set */
     const ir_backend *cpu;    /* CPU kernels' backend (options or $KL_CPU_BACKEND); NULL: the default */
     pthread_mutex_t lock;
     kl_fn_stats st;
@@ -106,6 +111,14 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
         }
         if (o.backend) o.backend = cpu->name; /* kept as the backend's own (static) name */
     }
+    if (o.mode == KL_COMPILE_FUSE) { /* the backend's one-time setup overlaps the first trace */
+        ke_error_stash st;
+        ke_error_set_aside(&st);
+        const ir_backend *b = cpu ? cpu : ir_backend_for_device(KL_CPU);
+        if (b && b->prepare) b->prepare();
+        kl_clear_error();
+        ke_error_put_back(&st);
+    }
     kl_fn *f = calloc(1, sizeof *f);
     if (f) f->entries = calloc((size_t)o.recompile_limit, sizeof *f->entries);
     /* the options are borrowed: the caller may free its name right after */
@@ -127,13 +140,19 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
     /* Read here, not per call: getenv was a visible share of a cache hit. */
     f->env_eager = !env_flag("KL_COMPILE", 1);
     f->env_check = (uint8_t)env_flag("KL_COMPILE_CHECK", 0) && !tr_in_repro;
+    f->async = (uint8_t)env_flag("KL_COMPILE_ASYNC", o.async != 0);
     pthread_mutex_init(&f->lock, NULL);
     return f;
 }
 
+typedef struct tr_async tr_async;
+static void async_cancel(tr_async *j);
+
 void kl_fn_release(kl_fn *f) {
     if (!f) return;
     for (int i = 0; i < f->nentries; i++) {
+        if (f->entries[i].job) async_cancel(f->entries[i].job); /* before its graph goes */
+        free(f->entries[i].async_why);
         free(f->entries[i].in);
         free(f->entries[i].why);
         free(f->entries[i].broke);
@@ -426,13 +445,230 @@ static int needs_autograd(const ir_graph *g, kl_tensor *const *in, int n_in, int
     return 0;
 }
 
-int tr_compile_kernels(ir_graph *g, const ir_backend *cpu) {
+/* Kernels of backends that compile concurrently, spread over the thread pool:
+ * each thread claims the next kernel (one slow kernel does not hold up a
+ * fixed share of the others); the first error stops the rest and is handed to
+ * the calling thread; the LLVM time the helpers spent joins the caller's. */
+typedef struct par_compile {
+    ir_graph *g;
+    const ir_backend *cpu;
+    const _Atomic int *cancel; /* set: stop before the next kernel (tiered compile of a released function) */
+    _Atomic int32_t next;
+    _Atomic int failed;
+    pthread_mutex_t mu; /* err, llvm_ms */
+    ke_error_stash err;
+    double llvm_ms;
+} par_compile;
+
+static const ir_backend *backend_of(const ir_kernel *k, const ir_backend *cpu) {
+    return k->device.type == KL_CPU && cpu ? cpu : ir_backend_for_device(k->device.type);
+}
+
+static void par_compile_range(void *ctx, int64_t begin, int64_t end) {
+    (void)begin, (void)end; /* one range per thread; kernels are claimed one by one */
+    par_compile *p = ctx;
+    double l0 = ir_backend_llvm_ms();
+    for (;;) {
+        int32_t i = atomic_fetch_add(&p->next, 1);
+        if (i >= p->g->nkernels || atomic_load(&p->failed)) break;
+        if (p->cancel && atomic_load(p->cancel)) {
+            pthread_mutex_lock(&p->mu);
+            if (!atomic_exchange(&p->failed, 1)) {
+                ke_err(KL_ERR_STATE, "compile", "the background compile was cancelled");
+                ke_error_set_aside(&p->err);
+            }
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        ir_kernel *k = p->g->kernels[i];
+        const ir_backend *b = backend_of(k, p->cpu);
+        if (!b || !b->concurrent) continue; /* compiled serially before */
+        if (ir_kernel_compile(k, b)) {
+            pthread_mutex_lock(&p->mu);
+            if (!atomic_exchange(&p->failed, 1)) ke_error_set_aside(&p->err);
+            pthread_mutex_unlock(&p->mu);
+            kl_clear_error();
+            break;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    p->llvm_ms += ir_backend_llvm_ms() - l0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* spare: threads left to the callers (tiered compiles leave one, so a call running eagerly
+ * meanwhile keeps a core: with two threads a background compile on both made an eager
+ * digits step wait ~100 ms for OpenBLAS's starved helper). */
+static int compile_kernels(ir_graph *g, const ir_backend *cpu, const _Atomic int *cancel, int spare) {
     kl_init(); /* the backend registry */
+    int nconc = 0;
     for (int32_t i = 0; i < g->nkernels; i++) {
         ir_kernel *k = g->kernels[i];
-        const ir_backend *b = k->device.type == KL_CPU && cpu ? cpu : ir_backend_for_device(k->device.type);
-        if (!b || ir_kernel_compile(k, b)) return -1;
+        const ir_backend *b = backend_of(k, cpu);
+        if (!b) return -1;
+        if (b->concurrent && !k->handle) nconc++;
+        else if (ir_kernel_compile(k, b)) return -1;
     }
+    if (!nconc) return 0;
+    int threads = kl_get_num_threads() - spare;
+    par_compile p = {.g = g, .cpu = cpu, .cancel = cancel};
+    pthread_mutex_init(&p.mu, NULL);
+    double l0 = ir_backend_llvm_ms();
+    /* n = threads, grain 1: one range per thread (inline, i.e. serial, with one
+     * thread, inside a parallel region or while another thread uses the pool) */
+    if (threads > 1 && nconc > 1) ke_parallel_for(threads < nconc ? threads : nconc, 1, par_compile_range, &p);
+    else par_compile_range(&p, 0, 1);
+    pthread_mutex_destroy(&p.mu);
+    /* the caller's own share is in its running total already */
+    ir_backend_add_llvm_ms(p.llvm_ms - (ir_backend_llvm_ms() - l0));
+    if (atomic_load(&p.failed)) {
+        ke_error_put_back(&p.err);
+        return -1;
+    }
+    return 0;
+}
+
+int tr_compile_kernels(ir_graph *g, const ir_backend *cpu) { return compile_kernels(g, cpu, NULL, 0); }
+
+/* ---- tiered execution (KL_COMPILE_ASYNC) -------------------------------------------------
+ * A new signature's kernels compile on a detached thread of their own while its calls run
+ * fn eagerly; the first call that finds them done switches the entry to the compiled graph
+ * (async_finish). A job is never freed under its thread: the thread's last touch of it is
+ * the state change, made under jobs_mu, and whoever frees it waits for that under jobs_mu.
+ * kl_fn_release cancels (the compile stops before its next kernel) and waits; at exit every
+ * job is cancelled and waited for by a handler registered after the LLVM backend's own
+ * (kl_compile's prepare registers that first), so it runs before the JIT goes. */
+struct tr_async {
+    ir_graph *g;
+    const ir_backend *cpu;
+    _Atomic int state; /* 0 compiling, 1 compiled, -1 failed or cancelled */
+    _Atomic int cancel;
+    double ms, llvm_ms; /* the compile's wall time, and LLVM's share summed over its threads */
+    ke_error_stash err;
+    struct tr_async *prev, *next; /* live jobs, under jobs_mu */
+};
+
+static pthread_mutex_t jobs_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
+static tr_async *jobs;
+
+static void *async_main(void *p) {
+    tr_async *j = p;
+    double t0 = now_ms(), l0 = ir_backend_llvm_ms();
+    int rc = compile_kernels(j->g, j->cpu, &j->cancel, 1);
+    j->ms = now_ms() - t0;
+    j->llvm_ms = ir_backend_llvm_ms() - l0;
+    if (rc) ke_error_set_aside(&j->err);
+    pthread_mutex_lock(&jobs_mu);
+    atomic_store(&j->state, rc ? -1 : 1);
+    pthread_cond_broadcast(&jobs_cv);
+    pthread_mutex_unlock(&jobs_mu); /* j is not touched after this */
+    kl_clear_error();
+    return NULL;
+}
+
+static void jobs_at_exit(void) {
+    pthread_mutex_lock(&jobs_mu);
+    for (tr_async *j = jobs; j; j = j->next) atomic_store(&j->cancel, 1);
+    for (;;) {
+        int busy = 0;
+        for (tr_async *j = jobs; j; j = j->next) busy |= atomic_load(&j->state) == 0;
+        if (!busy) break;
+        pthread_cond_wait(&jobs_cv, &jobs_mu);
+    }
+    pthread_mutex_unlock(&jobs_mu);
+}
+static void register_jobs_at_exit(void) { atexit(jobs_at_exit); }
+
+/* Waits for j's thread to be done with it and unlinks it; its state. */
+static int async_wait(tr_async *j) {
+    pthread_mutex_lock(&jobs_mu);
+    while (atomic_load(&j->state) == 0) pthread_cond_wait(&jobs_cv, &jobs_mu);
+    if (j->prev) j->prev->next = j->next;
+    else jobs = j->next;
+    if (j->next) j->next->prev = j->prev;
+    pthread_mutex_unlock(&jobs_mu);
+    return atomic_load(&j->state);
+}
+
+static void async_cancel(tr_async *j) {
+    atomic_store(&j->cancel, 1);
+    async_wait(j);
+    free(j);
+}
+
+/* Starts compiling g's kernels in the background for entry e. 0; -1 if no thread could
+ * be started (the caller compiles at once). */
+static int async_start(tr_entry *e, ir_graph *g, const ir_backend *cpu) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_jobs_at_exit);
+    tr_async *j = calloc(1, sizeof *j);
+    if (!j) return -1;
+    j->g = g;
+    j->cpu = cpu;
+    pthread_mutex_lock(&jobs_mu);
+    j->next = jobs;
+    if (jobs) jobs->prev = j;
+    jobs = j;
+    pthread_mutex_unlock(&jobs_mu);
+    pthread_attr_t at;
+    pthread_t t;
+    int bad = pthread_attr_init(&at) || pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) ||
+              pthread_create(&t, &at, async_main, j);
+    pthread_attr_destroy(&at);
+    if (bad) {
+        pthread_mutex_lock(&jobs_mu);
+        atomic_store(&j->state, -1);
+        pthread_mutex_unlock(&jobs_mu);
+        async_wait(j);
+        free(j);
+        return -1;
+    }
+    e->job = j;
+    return 0;
+}
+
+/* 1 if every kernel of g goes to a backend that compiles concurrently (LLVM): the others
+ * (CUDA's) are not made to compile off the calling thread. */
+static int async_eligible(const ir_graph *g, const ir_backend *cpu) {
+    if (!g->nkernels) return 0;
+    for (int32_t i = 0; i < g->nkernels; i++) {
+        const ir_backend *b = backend_of(g->kernels[i], cpu);
+        if (!b || !b->concurrent) {
+            kl_clear_error();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The background compile of e is over (under f->lock): the entry runs compiled from now
+ * on, or eagerly if the compile failed. */
+static void async_finish(kl_fn *f, tr_entry *e) {
+    tr_async *j = e->job;
+    int ok = async_wait(j) == 1;
+    e->job = NULL;
+    e->ms[2] += j->ms;
+    e->ms[3] += j->llvm_ms;
+    if (ok) {
+        ke_log(KE_LOG_CACHE, "%s: kernels compiled in the background in %.2f ms: calls run compiled", f->o.name, j->ms);
+    } else {
+        char why[1100];
+        snprintf(why, sizeof why, "%s", j->err.msg);
+        e->eager = 1;
+        e->async_why = strdup(why);
+        snprintf(f->st.last_reason, sizeof f->st.last_reason, "background compile failed: %.200s", why);
+        ke_log(KE_LOG_FALLBACK, "%s: the background compile failed, the signature runs eagerly: %s", f->o.name, why);
+    }
+    free(j);
+}
+
+int kl_fn_wait_compiled(kl_fn *f) {
+    if (!f) return ke_err(KL_ERR_NULL_ARG, "fn_wait_compiled", "the compiled function is NULL");
+    pthread_mutex_lock(&f->lock);
+    for (int i = 0; i < f->nentries; i++)
+        if (f->entries[i].job) async_finish(f, &f->entries[i]);
+    pthread_mutex_unlock(&f->lock);
     return 0;
 }
 
@@ -636,7 +872,14 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         int64_t q1 = prof ? ke_prof_now() : 0;
         if (prof) ke_prof_complete(KE_PROF_COMPILE, "passes", q0, q1, 0, NULL);
         double llvm0 = ir_backend_llvm_ms();
-        if (!bad) bad = tr_compile_kernels(g, f->cpu) != 0;
+        int want_dyn0 = 0;
+        for (int i = 0; dynmask && i < n_in; i++) want_dyn0 |= dynmask[i] != 0;
+        /* tiered: not for dynamic entries (their probes compare compiled templates) */
+        if (!bad && f->async && !want_dyn0 && async_eligible(g, f->cpu) && !async_start(e, g, f->cpu))
+            ke_log(KE_LOG_CACHE, "%s: entry %d: %d kernels compile in the background; calls run eagerly meanwhile",
+                   f->o.name, f->nentries, (int)g->nkernels);
+        else if (!bad)
+            bad = tr_compile_kernels(g, f->cpu) != 0;
         e->ms[2] = now_ms() - t2;
         e->ms[3] = ir_backend_llvm_ms() - llvm0;
         if (prof && g->nkernels) {
@@ -847,8 +1090,13 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
             return -1;
         }
     }
+    int tier0 = 0;
+    if (hit->job) {
+        if (atomic_load(&hit->job->state) == 0) tier0 = 1, f->st.async_eager_calls++;
+        else async_finish(f, hit);
+    }
     pthread_mutex_unlock(&f->lock);
-    if (hit->eager) return run_eager(f, inputs, n_in, outputs, n_out);
+    if (hit->eager || tier0) return run_eager(f, inputs, n_in, outputs, n_out);
 
     int check = f->env_check;
     kl_tensor **before = NULL;
@@ -1043,8 +1291,16 @@ int kl_fn_explain(const kl_fn *f, FILE *o) {
         free(gt);
         fprintf(o, "  compile time: trace %.3f ms, passes %.3f ms, codegen %.3f ms (LLVM %.3f ms)\n", e->ms[0], e->ms[1],
                 e->ms[2], e->ms[3]);
+        if (e->eager && e->async_why) {
+            fprintf(o, "  runs eagerly: its kernels failed to compile in the background: %s\n", e->async_why);
+            continue;
+        }
         if (e->eager) {
             fprintf(o, "  runs eagerly: trace break: %s\n", e->broke ? e->broke : "?");
+            continue;
+        }
+        if (e->job && atomic_load(&e->job->state) == 0) {
+            fprintf(o, "  kernels compiling in the background (calls run eagerly until they are ready)\n");
             continue;
         }
         if (e->dyn)

@@ -1,0 +1,439 @@
+/*
+ * test_compile_async.c — compile latency (issue 15 part 3): the kernels of one
+ * graph compiled in parallel on the thread pool give the same objects and
+ * outputs as a serial compile, and those objects come back from the disk
+ * cache; concurrent compiles from several threads; tiered execution
+ * (KL_COMPILE_ASYNC / kl_compile_options.async): eager first calls while the
+ * kernels compile in the background, then the compiled graph, equal results,
+ * release while compiling, calls from several threads, exit while compiling.
+ *
+ * The binary re-executes itself (/proc/self/exe --child-exit) for the check
+ * that exits while a background compile runs.
+ */
+#include "harness.h"
+
+#include "cg_llvm.h"
+#include "kernel.h"
+#ifdef KL_HAVE_LLVM
+#include "../src/eager/diskcache.h"
+#endif
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double kt_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+#ifdef KL_HAVE_LLVM
+
+/* h = matmul(tanh(clamp(h, -1, hi_i)), w) for i < n: n kernels whose code differs
+ * (clamp's bound is compiled in), the bounds offset by u's salt so no other test
+ * process has them cached. in: x [4,8], w [8,8]. */
+typedef struct chain_args {
+    int n;
+    double salt;
+} chain_args;
+static int chain(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const chain_args *a = u;
+    kl_tensor *h = in[0];
+    for (int i = 0; i < a->n; i++) h = kl_matmul(kl_tanh(kl_clamp(h, -1, 1 + i / 64.0 + a->salt)), in[1]);
+    return (out[0] = h) ? 0 : -1;
+}
+
+static kl_tensor *seqf(int64_t r, int64_t c, double scale) {
+    kl_tensor *t = kl_mul_scalar(kl_arange(0, (double)(r * c), 1, KL_F32), scale);
+    return kl_reshape(kl_sin(t), KL_SHAPE(r, c));
+}
+
+/* Objects in dir (name -> bytes), at most 64. */
+typedef struct objset {
+    int n;
+    char name[64][80];
+    char *data[64];
+    size_t size[64];
+} objset;
+
+static void objs_read(const char *dir, objset *s) {
+    memset(s, 0, sizeof *s);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 5, ".o.kc")) continue;
+        assert_true(s->n < 64);
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        s->size[s->n] = (size_t)ftell(f);
+        fseek(f, 0, SEEK_SET);
+        s->data[s->n] = malloc(s->size[s->n] + 1);
+        assert_int_equal(fread(s->data[s->n], 1, s->size[s->n], f), s->size[s->n]);
+        fclose(f);
+        snprintf(s->name[s->n], sizeof s->name[0], "%s", e->d_name);
+        s->n++;
+    }
+    closedir(d);
+}
+
+static void objs_remove(const char *dir, const objset *s) {
+    for (int i = 0; i < s->n; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, s->name[i]);
+        assert_int_equal(unlink(path), 0);
+    }
+}
+
+static void objs_free(objset *s) {
+    for (int i = 0; i < s->n; i++) free(s->data[i]);
+}
+
+/* One compile of chain at the pool size given: its output, and the LLVM time it took. */
+static kl_tensor *compile_chain(chain_args *a, int threads, kl_tensor *const *in, double *llvm_ms) {
+    kl_set_num_threads(threads);
+    kl_fn *f = kl_compile(chain, a, NULL);
+    usleep(100000); /* the one-time setup kl_compile started is done: it would count as a compile */
+    cg_llvm_peak_compiles(1);
+    double l0 = ir_backend_llvm_ms();
+    kl_tensor *y = NULL;
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    *llvm_ms = ir_backend_llvm_ms() - l0;
+    int peak = cg_llvm_peak_compiles(0);
+    /* KL_NUM_THREADS=1 compiles serially; with more, never more compiles at
+     * once than threads. (Whether the pool's helper actually took a kernel
+     * depends on scheduling: printed, not asserted, so a loaded CI machine
+     * cannot fail it.) */
+    if (*llvm_ms > 0 && threads == 1) assert_int_equal(peak, 1);
+    assert_true(peak <= threads);
+    if (threads > 1) print_message("%d threads: at most %d kernels compiled at once\n", threads, peak);
+    kl_fn_stats st;
+    assert_int_equal(kl_fn_get_stats(f, &st), 0);
+    assert_int_equal(st.kernels - st.library_calls, a->n); /* n kernels, n matmuls */
+    kl_fn_release(f); /* unloads the kernels: the next compile starts afresh */
+    return y;
+}
+
+/* The same objects, byte for byte, whether the graph's kernels compile on two
+ * threads or one; the outputs equal eager's bitwise; a third compile takes every
+ * object from the disk cache (no LLVM time) and gives the same output. */
+static void parallel_compile_equals_serial(void **state) {
+    (void)state;
+    const char *dir = kt_tmp_path("par_cache");
+    setenv("KL_CACHE_DIR", dir, 1);
+    ke_cache_reset();
+    chain_args a = {12, (double)(getpid() % 1000) / 1e4};
+    kl_tensor *in[2] = {seqf(4, 8, 0.37), kl_mul_scalar(seqf(8, 8, 0.11), 0.5)};
+    kl_tensor *want = NULL;
+    assert_int_equal(chain(&a, in, 2, &want, 1), 0);
+    double ms_par, ms_ser, ms_cached;
+    kl_tensor *y_par = compile_chain(&a, 2, in, &ms_par);
+    assert_int_equal(kl_equal(y_par, want), 1);
+    objset par, ser;
+    objs_read(dir, &par);
+    assert_int_equal(par.n, a.n);
+    assert_true(ms_par > 0);
+    objs_remove(dir, &par);
+    kl_tensor *y_ser = compile_chain(&a, 1, in, &ms_ser);
+    assert_int_equal(kl_equal(y_ser, want), 1);
+    objs_read(dir, &ser);
+    assert_int_equal(ser.n, par.n);
+    for (int i = 0; i < par.n; i++) {
+        int j = 0;
+        while (j < ser.n && strcmp(ser.name[j], par.name[i])) j++;
+        assert_true(j < ser.n);
+        assert_int_equal(ser.size[j], par.size[i]);
+        assert_memory_equal(ser.data[j], par.data[i], par.size[i]);
+    }
+    ke_cache_stats s0, s1;
+    ke_cache_get_stats(&s0);
+    kl_tensor *y_cached = compile_chain(&a, 2, in, &ms_cached);
+    ke_cache_get_stats(&s1);
+    assert_int_equal(s1.hits - s0.hits, a.n);
+    assert_int_equal(s1.stores, s0.stores);
+    assert_true(ms_cached == 0);
+    assert_int_equal(kl_equal(y_cached, want), 1);
+    objs_free(&par);
+    objs_free(&ser);
+    kl_set_num_threads(2);
+    setenv("KL_CACHE_DIR", "off", 1);
+    ke_cache_reset();
+}
+
+/* Kernels LLVM refuses inside a parallel compile (cg_llvm_fail_next, on whichever
+ * thread claims them) run on the interpreter; the call still equals eager. */
+static void parallel_compile_failures_fall_back(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    chain_args a = {8, 0.5 + (double)(getpid() % 1000) / 1e4};
+    kl_tensor *in[2] = {seqf(4, 8, 0.29), kl_mul_scalar(seqf(8, 8, 0.13), 0.5)};
+    kl_tensor *want = NULL;
+    assert_int_equal(chain(&a, in, 2, &want, 1), 0);
+    int64_t fb0 = cg_llvm_fallbacks();
+    cg_llvm_fail_next(3);
+    kl_fn *f = kl_compile(chain, &a, NULL);
+    kl_tensor *y = NULL;
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    cg_llvm_fail_next(0);
+    assert_int_equal(cg_llvm_fallbacks() - fb0, 3);
+    assert_int_equal(kl_equal(y, want), 1);
+    kl_fn_release(f);
+}
+
+/* Four threads compile (and call) functions at once, two of them the same kernels:
+ * the compile slots are shared out, code loaded by one thread is shared, nothing
+ * is defined twice in the JIT, and every result equals eager. */
+typedef struct worker {
+    chain_args a;
+    int ok;
+} worker;
+static void *compile_worker(void *p) {
+    worker *w = p;
+    kl_scope_begin();
+    kl_tensor *in[2] = {seqf(4, 8, 0.21), kl_mul_scalar(seqf(8, 8, 0.17), 0.5)};
+    kl_tensor *want = NULL, *y = NULL;
+    w->ok = chain(&w->a, in, 2, &want, 1) == 0;
+    for (int r = 0; r < 3 && w->ok; r++) {
+        kl_fn *f = kl_compile(chain, &w->a, NULL);
+        w->ok = kl_fn_call(f, in, 2, &y, 1) == 0 && kl_equal(y, want) == 1;
+        kl_fn_release(f);
+    }
+    kl_scope_end();
+    return NULL;
+}
+
+static void concurrent_compiles_from_threads(void **state) {
+    (void)state;
+    double salt = 0.25 + (double)(getpid() % 1000) / 1e4;
+    worker w[4] = {{{6, salt}, 0}, {{6, salt}, 0}, {{5, salt + 0.1}, 0}, {{7, salt + 0.2}, 0}};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&t[i], NULL, compile_worker, &w[i]), 0);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) assert_true(w[i].ok);
+}
+
+/* ---- tiered execution ------------------------------------------------------------------ */
+
+static kl_fn *compile_async(kl_traceable fn, void *u) {
+    kl_compile_options o = kl_compile_options_default();
+    o.async = 1;
+    o.name = "tiered";
+    return kl_compile(fn, u, &o);
+}
+
+/* A row kernel (softmax, decomposed and fused) besides elementwise ones: compiled it
+ * equals eager within the row kernels' documented 1e-5, elementwise ones bitwise. */
+static int mixed(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const chain_args *a = u;
+    kl_tensor *h = kl_softmax(kl_mul_scalar(in[0], 1.5 + a->salt), -1);
+    out[0] = kl_matmul(kl_tanh(kl_clamp(h, -1, 0.75 + a->salt)), in[1]);
+    out[1] = kl_sigmoid(kl_add_scalar(in[0], a->salt));
+    return out[0] && out[1] ? 0 : -1;
+}
+
+/* The first calls run eagerly (counted in async_eager_calls) and equal eager bitwise; once
+ * the kernels are compiled the calls run them: cache hits, not eager calls, LLVM kernels in
+ * kl_fn_explain, results equal eager within tolerance (row kernel) or bitwise. */
+static void async_first_calls_eager_then_compiled(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.01};
+    kl_tensor *in[2] = {seqf(4, 8, 0.41), kl_mul_scalar(seqf(8, 8, 0.07), 0.5)};
+    kl_tensor *want[2], *y[2];
+    assert_int_equal(mixed(&a, in, 2, want, 2), 0);
+    kl_fn *f = compile_async(mixed, &a);
+    assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+    assert_int_equal(kl_equal(y[0], want[0]), 1);
+    assert_int_equal(kl_equal(y[1], want[1]), 1);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 1);
+    assert_true(st.async_eager_calls >= 1);
+    assert_int_equal(st.eager_calls, st.async_eager_calls);
+    assert_int_equal(kl_fn_wait_compiled(f), 0);
+    kl_fn_get_stats(f, &st);
+    int64_t eager0 = st.async_eager_calls, hits0 = st.cache_hits;
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+        assert_int_equal(kl_allclose(y[0], want[0], 1e-5, 1e-6, false), 1);
+        assert_int_equal(kl_equal(y[1], want[1]), 1);
+    }
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.async_eager_calls, eager0);
+    assert_int_equal(st.cache_hits, hits0 + 3);
+    assert_int_equal(st.traces, 1);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(kl_fn_explain(f, m), 0);
+    fclose(m);
+    assert_non_null(strstr(buf, "llvm)"));
+    assert_null(strstr(buf, "compiling in the background"));
+    free(buf);
+    assert_int_equal(kl_fn_wait_compiled(NULL), -1);
+    KT_EXPECT_ERROR(KL_ERR_NULL_ARG, "NULL");
+    kl_fn_release(f);
+}
+
+/* $KL_COMPILE_ASYNC overrides the option both ways. */
+static void async_env_overrides_option(void **state) {
+    (void)state;
+    chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.02};
+    kl_tensor *in[2] = {seqf(4, 8, 0.43), kl_mul_scalar(seqf(8, 8, 0.05), 0.5)};
+    kl_tensor *y[2];
+    setenv("KL_COMPILE_ASYNC", "0", 1);
+    kl_fn *f = compile_async(mixed, &a); /* option on, environment off: compiles at once */
+    assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.async_eager_calls, 0);
+    assert_int_equal(st.eager_calls, 0);
+    kl_fn_release(f);
+    a.salt += 0.005;
+    setenv("KL_COMPILE_ASYNC", "1", 1);
+    f = kl_compile(mixed, &a, NULL); /* default options, environment on */
+    assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+    kl_fn_get_stats(f, &st);
+    assert_true(st.async_eager_calls >= 1);
+    unsetenv("KL_COMPILE_ASYNC");
+    kl_fn_release(f);
+}
+
+/* Released while its kernels compile: the compile is cancelled and waited for (ASan
+ * sees no use of the freed graph), quickly (not all 40 kernels compile). */
+static void release_while_compiling(void **state) {
+    (void)state;
+    for (int r = 0; r < 3; r++) {
+        chain_args a = {40, (double)(getpid() % 1000) / 1e4 + 0.03 + r * 0.001};
+        kl_tensor *in[2] = {seqf(4, 8, 0.31), kl_mul_scalar(seqf(8, 8, 0.09), 0.5)};
+        kl_tensor *want = NULL, *y = NULL;
+        assert_int_equal(chain(&a, in, 2, &want, 1), 0);
+        kl_fn *f = compile_async(chain, &a);
+        assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+        assert_int_equal(kl_equal(y, want), 1);
+        if (r == 1) usleep(20000); /* let some kernels compile */
+        kl_fn_release(f);
+    }
+}
+
+/* Several threads call one tiered function while its kernels compile and after: every
+ * result equals eager; one trace; eager calls first, then compiled ones. */
+typedef struct caller {
+    kl_fn *f;
+    chain_args *a;
+    int ok;
+} caller;
+static void *call_worker(void *p) {
+    caller *c = p;
+    kl_scope_begin();
+    kl_tensor *in[2] = {seqf(4, 8, 0.23), kl_mul_scalar(seqf(8, 8, 0.19), 0.5)};
+    kl_tensor *want[2], *y[2];
+    c->ok = mixed(c->a, in, 2, want, 2) == 0;
+    /* until calls ran compiled (the switch happens while the threads call), 20 s at most */
+    double t0 = kt_now_s();
+    for (int r = 0; c->ok && kt_now_s() - t0 < 20; r++) {
+        kl_scope_begin();
+        c->ok = kl_fn_call(c->f, in, 2, y, 2) == 0 && kl_allclose(y[0], want[0], 1e-5, 1e-6, false) == 1 &&
+                kl_equal(y[1], want[1]) == 1;
+        kl_scope_end();
+        kl_fn_stats st;
+        kl_fn_get_stats(c->f, &st);
+        if (r >= 40 && st.cache_hits - st.async_eager_calls >= 40) break;
+    }
+    kl_scope_end();
+    return NULL;
+}
+
+static void calls_from_threads_while_compiling(void **state) {
+    (void)state;
+    chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.04};
+    kl_fn *f = compile_async(mixed, &a);
+    caller c[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        c[i] = (caller){f, &a, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, call_worker, &c[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) assert_true(c[i].ok);
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_true(st.calls >= 160);
+    assert_int_equal(st.traces, 1);
+    assert_int_equal(st.cache_hits, st.calls - 1);
+    assert_int_equal(st.eager_calls, st.async_eager_calls);
+    assert_true(st.async_eager_calls >= 1);                  /* the first call at least */
+    assert_true(st.cache_hits - st.async_eager_calls >= 40); /* and then compiled ones */
+    kl_fn_release(f);
+}
+
+/* The process exits (exit() and a return from main) while kernels compile in the
+ * background: the handlers cancel and wait; the child exits 0 (under ASan: no error). */
+static int child_exit(int via_return) {
+    kl_scope_begin();
+    chain_args a = {40, (double)(getpid() % 1000) / 1e4 + 0.06};
+    kl_tensor *in[2] = {seqf(4, 8, 0.33), kl_mul_scalar(seqf(8, 8, 0.03), 0.5)}, *y;
+    kl_fn *f = compile_async(chain, &a);
+    if (kl_fn_call(f, in, 2, &y, 1)) return 3;
+    if (via_return) return 0; /* f and the scope left alive, as a careless program would */
+    exit(0);
+}
+
+static void exit_while_compiling(void **state) {
+    (void)state;
+    for (int via_return = 0; via_return < 2; via_return++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            /* the child leaves f alive on purpose (its compile must be in flight at exit):
+             * leak checking is not what it tests; ASan's other checks stay on */
+            char opts[1024];
+            const char *o = getenv("ASAN_OPTIONS");
+            snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", o ? o : "", o && *o ? ":" : "");
+            setenv("ASAN_OPTIONS", opts, 1);
+            execl("/proc/self/exe", "test_compile_async", via_return ? "--child-return" : "--child-exit", (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+}
+
+#endif /* KL_HAVE_LLVM */
+
+int main(int argc, char **argv) {
+#ifdef KL_HAVE_LLVM
+    setenv("KL_CACHE_DIR", "off", 1);
+    if (argc >= 2 && !strcmp(argv[1], "--child-exit")) return child_exit(0);
+    if (argc >= 2 && !strcmp(argv[1], "--child-return")) return child_exit(1);
+    const struct CMUnitTest tests[] = {
+        KT_TEST(parallel_compile_equals_serial),
+        KT_TEST(parallel_compile_failures_fall_back),
+        KT_TEST(concurrent_compiles_from_threads),
+        KT_TEST(async_first_calls_eager_then_compiled),
+        KT_TEST(async_env_overrides_option),
+        KT_TEST(release_while_compiling),
+        KT_TEST(calls_from_threads_while_compiling),
+        KT_TEST(exit_while_compiling),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    kt_tmp_cleanup();
+    return rc;
+#else
+    (void)argc, (void)argv;
+    printf("LLVM backend not built: nothing to test\n");
+    return 0;
+#endif
+}
