@@ -26,7 +26,6 @@ if [ ! -x "$build/examples/fashion/fashion" ]; then
     exit 2
 fi
 scripts/fetch_fashion.sh
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 echo "run_fashion_bench: $(date -u '+%F %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs," \
      "batch $batch, $steps steps"
 out=$(mktemp)
