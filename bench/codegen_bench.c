@@ -34,6 +34,7 @@
 #include "bench_util.h"
 #include "fused_ref.h"
 #include "threadpool.h"
+#include "workloads.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -70,78 +71,15 @@ static kb_stats timeit(void (*fn)(void *), void *ctx) {
     return kb_summarize(t, n);
 }
 
-/* ---- the workloads, written with primitive ops --------------------------- */
+/* ---- the workloads: WORKLOADS.md's, defined once in src/bench/workloads.c --- */
 
-/* y = tanh(sigmoid(x*2 + 1) * x) */
-static int chain5(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *x = in[0];
-    out[0] = kl_tanh(kl_mul(kl_sigmoid(kl_add_scalar(kl_mul_scalar(x, 2), 1)), x));
-    return out[0] ? 0 : -1;
-}
-
-/* y = 0.5*x*(1 + tanh(0.7978845608*(x + 0.044715*x*x*x))), Python's order */
-static int gelu(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *x = in[0];
-    kl_tensor *x3 = kl_mul(kl_mul(kl_mul_scalar(x, 0.044715), x), x);
-    kl_tensor *t = kl_tanh(kl_mul_scalar(kl_add(x, x3), 0.7978845608));
-    out[0] = kl_mul(kl_mul_scalar(x, 0.5), kl_add_scalar(t, 1));
-    return out[0] ? 0 : -1;
-}
-
-static int softmax(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *x = in[0];
-    kl_tensor *e = kl_exp(kl_sub(x, kl_amax(x, KL_DIMS(-1), true)));
-    out[0] = kl_div(e, kl_sum(e, KL_DIMS(-1), true));
-    return out[0] ? 0 : -1;
-}
-
-static int layernorm(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *x = in[0];
-    kl_tensor *d = kl_sub(x, kl_mean(x, KL_DIMS(-1), true));
-    kl_tensor *v = kl_mean(kl_mul(d, d), KL_DIMS(-1), true);
-    out[0] = kl_add(kl_mul(kl_mul(d, kl_rsqrt(kl_add_scalar(v, 1e-5))), in[1]), in[2]);
-    return out[0] ? 0 : -1;
-}
-
-/* mean cross-entropy: log_softmax from primitives, gather, negate, mean */
-static int xent(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *x = in[0];
-    kl_tensor *s = kl_sub(x, kl_amax(x, KL_DIMS(-1), true));
-    kl_tensor *ls = kl_sub(s, kl_log(kl_sum(kl_exp(s), KL_DIMS(-1), true)));
-    kl_tensor *picked = kl_gather(ls, 1, kl_unsqueeze(in[1], 1));
-    out[0] = kl_neg(kl_mean(picked, 0, NULL, false));
-    return out[0] ? 0 : -1;
-}
-
-static int mlp(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *h = kl_gelu(kl_add(kl_matmul(in[0], in[1]), in[2]));
-    out[0] = kl_add(kl_matmul(h, in[3]), in[4]);
-    return out[0] ? 0 : -1;
-}
-
-/* one AdamW step at t = ADAM_T, in place over p, m, v (in[0], in[2], in[3]) */
-#define ADAM_LR 1e-3
-#define ADAM_B1 0.9
-#define ADAM_B2 0.999
-#define ADAM_EPS 1e-8
-#define ADAM_WD 1e-2
-#define ADAM_T 10
-static int adamw(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *p = in[0], *g = in[1], *m = in[2], *v = in[3];
-    const double bc1 = 1 - pow(ADAM_B1, ADAM_T), bc2 = 1 - pow(ADAM_B2, ADAM_T);
-    kl_mul_scalar_inplace(p, 1 - ADAM_LR * ADAM_WD);
-    kl_add_inplace(kl_mul_scalar_inplace(m, ADAM_B1), kl_mul_scalar(g, 1 - ADAM_B1));
-    kl_add_inplace(kl_mul_scalar_inplace(v, ADAM_B2), kl_mul_scalar(kl_mul(g, g), 1 - ADAM_B2));
-    kl_tensor *den = kl_add_scalar(kl_sqrt(kl_div_scalar(v, bc2)), ADAM_EPS);
-    out[0] = kl_sub_inplace(p, kl_mul_scalar(kl_div(m, den), ADAM_LR / bc1));
-    return out[0] ? 0 : -1;
+static kl_traceable wfn(const char *id) {
+    const kw_def *d = kw_find(id);
+    if (!d) {
+        fprintf(stderr, "codegen_bench: %s\n", kl_last_error());
+        exit(1);
+    }
+    return d->fn;
 }
 
 /* ---- one workload instance ------------------------------------------------ */
@@ -197,9 +135,9 @@ static void run_fused(void *c) {
         fr_mlp(fptr(w->in[0]), fptr(w->in[1]), fptr(w->in[2]), fptr(w->in[3]), fptr(w->in[4]), w->scratch,
                w->scratch2, w->a, w->b, w->c, w->d);
     } else if (!strcmp(w->id, "adamw")) {
-        const double bc1 = 1 - pow(ADAM_B1, ADAM_T), bc2 = 1 - pow(ADAM_B2, ADAM_T);
-        fr_adamw_consts k = {(float)(1 - ADAM_LR * ADAM_WD), (float)ADAM_B1, (float)(1 - ADAM_B1), (float)ADAM_B2,
-                             (float)(1 - ADAM_B2), (float)bc2, (float)ADAM_EPS, (float)(ADAM_LR / bc1)};
+        const double bc1 = 1 - pow(KW_ADAM_B1, KW_ADAM_T), bc2 = 1 - pow(KW_ADAM_B2, KW_ADAM_T);
+        fr_adamw_consts k = {(float)(1 - KW_ADAM_LR * KW_ADAM_WD), (float)KW_ADAM_B1, (float)(1 - KW_ADAM_B1), (float)KW_ADAM_B2,
+                             (float)(1 - KW_ADAM_B2), (float)bc2, (float)KW_ADAM_EPS, (float)(KW_ADAM_LR / bc1)};
         fr_adamw(fptr(w->in[0]), fptr(w->in[1]), fptr(w->in[2]), fptr(w->in[3]), w->a, &k);
     }
 }
@@ -370,7 +308,7 @@ int main(int argc, char **argv) {
     kl_manual_seed(0);
     static const int64_t ns[3] = {1 << 16, 1 << 20, 1 << 24};
     for (int k = 0; k < 6; k++) {
-        wl w = {.id = k < 3 ? "chain5" : "gelu", .fn = k < 3 ? chain5 : gelu, .n_in = 1};
+        wl w = {.id = k < 3 ? "chain5" : "gelu", .fn = wfn(k < 3 ? "chain5" : "gelu"), .n_in = 1};
         int64_t n = ns[k % 3];
         snprintf(w.size, sizeof w.size, "%lld", (long long)n);
         if (!selected(&w)) continue;
@@ -384,7 +322,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 4; k++) {
         int ln = k >= 2;
         int64_t R = rc[k % 2][0], C = rc[k % 2][1];
-        wl w = {.id = ln ? "layernorm" : "softmax", .fn = ln ? layernorm : softmax, .n_in = ln ? 3 : 1};
+        wl w = {.id = ln ? "layernorm" : "softmax", .fn = wfn(ln ? "layernorm" : "softmax"), .n_in = ln ? 3 : 1};
         snprintf(w.size, sizeof w.size, "%lldx%lld", (long long)R, (long long)C);
         if (!selected(&w)) continue;
         w.a = R, w.b = C, w.bytes = 8.0 * R * C + (ln ? 8.0 * C : 0);
@@ -399,7 +337,7 @@ int main(int argc, char **argv) {
     }
     {
         const int64_t B = 4096, C = 1000;
-        wl w = {.id = "xent", .fn = xent, .n_in = 2, .a = B, .b = C, .bytes = 4.0 * B * C + 8.0 * B + 4};
+        wl w = {.id = "xent", .fn = wfn("xent"), .n_in = 2, .a = B, .b = C, .bytes = 4.0 * B * C + 8.0 * B + 4};
         snprintf(w.size, sizeof w.size, "%lldx%lld", (long long)B, (long long)C);
         if (selected(&w)) {
             w.in[0] = kl_retain(kl_randn(KL_SHAPE(B, C), KL_F32));
@@ -411,7 +349,7 @@ int main(int argc, char **argv) {
     }
     {
         const int64_t M = 256, K = 1024, H = 4096, N = 1024;
-        wl w = {.id = "mlp", .fn = mlp, .n_in = 5, .a = M, .b = K, .c = H, .d = N,
+        wl w = {.id = "mlp", .fn = wfn("mlp"), .n_in = 5, .a = M, .b = K, .c = H, .d = N,
                 .flops = 2.0 * M * K * H + 2.0 * M * H * N};
         snprintf(w.size, sizeof w.size, "256x1024"); /* -> 4096 -> 1024 */
         if (selected(&w)) {
@@ -429,7 +367,7 @@ int main(int argc, char **argv) {
     }
     {
         const int64_t n = 10000000;
-        wl w = {.id = "adamw", .fn = adamw, .n_in = 4, .a = n, .bytes = 28.0 * n};
+        wl w = {.id = "adamw", .fn = wfn("adamw"), .n_in = 4, .a = n, .bytes = 28.0 * n};
         snprintf(w.size, sizeof w.size, "10M");
         if (selected(&w)) {
             w.in[0] = kl_retain(kl_randn(KL_SHAPE(n), KL_F32));

@@ -17,6 +17,7 @@
 #include <kiln.h>
 
 #include "bench_util.h"
+#include "workloads.h"
 #include <kiln/nn.h>
 
 #include <stdio.h>
@@ -44,22 +45,12 @@ static int step(const model *m) {
     return rc;
 }
 
-/* The same step with its loss and gradients from one kl_compile'd function
- * (in: x, y, the six parameters detached; out: loss, the six gradients);
- * AdamW stays eager, as in the digits demo's compiled run. */
+/* The same step with its loss and gradients from one kl_compile'd function:
+ * WORKLOADS.md's digits_step as src/bench/workloads.c defines it (in: x, y,
+ * the six parameters detached; out: loss, the six gradients); AdamW stays
+ * eager, as in the digits demo's compiled run. */
 static int loss_and_grads(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *p[6];
-    for (int i = 0; i < 6; i++) {
-        p[i] = kl_detach(in[2 + i]);
-        if (!p[i] || kl_set_requires_grad(p[i], true) < 0) return -1;
-    }
-    kl_tensor *h = in[0];
-    for (int l = 0; l < 2; l++) h = kl_gelu(kl_linear(h, p[2 * l], p[2 * l + 1]));
-    kl_tensor *loss = kl_cross_entropy(kl_linear(h, p[4], p[5]), in[1], KL_REDUCE_MEAN, 0);
-    if (!loss || kl_autograd_grad(1, &loss, NULL, 6, p, out + 1, NULL) < 0) return -1;
-    out[0] = kl_detach(loss);
-    return out[0] ? 0 : -1;
+    return kw_find("digits_step")->fn(u, in, n_in, out, n_out);
 }
 
 /* The forward alone (in: x, y; the parameters captured through u). */

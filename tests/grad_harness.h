@@ -23,7 +23,7 @@ enum kt_layout {
 /* A leaf f64 tensor of shape (ndim, shape) in the given layout with values
  * uniform in [lo, hi), requiring grad. Scope-owned. Seeded by the caller. */
 static inline kl_tensor *kt_input(int ndim, const int64_t *shape, enum kt_layout layout, double lo, double hi) {
-    int64_t s[KL_MAX_DIMS];
+    int64_t s[KL_MAX_DIMS] = {0}; /* zeroed: GCC cannot see ndim <= KL_MAX_DIMS */
     for (int d = 0; d < ndim; d++) s[d] = shape[d];
     kl_tensor *t = NULL;
     if (layout == KT_TRANSPOSED && ndim >= 2) {

@@ -115,22 +115,16 @@ static int digits_step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out,
     return loss_and_grads(loss, p, 6, out);
 }
 
-/* one AdamW step at t = 10, in place over p, m, v (in[0], in[2], in[3]) */
-#define ADAM_LR 1e-3
-#define ADAM_B1 0.9
-#define ADAM_B2 0.999
-#define ADAM_EPS 1e-8
-#define ADAM_WD 1e-2
-#define ADAM_T 10
+/* one AdamW step at t = KW_ADAM_T, in place over p, m, v (in[0], in[2], in[3]) */
 static int adamw(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
     UNUSED_ARGS;
     kl_tensor *p = in[0], *g = in[1], *m = in[2], *v = in[3];
-    const double bc1 = 1 - pow(ADAM_B1, ADAM_T), bc2 = 1 - pow(ADAM_B2, ADAM_T);
-    kl_mul_scalar_inplace(p, 1 - ADAM_LR * ADAM_WD);
-    kl_add_inplace(kl_mul_scalar_inplace(m, ADAM_B1), kl_mul_scalar(g, 1 - ADAM_B1));
-    kl_add_inplace(kl_mul_scalar_inplace(v, ADAM_B2), kl_mul_scalar(kl_mul(g, g), 1 - ADAM_B2));
-    kl_tensor *den = kl_add_scalar(kl_sqrt(kl_div_scalar(v, bc2)), ADAM_EPS);
-    out[0] = kl_sub_inplace(p, kl_mul_scalar(kl_div(m, den), ADAM_LR / bc1));
+    const double bc1 = 1 - pow(KW_ADAM_B1, KW_ADAM_T), bc2 = 1 - pow(KW_ADAM_B2, KW_ADAM_T);
+    kl_mul_scalar_inplace(p, 1 - KW_ADAM_LR * KW_ADAM_WD);
+    kl_add_inplace(kl_mul_scalar_inplace(m, KW_ADAM_B1), kl_mul_scalar(g, 1 - KW_ADAM_B1));
+    kl_add_inplace(kl_mul_scalar_inplace(v, KW_ADAM_B2), kl_mul_scalar(kl_mul(g, g), 1 - KW_ADAM_B2));
+    kl_tensor *den = kl_add_scalar(kl_sqrt(kl_div_scalar(v, bc2)), KW_ADAM_EPS);
+    out[0] = kl_sub_inplace(p, kl_mul_scalar(kl_div(m, den), KW_ADAM_LR / bc1));
     return out[0] ? 0 : -1;
 }
 
@@ -297,8 +291,8 @@ static int make_optimizer(kw_case *c) {
         if (!c->in[i]) return -1;
     }
     kl_adam_options o = kl_adamw_options_default();
-    o.lr = ADAM_LR;
-    o.weight_decay = ADAM_WD;
+    o.lr = KW_ADAM_LR;
+    o.weight_decay = KW_ADAM_WD;
     c->opt = kl_optim_adamw(c->params, &o);
     return c->opt ? 0 : -1;
 }

@@ -16,6 +16,15 @@
 
 enum { KW_MAX_IN = 10, KW_MAX_OUT = 8 };
 
+/* The adamw workload's hyperparameters (step t = KW_ADAM_T), for hand-fused
+ * references that must compute the same update. */
+#define KW_ADAM_LR 1e-3
+#define KW_ADAM_B1 0.9
+#define KW_ADAM_B2 0.999
+#define KW_ADAM_EPS 1e-8
+#define KW_ADAM_WD 1e-2
+#define KW_ADAM_T 10
+
 typedef enum kw_size { KW_SMALL, KW_MEDIUM, KW_LARGE, KW_NUM_SIZES } kw_size;
 
 typedef struct kw_def {
