@@ -13,6 +13,10 @@
  * call's autograd node, docs/COMPILE.md; AdamW eager).
  *
  *   build/bench/train_bench [threads] [batch ...]     (default: 1; 64 256)
+ *
+ * KB_MODE=eager|compiled|fwd runs that one mode only (and for at least 2 s),
+ * so that a profiler attached to the whole process sees one mode's steps:
+ * bench/run_train_profile.sh uses it for the GEMM share of each mode.
  */
 #include <kiln.h>
 
@@ -22,6 +26,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 
@@ -89,7 +94,18 @@ static int step_compiled(const model *m, kl_fn *fn, kl_tensor *const *detached) 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     kl_set_num_threads(threads);
-    printf("train_bench: %d threads, Kiln %s\n", kl_get_num_threads(), kl_version());
+    const char *km = getenv("KB_MODE");
+    int only = -1;
+    static const char *mode_keys[3] = {"eager", "compiled", "fwd"};
+    for (int k = 0; km && k < 3; k++)
+        if (!strcmp(km, mode_keys[k])) only = k;
+    if (km && only < 0) {
+        fprintf(stderr, "train_bench: KB_MODE=%s: expected eager, compiled or fwd\n", km);
+        return 2;
+    }
+    const double min_time = only >= 0 ? 2.0 : 0.5;
+    printf("train_bench: %d threads, Kiln %s%s%s\n", kl_get_num_threads(), kl_version(), km ? ", KB_MODE=" : "",
+           km ? km : "");
     static const int64_t sizes[4] = {64, 256, 256, 10};
     static const char *names[3] = {"fc1", "fc2", "fc3"};
     int nb = argc > 2 ? argc - 2 : 2;
@@ -117,11 +133,12 @@ int main(int argc, char **argv) {
         /* eager, compiled whole step, compiled forward (first calls trace and compile) */
         static const char *mode_names[3] = {"digits_step", "digits_step_compiled", "digits_step_compiled_fwd"};
         for (int mode = 0; mode < 3 && rc == 0; mode++) {
+            if (only >= 0 && mode != only) continue;
             int n = 0;
             for (int w = 0; w < 3 && rc == 0; w++)
                 rc = mode == 1 ? step_compiled(&m, fn, detached) : mode == 2 ? step_forward_compiled(&m, fwd) : step(&m);
             double start = kb_now_s();
-            while (rc == 0 && n < MAXR && (n < 10 || kb_now_s() - start < 0.5)) {
+            while (rc == 0 && n < MAXR && (n < 10 || kb_now_s() - start < min_time)) {
                 double s = kb_now_s();
                 rc = mode == 1 ? step_compiled(&m, fn, detached) : mode == 2 ? step_forward_compiled(&m, fwd) : step(&m);
                 t[n++] = kb_now_s() - s;
@@ -131,7 +148,7 @@ int main(int argc, char **argv) {
             printf("%s batch %4lld  %8.3f ms  [%8.3f, %8.3f]\n", mode_names[mode], (long long)batch, st.median * 1e3,
                    st.q1 * 1e3, st.q3 * 1e3);
         }
-        if (rc == 0) { /* the forward-only mode took the compiled path, not op by op */
+        if (rc == 0 && (only < 0 || only == 2)) { /* the forward-only mode took the compiled path, not op by op */
             kl_fn_stats fs;
             kl_fn_get_stats(fwd, &fs);
             printf("  compiled forward: %lld + %lld backward kernels, %lld aot calls, %lld op-by-op, saved %lld bytes%s%s\n",
