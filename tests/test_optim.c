@@ -481,6 +481,64 @@ static void optim_matches_torch(void **s) {
     }
 }
 
+/* The one-pass CPU Adam/AdamW (src/nn/optim.c) against the composed kl_ ops
+ * it replaces, bit for bit: parameter A is contiguous (one pass), B holds the
+ * same values as a transposed view (not contiguous: the composed ops). The
+ * profiler shows that A really took the one pass. Sizes above two chunks of
+ * the thread pool's grain, so the pass is split. */
+static void adam_one_pass_equals_composed(void **s) {
+    (void)s;
+    static const kl_dtype dts[2] = {KL_F32, KL_F64};
+    for (int kind = 0; kind < 2; kind++)
+        for (int di = 0; di < 2; di++)
+            for (int variant = 0; variant < 4; variant++) {
+                bool maximize = variant & 1;
+                double wd = variant & 2 ? 0.1 : 0;
+                kl_scope_begin();
+                kl_manual_seed(40 + (uint64_t)variant);
+                kl_tensor *a = kl_to_dtype(kl_randn(KL_SHAPE(130, 257), KL_F64), dts[di]);
+                kl_tensor *b = kl_transpose(kl_contiguous(kl_transpose(a, 0, 1)), 0, 1);
+                assert_false(kl_is_contiguous(b));
+                kl_params *pa = kl_params_new(), *pb = kl_params_new();
+                kl_params_add(pa, "w", a);
+                kl_params_add(pb, "w", b);
+                kl_adam_options o = kind ? kl_adamw_options_default() : kl_adam_options_default();
+                o.weight_decay = wd, o.maximize = maximize, o.lr = 1e-2;
+                kl_optim *oa = kind ? kl_optim_adamw(pa, &o) : kl_optim_adam(pa, &o);
+                kl_optim *ob = kind ? kl_optim_adamw(pb, &o) : kl_optim_adam(pb, &o);
+                assert_non_null(oa);
+                assert_non_null(ob);
+                for (int k = 0; k < 4; k++) {
+                    kl_scope_begin();
+                    kl_tensor *g = kl_to_dtype(kl_randn(KL_SHAPE(130, 257), KL_F64), dts[di]);
+                    kl_set_grad(a, g);
+                    kl_set_grad(b, kl_transpose(kl_contiguous(kl_transpose(g, 0, 1)), 0, 1));
+                    assert_int_equal(kl_optim_set_lr(oa, 1e-2 / (k + 1)), 0);
+                    assert_int_equal(kl_optim_set_lr(ob, 1e-2 / (k + 1)), 0);
+                    if (k == 3) assert_int_equal(kl_profiler_start(NULL), 0);
+                    assert_int_equal(kl_optim_step(oa), 0);
+                    if (k == 3) assert_int_equal(kl_profiler_stop(NULL), 0);
+                    assert_int_equal(kl_optim_step(ob), 0);
+                    kl_scope_end();
+                    if (kl_equal(a, b) != 1) {
+                        print_error("%s %s maximize %d wd %g: step %d differs from the composed ops\n",
+                                    kind ? "adamw" : "adam", kl_dtype_name(dts[di]), maximize, wd, k);
+                        fail();
+                    }
+                }
+                char *buf = NULL;
+                size_t len = 0;
+                FILE *m = open_memstream(&buf, &len);
+                assert_int_equal(kl_profiler_summary(m), 0);
+                fclose(m);
+                assert_non_null(strstr(buf, "(one pass)"));
+                free(buf);
+                kl_optim_free(oa), kl_optim_free(ob);
+                kl_params_free(pa), kl_params_free(pb);
+                kl_scope_end();
+            }
+}
+
 static void optim_options_and_errors(void **s) {
     (void)s;
     kl_sgd_options so = kl_sgd_options_default();
@@ -1289,6 +1347,7 @@ int main(void) {
         KT_TEST(params_linear_layer),
         KT_TEST(params_conv_and_batch_norm_layers),
         KT_TEST(optim_matches_torch),
+        KT_TEST(adam_one_pass_equals_composed),
         KT_TEST(optim_options_and_errors),
         KT_TEST(training_loops_converge),
         KT_TEST(clip_grad_norm_matches_torch),

@@ -169,7 +169,9 @@ KL_API int kl_params_add_prelu(kl_params *p, const char *prefix, int64_t num_par
 /* ------------------------------------------------------------------------ */
 /* Optimizers (torch.optim 1.13 semantics, one parameter group). A step is   */
 /* written only with kl_ in-place ops under no-grad, so it can be traced and */
-/* compiled. Parameters whose grad is NULL are skipped; state tensors are    */
+/* compiled. Adam/AdamW on contiguous f32/f64 CPU tensors (no amsgrad, not   */
+/* traced) run those ops as one pass per parameter, bit-identical to them.   */
+/* Parameters whose grad is NULL are skipped; state tensors are              */
 /* created on a parameter's first step and owned by the optimizer.           */
 /* ------------------------------------------------------------------------ */
 
