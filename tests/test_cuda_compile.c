@@ -13,6 +13,7 @@
 #include "harness.h"
 
 #include "cuda_harness.h"
+#include "../src/codegen_nvrtc/cn.h"
 
 static const char *OP = "cuda_compile_test";
 
@@ -233,6 +234,14 @@ static void row_reductions_within_tolerance(void **s) {
     assert_int_equal(cpu_vs_cuda(softmax, (kl_tensor *[]){l}, 1, 1, 1e-5), 1);
     kl_tensor *w = kl_randn(KL_SHAPE(37), KL_F32), *b = kl_randn(KL_SHAPE(37), KL_F32);
     assert_true(cpu_vs_cuda(layer_norm_ops, (kl_tensor *[]){x, w, b}, 3, 1, 1e-5) >= 1);
+    /* rows held in registers (up to CN_ROW_KR_MAX * CN_ROW_MAX_THREADS) and one past that */
+    const int64_t lim = (int64_t)CN_ROW_KR_MAX * CN_ROW_MAX_THREADS;
+    for (int64_t len = lim; len <= lim + 1; len++) {
+        kl_tensor *xl = kl_randn(KL_SHAPE(2, len), KL_F32);
+        kl_tensor *wl = kl_randn(KL_SHAPE(len), KL_F32), *bl = kl_randn(KL_SHAPE(len), KL_F32);
+        assert_int_equal(cpu_vs_cuda(softmax_ops, (kl_tensor *[]){xl}, 1, 1, 1e-5), 1);
+        assert_true(cpu_vs_cuda(layer_norm_ops, (kl_tensor *[]){xl, wl, bl}, 3, 1, 1e-5) >= 1);
+    }
 }
 
 static void mlp_layer_matmul_bias_relu(void **s) {
