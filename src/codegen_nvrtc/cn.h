@@ -113,6 +113,10 @@ int cn_eager_fn(const char *op, const cn_ekey *key, cn_gen_fn gen, void *ctx, st
  * strides. Registered by src/init.c. */
 struct ke_call;
 int ku_cuda_ew(struct ke_call *c);
+/* clone on CUDA tensors: a device-to-device copy when both sides are
+ * contiguous in one dtype, else the identity kernel (no host round trip).
+ * Registered by src/init.c. */
+int ku_cuda_clone(struct ke_call *c);
 /* The eager CUDA kernel of the reductions (cn_reduce.c): sum, mean, prod,
  * amax, amin, all, any over any dims as a row kernel; registered by src/init.c. */
 int ku_cuda_reduce(struct ke_call *c);
