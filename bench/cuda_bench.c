@@ -5,7 +5,8 @@
  * with events; NVRTC cold compile of one unary vmath kernel. Without a GPU
  * (or on the emulated device) it says so and exits 0; never run by meson test.
  * Before that, on any machine with NVRTC (no GPU needed): cold compile vs a
- * load from the on-disk kernel cache (ku_nvrtc_compile_cached) for sm_90.
+ * load from the on-disk kernel cache (ku_nvrtc_compile_cached) for sm_90, and
+ * 6 kernels as one NVRTC program against 6 programs (kl_compile's group).
  *
  *     cuda_bench            # prints one line per measurement
  */
@@ -77,8 +78,55 @@ static int bench_disk_cache(int arch) {
     return 0;
 }
 
+/* One NVRTC program of N kernels vs N programs of one kernel each (what
+ * kl_compile did before it handed a graph's kernels over as one group):
+ * NVRTC's fixed cost per program is paid once. N unary vmath kernels,
+ * compiled without the disk cache, alternating the two forms; the ratio is
+ * within this process. */
+static int bench_one_program(int arch) {
+    if (!ku_nvrtc_available(OP)) {
+        printf("one program: %s\n", kl_last_error());
+        kl_clear_error();
+        return 0;
+    }
+    const char *fns[] = {"exp", "tanh", "sigmoid", "gelu_tanh", "erf", "rsqrt"};
+    enum { NK = sizeof fns / sizeof *fns, REPS = 3 };
+    static char one[NK][1024], all[NK * 1024];
+    int n = snprintf(all, sizeof all, "#include \"vmath.h\"\n");
+    for (int f = 0; f < NK; f++) {
+        const char *body = "extern \"C\" __global__ void k_%s(const float *x, float *y, long long n) {\n"
+                           "  for (long long i = blockIdx.x * 128LL + threadIdx.x; i < n; i += (long long)gridDim.x * 128)\n"
+                           "    y[i] = ke_v%sf(x[i]);\n"
+                           "}\n";
+        int m = snprintf(one[f], sizeof one[f], "#include \"vmath.h\"\n");
+        snprintf(one[f] + m, sizeof one[f] - (size_t)m, body, fns[f], fns[f]);
+        n += snprintf(all + n, sizeof all - (size_t)n, body, fns[f], fns[f]);
+    }
+    double tsep[REPS], tone[REPS];
+    for (int r = 0; r < REPS; r++) {
+        double t0 = kb_now_s();
+        for (int f = 0; f < NK; f++) {
+            ku_cubin c;
+            CHECK(ku_nvrtc_compile(OP, one[f], "one.cu", arch, &c));
+            ku_cubin_free(&c);
+        }
+        double t1 = kb_now_s();
+        ku_cubin c;
+        CHECK(ku_nvrtc_compile(OP, all, "all.cu", arch, &c));
+        ku_cubin_free(&c);
+        tsep[r] = (t1 - t0) * 1e3;
+        tone[r] = (kb_now_s() - t1) * 1e3;
+    }
+    kb_stats ss = kb_summarize(tsep, REPS), so = kb_summarize(tone, REPS);
+    printf("NVRTC, %d unary vmath kernels for sm_%d: %d programs %.1f ms (%.1f ms a kernel), one program %.1f ms "
+           "(%.1f ms a kernel): one program takes %.2fx the time of %d (medians of %d)\n",
+           NK, arch, NK, ss.median, ss.median / NK, so.median, so.median / NK, so.median / ss.median, NK, REPS);
+    return 0;
+}
+
 int main(void) {
     if (bench_disk_cache(90)) return 1;
+    if (bench_one_program(90)) return 1;
     if (!kl_cuda_is_available()) {
         printf("cuda_bench: no GPU: %s\n", kl_cuda_unavailable_reason());
         return 0;

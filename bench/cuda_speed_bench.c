@@ -7,8 +7,11 @@
  *   fused      compiled x*2+1 (streaming only), chain5 and GELU at 2^26 f32:
  *              GB/s as a fraction of the copy's; eager CUDA for the last two
  *              (compiled / eager speedup)
- *   rows       softmax and layer_norm over [4096, 4096] f32, eager op and
- *              compiled: time against the floor 2 * 64 MiB / copy bandwidth
+ *   rows       softmax, log_softmax, layer_norm, rms_norm over [4096, 4096]
+ *              f32, eager op and compiled: time against the floor 2 * 64 MiB
+ *              / copy bandwidth; softmax and layer_norm also over rows on
+ *              either side of the register cache's limit (4096) and short
+ *              rows, with the eager block size
  *   matmul     kl_matmul [4096,4096] @ [4096,4096] f32 (TF32 off, then on)
  *              against ku_gemm, Kiln's one cuBLAS call, on the same buffers
  *   launch     eager kl_add of two 1-element CUDA tensors: host time per call
@@ -25,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/codegen_nvrtc/cn.h"
 #include "../src/codegen_nvrtc/cuda_api.h"
 #include "bench_util.h"
 #include "workloads.h"
@@ -65,6 +69,16 @@ static int softmax_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, 
 static int layer_norm_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
     (void)u, (void)n_in, (void)n_out;
     out[0] = kl_layer_norm(in[0], 1, in[1], in[2], 1e-5);
+    return out[0] ? 0 : -1;
+}
+static int log_softmax_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_log_softmax(in[0], -1);
+    return out[0] ? 0 : -1;
+}
+static int rms_norm_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_rms_norm(in[0], 1, in[1], 1e-6);
     return out[0] ? 0 : -1;
 }
 
@@ -147,28 +161,44 @@ static void fused(double copy, kl_tensor *x) {
     }
 }
 
+/* softmax, log_softmax, layer_norm and rms_norm over [R, C] f32: the
+ * target shape [4096, 4096] (issue 13: within 1.2x of the floor), then row
+ * lengths on either side of the register cache's limit (cn.h: rows of up
+ * to CN_ROW_KR_MAX * CN_ROW_MAX_THREADS elements are read once; longer ones
+ * take one strided pass per reduction) and short rows, each line naming the
+ * block size the eager kernel launches with and whether the row is cached. */
 static void rows(double copy) {
-    const int64_t R = 4096, C = 4096;
-    kl_manual_seed(1);
-    kl_tensor *x = kl_to_device(kl_randn(2, (int64_t[]){R, C}, KL_F32), CUDA0);
-    kl_tensor *w = kl_to_device(kl_randn(1, (int64_t[]){C}, KL_F32), CUDA0);
-    kl_tensor *b = kl_to_device(kl_randn(1, (int64_t[]){C}, KL_F32), CUDA0);
-    DIE_IF(!x || !w || !b);
-    double floor_us = 2.0 * (double)(R * C * 4) / (copy * 1e9) * 1e6;
-    kl_tensor *in[3] = {x, w, b};
+    static const int64_t shapes[][2] = {{4096, 4096}, {16384, 1024}, {65536, 256}, {2048, 8192}, {4096, 4097}};
     static const struct {
         const char *name;
         kl_traceable fn;
         int n_in;
-    } fns[] = {{"softmax", softmax_fn, 1}, {"layer_norm", layer_norm_fn, 3}};
-    for (size_t i = 0; i < 2; i++) {
-        run e = {fns[i].fn, NULL, in, fns[i].n_in}, c = {fns[i].fn, compile_fn(fns[i].fn), in, fns[i].n_in};
-        kb_stats se = time_calls(&e, 10), sc = time_calls(&c, 10);
-        printf("rows      %-10s [4096,4096] f32: eager %.1f us (%.2fx the floor), compiled %.1f us (%.2fx the floor); "
-               "floor %.1f us\n",
-               fns[i].name, se.median * 1e6, se.median * 1e6 / floor_us, sc.median * 1e6, sc.median * 1e6 / floor_us,
-               floor_us);
-        kl_fn_release(c.compiled);
+    } fns[] = {{"softmax", softmax_fn, 1}, {"log_softmax", log_softmax_fn, 1}, {"layer_norm", layer_norm_fn, 3},
+               {"rms_norm", rms_norm_fn, 2}};
+    const int64_t limit = (int64_t)CN_ROW_KR_MAX * CN_ROW_MAX_THREADS;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int64_t R = shapes[s][0], C = shapes[s][1];
+        kl_scope_begin();
+        kl_manual_seed(1);
+        kl_tensor *x = kl_to_device(kl_randn(2, (int64_t[]){R, C}, KL_F32), CUDA0);
+        kl_tensor *w = kl_to_device(kl_randn(1, (int64_t[]){C}, KL_F32), CUDA0);
+        kl_tensor *b = kl_to_device(kl_randn(1, (int64_t[]){C}, KL_F32), CUDA0);
+        DIE_IF(!x || !w || !b);
+        double floor_us = 2.0 * (double)(R * C * 4) / (copy * 1e9) * 1e6;
+        kl_tensor *in[3] = {x, w, b};
+        for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) {
+            /* the [4096, 4096] target for every op; the other shapes for softmax and layer_norm */
+            if (s && (fns[i].fn == log_softmax_fn || fns[i].fn == rms_norm_fn)) continue;
+            run e = {fns[i].fn, NULL, in, fns[i].n_in}, c = {fns[i].fn, compile_fn(fns[i].fn), in, fns[i].n_in};
+            kb_stats se = time_calls(&e, 10), sc = time_calls(&c, 10);
+            printf("rows      %-11s [%lld,%lld] f32: eager %.1f us (%.2fx the floor), compiled %.1f us (%.2fx the floor); "
+                   "floor %.1f us; eager block %u threads, row %s\n",
+                   fns[i].name, (long long)R, (long long)C, se.median * 1e6, se.median * 1e6 / floor_us,
+                   sc.median * 1e6, sc.median * 1e6 / floor_us, floor_us, cn_row_threads(C, CN_ROW_KR_MAX),
+                   C <= limit ? "in registers (read once)" : "re-read per pass (past the cache limit)");
+            kl_fn_release(c.compiled);
+        }
+        kl_scope_end();
     }
 }
 

@@ -61,10 +61,13 @@ static void init_once(void) {
     ke_register_kernel(KE_KEY_CUDA, KE_OP_addmm, ku_cuda_addmm);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_linear, ku_cuda_linear);
     /* every elementwise op (in-place variants included) as a one-op
-     * generated kernel; clone keeps the device's plain copy */
+     * generated kernel; clone: a plain device copy when it can, else the
+     * identity kernel (eager's own device clone stages strided sources
+     * through the host) */
     for (int op = 0; op < KE_OP_COUNT; op++)
         if (ke_ops[op].kind == KE_KIND_EW && ke_ops[op].impl && op != KE_OP_clone)
             ke_register_kernel(KE_KEY_CUDA, op, ku_cuda_ew);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_clone, ku_cuda_clone);
     /* the reductions a row kernel folds (cn_reduce.c) */
     for (int op = 0; op < KE_OP_COUNT; op++)
         if (ke_ops[op].kind == KE_KIND_REDUCE && ku_cuda_reduce_supported(op))

@@ -498,6 +498,77 @@ static void handwritten_kernels_compile(void **state) {
     assert_int_equal(compiled_programs, 4 * KL_NUM_DTYPES);
 }
 
+/* Row kernels that read an input in several passes hold it in registers
+ * (cn_row_cache): the eager fused softmax / norm kernels in every float
+ * dtype cache x (CN_ROW_KR_MAX values a thread, what their launches
+ * assume), not the weight and bias (read by every row, L1-resident), and
+ * compile for sm_80 and sm_90 without spills under their launch bounds; a
+ * one-pass reduction caches nothing; the block size follows the row length,
+ * and a static row kernel longer than the cache takes the strided passes only. */
+static void row_kernels_cache_their_rows(void **state) {
+    (void)state;
+    static const int ops[] = {KE_OP_softmax, KE_OP_log_softmax, KE_OP_layer_norm, KE_OP_rms_norm};
+    static const kl_dtype fd[] = {KL_F32, KL_F64, KL_F16, KL_BF16};
+    const int nvrtc = have_nvrtc();
+    max_registers = compiled_programs = 0;
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        for (int d = 0; d < 4; d++)
+            for (int wb = 0; wb < (ops[i] == KE_OP_layer_norm ? 3 : ops[i] == KE_OP_rms_norm ? 2 : 1); wb++) {
+                const int has_w = wb >= 1, has_b = wb == 2;
+                assert_int_equal(cn_fused_row_program(ops[i], fd[d], has_w, has_b, NULL), CN_ROW_KR_MAX);
+                cn_kernel_src src;
+                assert_int_equal(cn_fused_row_program(ops[i], fd[d], has_w, has_b, &src), 0);
+                assert_non_null(strstr(src.src, "const bool kl_cached = cnt <= (int64_t)" CN_STR(CN_ROW_KR_MAX) " * blockDim.x;"));
+                assert_non_null(strstr(src.src, "kc0[u] = in0[")); /* x, read once */
+                assert_null(strstr(src.src, "kc1[")); /* weight / bias / eps: not cached */
+                assert_non_null(strstr(src.src, "KL_ROW_BOUNDS kl_row("));
+                if (nvrtc) {
+                    char what[64];
+                    snprintf(what, sizeof what, "%s_%s_%d.cu", ke_ops[ops[i]].name, ke_dtypes[fd[d]].short_name, wb);
+                    compile_both(src.src, what, 1);
+                }
+                cn_kernel_src_free(&src);
+            }
+    if (nvrtc) print_message("%d fused row programs: no spills, at most %d registers\n", compiled_programs, max_registers);
+    /* a one-pass reduction reads each element once anyway */
+    kbuild b;
+    row_kernel(&b, KE_OP_sum, KL_F32, KL_F32);
+    assert_int_equal(cn_row_cache(&b.k, NULL), 0);
+    /* block sizes: about 8 values a thread, whole warps, up to 512; past 8 * 512 the old rule */
+    assert_int_equal(CN_ROW_KR_MAX * CN_ROW_MAX_THREADS, 4096);
+    static const int64_t lens[] = {1, 31, 32, 33, 127, 128, 129, 1000, 2048, 4095, 4096, 4097};
+    static const unsigned want[] = {32, 32, 32, 32, 32, 32, 32, 128, 256, 512, 512, 256};
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        assert_int_equal(cn_row_threads(lens[i], CN_ROW_KR_MAX), want[i]);
+        assert_true(lens[i] > (int64_t)CN_ROW_KR_MAX * CN_ROW_MAX_THREADS ||
+                    lens[i] <= (int64_t)CN_ROW_KR_MAX * cn_row_threads(lens[i], CN_ROW_KR_MAX));
+    }
+    assert_int_equal(cn_row_threads(4096, 0), 256);
+    assert_int_equal(cn_row_threads(100, 0), CN_BLOCK);
+    /* a static softmax-like row kernel (x read by the max and the output
+     * pass): cached up to 8 * 512, not past it */
+    for (int big = 0; big < 2; big++) {
+        row_kernel(&b, KE_OP_amax, KL_F32, KL_F32);
+        const int64_t len = big ? 4097 : 4096;
+        b.k.shape[1] = len;
+        b.bufs[0].index[0] = len;
+        b.bufs[2] = (ir_kbuf){.dtype = KL_F32, .ndim = 2, .output = 1, .contig_inner = 1, .index = {len, 1}};
+        b.k.noutputs = 2;
+        b.stmts[3] = (ir_kstmt){.kind = IR_K_OP, .dtype = KL_F32, .compute = KL_F32, .op = KE_OP_sub, .nargs = 2,
+                                .args = {0, 1}};
+        b.stmts[4] = (ir_kstmt){.kind = IR_K_STORE, .dtype = KL_F32, .buf = 2, .nargs = 1, .args = {3}};
+        b.k.nstmts = 5;
+        assert_int_equal(cn_row_cache(&b.k, NULL), CN_ROW_KR_MAX);
+        cn_kernel_src src;
+        assert_int_equal(cn_emit_kernel(&b.k, "rowc", &src), 0);
+        assert_int_equal(src.launch.block[0], big ? 256 : 512);
+        if (big) assert_null(strstr(src.src, "kl_cached"));
+        else assert_non_null(strstr(src.src, "kc0[u]"));
+        if (nvrtc) compile_both(src.src, "rowc.cu", 1);
+        cn_kernel_src_free(&src);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_loop_has_a_device_function),
@@ -506,6 +577,7 @@ int main(void) {
         cmocka_unit_test(dyn_kernels_are_shape_free),
         cmocka_unit_test(one_op_kernels_compile),
         cmocka_unit_test(row_kernels_compile),
+        cmocka_unit_test(row_kernels_cache_their_rows),
         cmocka_unit_test(compiled_program_kernels_compile),
         cmocka_unit_test(handwritten_kernels_compile),
     };

@@ -13,6 +13,8 @@
 #include "harness.h"
 
 #include "cuda_harness.h"
+#include "../src/codegen_nvrtc/cn.h"
+#include "../src/codegen_nvrtc/cuda_api.h"
 
 static const char *OP = "cuda_compile_test";
 
@@ -233,6 +235,120 @@ static void row_reductions_within_tolerance(void **s) {
     assert_int_equal(cpu_vs_cuda(softmax, (kl_tensor *[]){l}, 1, 1, 1e-5), 1);
     kl_tensor *w = kl_randn(KL_SHAPE(37), KL_F32), *b = kl_randn(KL_SHAPE(37), KL_F32);
     assert_true(cpu_vs_cuda(layer_norm_ops, (kl_tensor *[]){x, w, b}, 3, 1, 1e-5) >= 1);
+    /* rows held in registers (up to CN_ROW_KR_MAX * CN_ROW_MAX_THREADS) and one past that */
+    const int64_t lim = (int64_t)CN_ROW_KR_MAX * CN_ROW_MAX_THREADS;
+    for (int64_t len = lim; len <= lim + 1; len++) {
+        kl_tensor *xl = kl_randn(KL_SHAPE(2, len), KL_F32);
+        kl_tensor *wl = kl_randn(KL_SHAPE(len), KL_F32), *bl = kl_randn(KL_SHAPE(len), KL_F32);
+        assert_int_equal(cpu_vs_cuda(softmax_ops, (kl_tensor *[]){xl}, 1, 1, 1e-5), 1);
+        assert_true(cpu_vs_cuda(layer_norm_ops, (kl_tensor *[]){xl, wl, bl}, 3, 1, 1e-5) >= 1);
+    }
+}
+
+/* The data-movement ops with CUDA kernels of their own (cn_join.c,
+ * cn_index.c's scatter, cn_sort.c, cn_conv.c's pooling) are graph nodes
+ * under kl_compile, between fused elementwise kernels. */
+static int joins(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *x = kl_add_scalar(kl_mul_scalar(in[0], 2), 1); /* a kernel first */
+    kl_tensor *a = kl_cat(2, (kl_tensor *[]){x, kl_flip(x, 1, (int64_t[]){1})}, 0);
+    kl_tensor *b = kl_pad_ex(a, 2, (int64_t[]){1, 2}, KL_PAD_REFLECT, 0);
+    kl_tensor *c = kl_pad(kl_repeat(b, 2, (int64_t[]){1, 2}), 4, (int64_t[]){0, 1, 2, 0}, -3.5);
+    kl_tensor *d = kl_roll(kl_tril(c, 1), 1, (int64_t[]){3}, (int64_t[]){1});
+    out[0] = kl_sub_scalar(kl_stack(2, (kl_tensor *[]){d, kl_triu(d, -2)}, 1), 0.5);
+    return out[0] ? 0 : -1;
+}
+static int scatter_sort(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *x = kl_exp(kl_mul_scalar(in[0], 0.5)), *vals = NULL, *idx = NULL, *tv = NULL, *ti = NULL;
+    kl_tensor *s = kl_scatter(x, 1, in[1], kl_neg(in[2]));
+    if (kl_sort(s, 1, true, true, &vals, &idx) || kl_topk(s, 3, 0, false, true, &tv, &ti)) return -1;
+    out[0] = kl_add_scalar(vals, 1);
+    out[1] = idx;
+    out[2] = kl_mul(tv, tv);
+    out[3] = ti;
+    return 0;
+}
+static int pooling(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_pool2d_options o = kl_pool2d_options_default(2);
+    o.padding[0] = o.padding[1] = 1;
+    out[0] = kl_relu(kl_max_pool2d(kl_sub_scalar(in[0], 0.25), &o));
+    return out[0] ? 0 : -1;
+}
+
+/* fn eagerly on CUDA tensors equals fn eagerly on the CPU, byte for byte,
+ * and cpu_vs_cuda (compiled on both) holds too: compiled CUDA, compiled
+ * CPU and eager on both devices give the same bytes. */
+static void compiled_and_eager_bitwise(kl_traceable fn, kl_tensor **in, int n_in, int n_out) {
+    kl_scope_begin();
+    kl_tensor *din[8], *ref[4] = {0}, *got[4] = {0};
+    for (int i = 0; i < n_in; i++) din[i] = kl_to_device(in[i], CUDA0);
+    assert_int_equal(fn(NULL, in, n_in, ref, n_out), 0);
+    int rc = fn(NULL, din, n_in, got, n_out);
+    if (rc) print_error("eager on CUDA: %s\n", kl_last_error());
+    assert_int_equal(rc, 0);
+    for (int j = 0; j < n_out; j++) assert_int_equal(kl_allclose(host(got[j]), ref[j], 0, 0, true), 1);
+    kl_scope_end();
+    assert_true(cpu_vs_cuda(fn, in, n_in, n_out, 0) >= 2);
+}
+
+static void data_movement_ops_compiled(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(8);
+    kl_tensor *x = kl_randn(KL_SHAPE(4, 6), KL_F32);
+    compiled_and_eager_bitwise(joins, (kl_tensor *[]){x}, 1, 1);
+    /* scatter's index: a permutation per row (no duplicates: the last write is the same everywhere) */
+    kl_tensor *idx = kl_from_data((int64_t[]){5, 0, 3, 1, 2, 4, 0, 1, 2, 3, 4, 5}, KL_SHAPE(4, 3), KL_I64);
+    kl_tensor *src = kl_randn(KL_SHAPE(4, 3), KL_F32);
+    compiled_and_eager_bitwise(scatter_sort, (kl_tensor *[]){x, idx, src}, 3, 4);
+    kl_tensor *img = kl_randn(KL_SHAPE(2, 3, 7, 6), KL_F32);
+    compiled_and_eager_bitwise(pooling, (kl_tensor *[]){img}, 1, 1);
+}
+
+/* exp + 0.25 (a kernel), matmul (cuBLAS), a row kernel (softmax spelled out), an
+ * elementwise tail: three CUDA kernels around a graph node */
+static int three_kernels(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *h = kl_matmul(kl_add_scalar(kl_exp(in[0]), 0.25), in[1]);
+    kl_tensor *e = kl_exp(kl_sub(h, kl_amax(h, KL_DIMS(-1), true)));
+    out[0] = kl_add_scalar(kl_mul_scalar(kl_div(e, kl_sum(e, KL_DIMS(-1), true)), 3), 1);
+    return out[0] ? 0 : -1;
+}
+
+/* A compiled function's CUDA kernels are one program (cn_compile_group):
+ * kl_compile loads one module for all of them, and they run as the CPU's. */
+static void one_program_per_function(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(7);
+    /* shapes no other test uses, so no module is in the process's cache yet */
+    kl_tensor *x = kl_mul_scalar(kl_randn(KL_SHAPE(7, 13), KL_F32), 0.3), *w = kl_randn(KL_SHAPE(13, 19), KL_F32);
+    kl_tensor *gx = kl_to_device(x, CUDA0), *gw = kl_to_device(w, CUDA0);
+    const int64_t before = ku_module_loads();
+    kl_fn *f = kl_compile(three_kernels, NULL, NULL);
+    assert_non_null(f);
+    kl_tensor *got = NULL, *ref = NULL;
+    int rc = kl_fn_call(f, (kl_tensor *[]){gx, gw}, 2, &got, 1);
+    if (rc) {
+        skip_without_module_compiler();
+        print_error("CUDA call: %s\n", kl_last_error());
+    }
+    assert_int_equal(rc, 0);
+    kl_fn_stats st;
+    assert_int_equal(kl_fn_get_stats(f, &st), 0);
+    print_message("%lld kernels, %lld module(s) built\n", (long long)st.kernels, (long long)(ku_module_loads() - before));
+    assert_true(st.kernels >= 3);
+    assert_int_equal(ku_module_loads() - before, 1);
+    assert_int_equal(three_kernels(NULL, (kl_tensor *[]){x, w}, 2, &ref, 1), 0);
+    assert_int_equal(kl_allclose(host(got), ref, 1e-5, 1e-5, false), 1);
+    kl_fn_release(f);
+    /* the same function compiled again: the same program, no new module */
+    f = kl_compile(three_kernels, NULL, NULL);
+    assert_int_equal(kl_fn_call(f, (kl_tensor *[]){gx, gw}, 2, &got, 1), 0);
+    assert_int_equal(ku_module_loads() - before, 1);
+    kl_fn_release(f);
 }
 
 static void mlp_layer_matmul_bias_relu(void **s) {
@@ -253,6 +369,8 @@ int main(void) {
         KT_TEST(integers_and_errors),
         KT_TEST(row_reductions_within_tolerance),
         KT_TEST(mlp_layer_matmul_bias_relu),
+        KT_TEST(one_program_per_function),
+        KT_TEST(data_movement_ops_compiled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

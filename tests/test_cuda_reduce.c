@@ -421,6 +421,45 @@ static void norms_and_softmax(void **s) {
              kl_nll_loss(kl_log_softmax(gx, -1), kl_to_device(t, CUDA0), KL_REDUCE_MEAN), 1e-5, "nll_loss");
 }
 
+/* The fused row kernels hold the row in registers up to CN_ROW_KR_MAX *
+ * CN_ROW_MAX_THREADS elements and run strided passes past that; the block
+ * size follows the row length (cn_row_threads). Rows of lengths around
+ * every threshold (a warp, CN_BLOCK, the cache limit and one past it), in
+ * every float dtype, within the tolerances above of the CPU kernels. */
+static void row_lengths_around_thresholds(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(35);
+    const int64_t limit = (int64_t)CN_ROW_KR_MAX * CN_ROW_MAX_THREADS;
+    const int64_t lens[] = {1, 31, 32, 33, 127, 128, 129, 1000, 2048, limit, limit + 1};
+    const kl_dtype fd[] = {KL_F32, KL_F64, KL_F16, KL_BF16};
+    int n = 0;
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        const int64_t len = lens[i];
+        kl_scope_begin();
+        kl_tensor *x0 = kl_mul_scalar(kl_randn(KL_SHAPE(3, len), KL_F32), 3);
+        kl_tensor *w0 = kl_randn(KL_SHAPE(len), KL_F32), *b0 = kl_randn(KL_SHAPE(len), KL_F32);
+        for (int d = 0; d < 4; d++) {
+            kl_tensor *x = kl_to_dtype(x0, fd[d]), *w = kl_to_dtype(w0, fd[d]), *b = kl_to_dtype(b0, fd[d]);
+            kl_tensor *gx = kl_to_device(x, CUDA0), *gw = kl_to_device(w, CUDA0), *gb = kl_to_device(b, CUDA0);
+            const double sm = fd[d] == KL_F64 ? 1e-12 : fd[d] == KL_F16 ? 1.0 / 512 : fd[d] == KL_BF16 ? 1.0 / 64 : 1e-5;
+            const double nm = fd[d] == KL_F64 ? 1e-12 : fd[d] == KL_F16 ? 1.0 / 256 : fd[d] == KL_BF16 ? 1.0 / 32 : 1e-5;
+            char what[96];
+            snprintf(what, sizeof what, "softmax [3, %lld] %s", (long long)len, ke_dtypes[fd[d]].name);
+            close_to(kl_softmax(x, 1), kl_softmax(gx, 1), sm, what);
+            snprintf(what, sizeof what, "log_softmax [3, %lld] %s", (long long)len, ke_dtypes[fd[d]].name);
+            close_to(kl_log_softmax(x, 1), kl_log_softmax(gx, 1), sm * 4, what);
+            snprintf(what, sizeof what, "layer_norm [3, %lld] %s", (long long)len, ke_dtypes[fd[d]].name);
+            close_to(kl_layer_norm(x, 1, w, b, 1e-5), kl_layer_norm(gx, 1, gw, gb, 1e-5), nm, what);
+            snprintf(what, sizeof what, "rms_norm [3, %lld] %s", (long long)len, ke_dtypes[fd[d]].name);
+            close_to(kl_rms_norm(x, 1, w, 1e-6), kl_rms_norm(gx, 1, gw, 1e-6), nm, what);
+            n += 4;
+        }
+        kl_scope_end();
+    }
+    print_message("%d row-length cases within tolerance (cache limit %lld elements)\n", n, (long long)limit);
+}
+
 /* An MLP (matmul, bias, tanh, layer_norm, softmax, cross_entropy) on CUDA
  * tensors: kl_backward gives the CPU's gradients within 1e-4. */
 static void mlp_backward(void **s) {
@@ -469,6 +508,7 @@ int main(void) {
         KT_TEST(argreduce_like_cpu),
         KT_TEST(long_rows_split),
         KT_TEST(norms_and_softmax),
+        KT_TEST(row_lengths_around_thresholds),
         KT_TEST(mlp_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

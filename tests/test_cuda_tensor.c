@@ -16,6 +16,7 @@
 #include <pthread.h>
 
 #include "cuda_harness.h"
+#include "../src/codegen_nvrtc/cuda_api.h"
 
 static const char *OP = "cuda_tensor_test";
 
@@ -165,7 +166,13 @@ static void non_contiguous_sources(void **s) {
         assert_same_bits(kl_contiguous(cpu_views[i]), up);
         /* CUDA view -> CPU, and clone / contiguous of a CUDA view */
         assert_same_bits(kl_contiguous(cpu_views[i]), kl_to_device(cuda_views[i], KL_DEVICE_CPU));
+        int64_t n0[KU_N_COUNT], n1[KU_N_COUNT];
+        ku_counts(n0);
         kl_tensor *c = kl_contiguous(cuda_views[i]);
+        ku_counts(n1);
+        /* on the device (a copy or the identity kernel), never through the host */
+        assert_int_equal(n1[KU_N_D2H] - n0[KU_N_D2H], 0);
+        assert_int_equal(n1[KU_N_H2D] - n0[KU_N_H2D], 0);
         assert_on_cuda(c);
         assert_true(kl_is_contiguous(c));
         assert_same_bits(kl_contiguous(cpu_views[i]), c);
@@ -173,6 +180,13 @@ static void non_contiguous_sources(void **s) {
     }
     /* the source is untouched by all that */
     assert_same_bits(x, gx);
+    /* clone of a strided CUDA tensor in every dtype: the CPU's bytes */
+    for (int d = 0; d < KL_NUM_DTYPES; d++) {
+        kl_tensor *xd = kl_transpose(sample(KL_SHAPE(3, 4, 5), (kl_dtype)d), 0, 2);
+        kl_tensor *gd = kl_transpose(kl_to_device(kl_transpose(xd, 0, 2), CUDA0), 0, 2);
+        assert_false(kl_is_contiguous(gd));
+        assert_same_bits(kl_clone(xd), kl_clone(gd));
+    }
 }
 
 static void copy_across_devices(void **s) {

@@ -113,6 +113,10 @@ int cn_eager_fn(const char *op, const cn_ekey *key, cn_gen_fn gen, void *ctx, st
  * strides. Registered by src/init.c. */
 struct ke_call;
 int ku_cuda_ew(struct ke_call *c);
+/* clone on CUDA tensors: a device-to-device copy when both sides are
+ * contiguous in one dtype, else the identity kernel (no host round trip).
+ * Registered by src/init.c. */
+int ku_cuda_clone(struct ke_call *c);
 /* The eager CUDA kernel of the reductions (cn_reduce.c): sum, mean, prod,
  * amax, amin, all, any over any dims as a row kernel; registered by src/init.c. */
 int ku_cuda_reduce(struct ke_call *c);
@@ -130,9 +134,27 @@ typedef struct cn_rows {
  * else a device copy with the reduced dims last (in the caller's scope).
  * 0 or -1. */
 int cn_row_view(const struct ke_call *c, kl_tensor *x, uint32_t mask, cn_rows *v);
-/* Threads per block of a row kernel over rows of len elements: one warp for
+/* Row kernels that read an input in more than one pass (softmax: max, sum,
+ * write; the norms) hold that input's values of the row in registers, read
+ * from global memory once: up to `kr` values a thread (cn_row_cache), so
+ * rows of up to kr * CN_ROW_MAX_THREADS elements; a longer row runs the
+ * passes over global memory (the kernel checks cnt <= kr * blockDim.x). Row
+ * kernels carry __launch_bounds__(CN_ROW_MAX_THREADS). */
+#define CN_ROW_MAX_THREADS 512
+#define CN_ROW_KR_MAX 8     /* values a thread caches when they take at most 2 registers */
+#define CN_ROW_PER_THREAD 8  /* values a thread aims at when picking the block size */
+#define CN_STR_(x) #x
+#define CN_STR(x) CN_STR_(x)
+/* The cache depth kr of row kernel k (0: none, no input read twice or the
+ * values would take too many registers: 8 for <= 2 words a value-set, 4
+ * for <= 4, 2 for <= 8); cached[s] (k->nstmts entries, may be NULL) marks
+ * the LOADs held in registers. */
+int cn_row_cache(const ir_kernel *k, uint8_t *cached);
+/* Threads per block of a row kernel over rows of len elements whose cache
+ * depth is kr: with a cache that the row fits, about CN_ROW_PER_THREAD
+ * values a thread (whole warps, 32..CN_ROW_MAX_THREADS); else one warp for
  * short rows (each idle thread is a fiber on the emulator), 128, 256 from 2048. */
-unsigned cn_row_threads(int64_t len);
+unsigned cn_row_threads(int64_t len, int kr);
 /* Rows longer than this many elements are split across blocks (two passes:
  * partials, then a finishing kernel), each block taking `chunk` elements;
  * by default 65536 and 16384. The tests lower them to exercise the split on
@@ -170,6 +192,11 @@ char *cn_index_source(kl_dtype dt, kl_dtype it);
 /* The eager CUDA kernel of softmax and log_softmax (cn_reduce.c): one fused
  * row kernel; registered by src/init.c. */
 int ku_cuda_softmax(struct ke_call *c);
+/* The eager fused row kernel of op (softmax, log_softmax, layer_norm,
+ * rms_norm) over dt with or without a weight / bias, for the tests: with
+ * src, its program (0 or -1); without, its cache depth (cn_row_cache; the
+ * launches assume CN_ROW_KR_MAX), -1 for another op. */
+int cn_fused_row_program(int op, kl_dtype dt, int has_w, int has_b, cn_kernel_src *src);
 /* The eager CUDA kernel of layer_norm and rms_norm (cn_reduce.c): one fused
  * row kernel; registered by src/init.c. */
 int ku_cuda_norm(struct ke_call *c);

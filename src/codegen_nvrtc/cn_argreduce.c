@@ -222,13 +222,13 @@ int ku_cuda_argreduce(ke_call *c) {
     void *args[] = {&px, &pval, &pidx, &ppv, &ppi, &d};
     const int64_t blocks = d.rows * d.nsplit;
     const unsigned grid[3] = {(unsigned)(blocks > 65535 ? 65535 : blocks), 1, 1},
-                   block[3] = {cn_row_threads(d.chunk), 1, 1};
+                   block[3] = {cn_row_threads(d.chunk, 0), 1, 1};
     CUstream s = ku_current_stream(dev);
     rc = ku_launch(op, fn, grid, block, 0, s, args);
     if (!rc && fin) {
         void *fargs[] = {&ppv, &ppi, &pval, &pidx, &d};
         const unsigned fgrid[3] = {(unsigned)(d.rows > 65535 ? 65535 : d.rows), 1, 1},
-                       fblock[3] = {cn_row_threads(d.nsplit), 1, 1};
+                       fblock[3] = {cn_row_threads(d.nsplit, 0), 1, 1};
         rc = ku_launch(op, fin, fgrid, fblock, 0, s, fargs);
     }
 done:

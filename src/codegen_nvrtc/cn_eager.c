@@ -26,6 +26,8 @@
  */
 #include "cn.h"
 
+#include "cuda_device.h"
+
 #include "cuda_api.h"
 #include "dispatch.h"
 #include "ew.h"
@@ -264,4 +266,20 @@ int ku_cuda_ew(ke_call *c) {
     /* stream-ordered: the block is reused only by work queued after the kernel */
     if (status) ku_free(op, status);
     return rc ? -1 : 0;
+}
+
+/* clone on CUDA (so kl_contiguous, and reshape of a view that cannot be
+ * one): a contiguous source of the output's dtype is one device-to-device
+ * copy; any other layout is the identity kernel (a strided one-op kernel),
+ * never a round trip through the host (eager's staged path, which
+ * synchronized twice per call: cuda_count_bench found one in attention). */
+int ku_cuda_clone(ke_call *c) {
+    kl_tensor *x = c->in[0], *out = c->out[0];
+    if (x->dtype == out->dtype && cn_is_contiguous(x) && cn_is_contiguous(out)) {
+        size_t n = (size_t)ke_numel(out->ndim, out->shape) * ke_dtypes[out->dtype].size;
+        return n ? ku_cuda_device_ops.copy_d2d(ke_opname(c), out->storage->device.index, ke_data(out),
+                                               x->storage->device.index, ke_data(x), n)
+                 : 0;
+    }
+    return ku_cuda_ew(c);
 }

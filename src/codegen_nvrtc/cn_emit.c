@@ -19,9 +19,11 @@
  *    pass over the row recomputing the element statements it needs, folding
  *    with the reduction's rd_formulas.h formulas (STEP per element, MERGE
  *    across warp shuffles and then shared memory, FIN); a last pass writes
- *    the element outputs. Rows are not split across blocks (no two-pass form
- *    for very long rows yet). The fold order is a tree, not the CPU's
- *    cascade: float sums differ from eager in the last bits.
+ *    the element outputs. An input read by several passes is loaded once
+ *    per row into registers when the row fits the cache (cn_row_cache), and
+ *    the passes run over those. Rows are not split across blocks (no
+ *    two-pass form for very long rows yet). The fold order is a tree, not
+ *    the CPU's cascade: float sums differ from eager in the last bits.
  */
 #include "cn.h"
 
@@ -233,6 +235,8 @@ typedef struct emit {
     int dyn;               /* run-time shape (CN_DYN_FLAT / CN_DYN_STRIDED), else 0: baked in */
     unsigned byval;        /* inputs passed by value (bit b: input b is a scalar parameter, not a pointer) */
     unsigned hoist;        /* inputs of one element read once before the loops, as c<b> (elementwise kernels) */
+    const uint8_t *cached; /* row kernels: cached[s] when LOAD s is held in registers (kc<s>[u]) */
+    int incache;           /* emitting the register-cached form of a row pass */
 } emit;
 
 /* Whether buffer b of a run-time-shape kernel is one element for every
@@ -289,7 +293,8 @@ static void put_stmt(emit *e, int s) {
     char tmp[16];
     if (st->kind == IR_K_LOAD) {
         put(o, "%s/* LOAD %s */\n%sconst %s v%d = ", e->ind, bufname(k, st->buf, tmp), e->ind, cn_ctype(st->dtype), s);
-        put_access(e, st->buf);
+        if (e->incache && e->cached && e->cached[s]) put(o, "kc%d[u]", s); /* read once per row, at its start */
+        else put_access(e, st->buf);
         put(o, ";\n");
         return;
     }
@@ -356,7 +361,7 @@ static void put_epilogue(emit *e, const char *name) {
 static void put_params(emit *e, const char *name) {
     const ir_kernel *k = e->k;
     char tmp[16];
-    put(e->o, "extern \"C\" __global__ void %s(", name);
+    put(e->o, "extern \"C\" __global__ void %s%s(", k->row ? "KL_ROW_BOUNDS " : "", name);
     for (int b = 0; b < k->ninputs + k->noutputs; b++)
         put(e->o, "%s%s%s %s%s", b ? ", " : "", b < k->ninputs ? "const " : "", cn_ctype(k->bufs[b].dtype),
             b < k->ninputs && ((e->byval >> b) & 1) ? "" : "*", bufname(k, b, tmp));
@@ -485,13 +490,113 @@ static void put_row_store(emit *e, int s) {
     put(e->o, ";\n");
 }
 
+/* Whether element statement s (not a row value) is an element output of
+ * the row kernel: a STORE to a buffer that varies along the row. */
+static int elem_store(const ir_kernel *k, int s) {
+    const ir_kstmt *st = &k->stmts[s];
+    return st->kind == IR_K_STORE && k->bufs[st->buf].index[k->ndim - 1] != 0;
+}
+
+/* Whether buffer b is the same for every row (a weight or bias read along
+ * the row): every outer dim broadcast. Such a buffer stays in L1/L2 across
+ * rows, so it is not worth registers. */
+static int row_invariant(const ir_kernel *k, int b) {
+    if (numel(k, k->ndim - 1) <= 1) return 0;
+    for (int d = 0; d < k->ndim - 1; d++)
+        if (k->bufs[b].index[d] && k->shape[d] != 1) return 0;
+    return 1;
+}
+
+int cn_row_cache(const ir_kernel *k, uint8_t *cached) {
+    if (!k->row || k->ndim < 1) return 0;
+    uint8_t *need = calloc((size_t)k->nstmts, 1), *uses = calloc((size_t)k->nstmts, 1);
+    if (!need || !uses) {
+        free(need);
+        free(uses);
+        return 0;
+    }
+    /* how many passes over the row (each REDUCE, then the element outputs) read each LOAD */
+    int outs = 0;
+    for (int s = 0; s <= k->nstmts; s++) {
+        memset(need, 0, (size_t)k->nstmts);
+        if (s < k->nstmts) {
+            if (k->stmts[s].kind != IR_K_REDUCE) continue;
+            mark(k, k->stmts[s].args[0], need);
+        } else {
+            for (int t = 0; t < k->nstmts; t++)
+                if (elem_store(k, t)) {
+                    mark(k, k->stmts[t].args[0], need);
+                    outs = 1;
+                }
+            if (!outs) break;
+        }
+        for (int t = 0; t < k->nstmts; t++)
+            if (need[t] && k->stmts[t].kind == IR_K_LOAD && uses[t] < 255) uses[t]++;
+    }
+    int words = 0;
+    for (int s = 0; s < k->nstmts; s++) {
+        const ir_kstmt *st = &k->stmts[s];
+        int c = st->kind == IR_K_LOAD && !st->row && uses[s] >= 2 && !row_invariant(k, st->buf);
+        if (cached) cached[s] = (uint8_t)c;
+        if (c) words += ke_dtypes[st->dtype].size > 4 ? 2 : 1;
+    }
+    free(need);
+    free(uses);
+    /* at most ~8-16 registers of cached values a thread: 16 values made
+     * ptxas use 104-124 registers for layer_norm (64 and spills for f16:
+     * it hoists the weight loads of every unrolled step), 8 values 32-64 */
+    int kr = !words ? 0 : words <= 2 ? CN_ROW_KR_MAX : words <= 4 ? CN_ROW_KR_MAX / 2 : words <= 8 ? CN_ROW_KR_MAX / 4 : 0;
+    if (!kr && cached) memset(cached, 0, (size_t)k->nstmts);
+    return kr;
+}
+
+unsigned cn_row_threads(int64_t len, int kr) {
+    if (kr > 0 && len <= (int64_t)kr * CN_ROW_MAX_THREADS) {
+        /* about CN_ROW_PER_THREAD values a thread, whole warps */
+        int64_t t = (len + CN_ROW_PER_THREAD - 1) / CN_ROW_PER_THREAD;
+        t = (t + 31) / 32 * 32;
+        return (unsigned)(t < 32 ? 32 : t > CN_ROW_MAX_THREADS ? CN_ROW_MAX_THREADS : t);
+    }
+    return len <= 32 ? 32u : len >= 2048 ? 256u : (unsigned)CN_BLOCK;
+}
+
+/* Opens one pass over the row: the register-cached form (u-th value of the
+ * thread, unrolled: the cache arrays stay in registers) or the strided loop
+ * reading global memory. Both visit j = threadIdx.x, + blockDim.x, ... in
+ * that order, so a fold gives the same bits either way. */
+static void open_pass(emit *e, int kr, int cached) {
+    if (cached) {
+        put(e->o, "#pragma unroll\n            for (int u = 0; u < %d; u++) {\n"
+                  "                const int64_t j = threadIdx.x + (int64_t)u * blockDim.x;\n"
+                  "                (void)j;\n                if (j >= cnt) break;\n", kr);
+        e->ind = "                ";
+    } else {
+        put(e->o, "            for (int64_t j = threadIdx.x; j < cnt; j += blockDim.x) {\n");
+        e->ind = "                ";
+    }
+    e->incache = cached;
+}
+
+static void close_pass(emit *e) {
+    put(e->o, "            }\n");
+    e->incache = 0;
+}
+
 static int emit_row(emit *e, const char *name, const char *it) {
     const ir_kernel *k = e->k;
     cn_buf *o = e->o;
     const int nd = k->ndim, nb = k->ninputs + k->noutputs;
     const int64_t rows = numel(k, nd - 1), len = k->shape[nd - 1];
-    uint8_t *need = calloc((size_t)k->nstmts, 1);
-    if (!need) return ke_err(KL_ERR_OOM, "compile", "out of memory generating CUDA C");
+    uint8_t *need = calloc((size_t)k->nstmts, 1), *cached = calloc((size_t)k->nstmts, 1);
+    if (!need || !cached) {
+        free(need);
+        free(cached);
+        return ke_err(KL_ERR_OOM, "compile", "out of memory generating CUDA C");
+    }
+    int kr = cn_row_cache(k, cached);
+    if (!e->dyn && len > (int64_t)kr * CN_ROW_MAX_THREADS) kr = 0; /* never fits: no cached form */
+    if (!kr) memset(cached, 0, (size_t)k->nstmts);
+    e->cached = cached;
     put_params(e, name);
     put_prologue(e);
     for (int s = 0; s < k->nstmts; s++)
@@ -503,6 +608,10 @@ static int emit_row(emit *e, const char *name, const char *it) {
     if (e->dyn) put(o, "    const int64_t cnt = kl_d.shape[1]; /* elements per row */\n");
     else put(o, "    const int64_t cnt = %" PRId64 "; /* elements per row */\n", len);
     put(o, "    (void)lane, (void)warp, (void)nwarps, (void)cnt;\n");
+    if (kr)
+        put(o, "    /* rows of up to %d values a thread are read from global memory once, into registers\n"
+               "       (kc<s>), and every pass works on those; longer rows take the strided passes */\n"
+               "    const bool kl_cached = cnt <= (int64_t)%d * blockDim.x;\n", kr, kr);
     if (e->dyn) put(o, "    for (%s row = blockIdx.x; row < kl_d.shape[0]; row += gridDim.x) {\n", it);
     else put(o, "    for (%s row = blockIdx.x; row < %" PRId64 "; row += gridDim.x) {\n", it, rows);
     put(o, "        /* the row's index, and each buffer's offset of the row's first element */\n        %s r = row;\n", it);
@@ -515,6 +624,21 @@ static int emit_row(emit *e, const char *name, const char *it) {
         else put_offset(o, k, b, 0, nd - 1);
         put(o, "; (void)rb%d;\n", b);
     }
+    if (kr) {
+        put(o, "        /* the cached loads: the row's values of this thread */\n");
+        for (int s = 0; s < k->nstmts; s++)
+            if (cached[s]) put(o, "        %s kc%d[%d];\n", cn_ctype(k->stmts[s].dtype), s, kr);
+        put(o, "        if (kl_cached) {\n");
+        open_pass(e, kr, 1);
+        for (int s = 0; s < k->nstmts; s++)
+            if (cached[s]) {
+                put(o, "%skc%d[u] = ", e->ind, s);
+                put_access(e, k->stmts[s].buf);
+                put(o, ";\n");
+            }
+        close_pass(e);
+        put(o, "        }\n");
+    }
     for (int s = 0; s < k->nstmts; s++) {
         const ir_kstmt *st = &k->stmts[s];
         if (st->kind == IR_K_REDUCE) {
@@ -526,14 +650,19 @@ static int emit_row(emit *e, const char *name, const char *it) {
             put(o, "        /* v%d = REDUCE %s(v%d) over the row, in %s */\n", s, ke_ops[st->op].name, st->args[0],
                 ke_dtypes[st->compute].name);
             put(o, "        %s acc%d = %s_INIT(%s);\n", A, s, F, A);
-            put(o, "        for (int64_t j = threadIdx.x; j < cnt; j += blockDim.x) {\n");
-            e->ind = "            ";
-            put_needed(e, need);
             char v[16];
             snprintf(v, sizeof v, "v%d", st->args[0]);
-            put(o, "            const %s x = ", cn_ctype(st->compute));
-            put_conv(o, st->compute, k->stmts[st->args[0]].dtype, v);
-            put(o, ";\n            acc%d = %s_STEP(%s, acc%d, x);\n        }\n", s, F, A, s);
+            for (int form = kr ? 1 : 0; form >= 0; form--) {
+                if (kr) put(o, form ? "        if (kl_cached) {\n" : "        } else {\n");
+                else put(o, "        {\n");
+                open_pass(e, kr, form);
+                put_needed(e, need);
+                put(o, "%sconst %s x = ", e->ind, cn_ctype(st->compute));
+                put_conv(o, st->compute, k->stmts[st->args[0]].dtype, v);
+                put(o, ";\n%sacc%d = %s_STEP(%s, acc%d, x);\n", e->ind, s, F, A, s);
+                close_pass(e);
+            }
+            put(o, "        }\n");
             put(o, "        /* the block's fold: warp shuffles, then the warps' partials */\n");
             put(o, "        for (int m = 16; m > 0; m >>= 1) acc%d = %s_MERGE(%s, acc%d, kl_shfl_xor(acc%d, m));\n", s, F, A, s, s);
             put(o, "        if (lane == 0) sh%d[warp] = acc%d;\n        __syncthreads();\n", s, s);
@@ -550,7 +679,7 @@ static int emit_row(emit *e, const char *name, const char *it) {
             /* a row value: once per row, by every thread */
             e->ind = "        ";
             put_stmt(e, s);
-        } else if (st->kind == IR_K_STORE && k->bufs[st->buf].index[nd - 1] == 0) {
+        } else if (st->kind == IR_K_STORE && !elem_store(k, s)) {
             /* a row-shaped output: one element per row */
             put(o, "        if (threadIdx.x == 0) {\n");
             e->ind = "            ";
@@ -561,26 +690,29 @@ static int emit_row(emit *e, const char *name, const char *it) {
     /* the element outputs: one last pass over the row */
     memset(need, 0, (size_t)k->nstmts);
     int stores = 0;
-    for (int s = 0; s < k->nstmts; s++) {
-        const ir_kstmt *st = &k->stmts[s];
-        if (st->kind == IR_K_STORE && k->bufs[st->buf].index[nd - 1] != 0) {
-            mark(k, st->args[0], need);
+    for (int s = 0; s < k->nstmts; s++)
+        if (elem_store(k, s)) {
+            mark(k, k->stmts[s].args[0], need);
             stores++;
         }
-    }
     if (stores) {
-        put(o, "        /* the element outputs */\n        for (int64_t j = threadIdx.x; j < cnt; j += blockDim.x) {\n");
-        e->ind = "            ";
-        put_needed(e, need);
-        for (int s = 0; s < k->nstmts; s++) {
-            const ir_kstmt *st = &k->stmts[s];
-            if (st->kind == IR_K_STORE && k->bufs[st->buf].index[nd - 1] != 0) put_row_store(e, s);
+        put(o, "        /* the element outputs */\n");
+        for (int form = kr ? 1 : 0; form >= 0; form--) {
+            if (kr) put(o, form ? "        if (kl_cached) {\n" : "        } else {\n");
+            else put(o, "        {\n");
+            open_pass(e, kr, form);
+            put_needed(e, need);
+            for (int s = 0; s < k->nstmts; s++)
+                if (elem_store(k, s)) put_row_store(e, s);
+            close_pass(e);
         }
         put(o, "        }\n");
     }
     put(o, "    }\n");
     put_epilogue(e, name);
+    e->cached = NULL;
     free(need);
+    free(cached);
     return 0;
 }
 
@@ -591,7 +723,7 @@ void cn_launch_of(const ir_kernel *k, cn_launch *l) {
     l->grid[1] = l->grid[2] = l->block[1] = l->block[2] = 1;
     if (k->row && k->ndim > 0) {
         int64_t rows = numel(k, k->ndim - 1), len = k->shape[k->ndim - 1];
-        l->block[0] = len >= 2048 ? 256 : CN_BLOCK;
+        l->block[0] = cn_row_threads(len, cn_row_cache(k, NULL));
         l->grid[0] = (unsigned)(rows < 1 ? 1 : rows > 65535 ? 65535 : rows);
     } else {
         int64_t n = numel(k, k->ndim), blocks = (n + CN_BLOCK - 1) / CN_BLOCK;
@@ -602,6 +734,8 @@ void cn_launch_of(const ir_kernel *k, cn_launch *l) {
 }
 
 const char cn_prelude_row[] =
+    "/* row kernels launch with up to CN_ROW_MAX_THREADS threads: ptxas keeps their registers within that */\n"
+    "#ifdef KL_EMU\n#define KL_ROW_BOUNDS\n#else\n#define KL_ROW_BOUNDS __launch_bounds__(" CN_STR(CN_ROW_MAX_THREADS) ")\n#endif\n"
     "/* warp shuffles of every accumulator type (uint8_t through int) */\n"
     "template <typename T> static __device__ __forceinline__ T kl_shfl_xor(T v, int m) {\n"
     "    return __shfl_xor_sync(0xffffffffu, v, m);\n"

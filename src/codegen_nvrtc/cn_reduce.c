@@ -109,7 +109,23 @@ typedef struct row_gen {
     int op;
     kl_dtype in, cd, out;
     kl_device dev;
+    int *kr_out; /* set: only report the kernel's cache depth (cn_fused_row_cache), emit nothing */
 } row_gen;
+
+/* The cache depth the fused softmax and norm kernels have (cn_row_cache):
+ * each holds one input, x, in registers (<= 2 words a value), so the
+ * largest; the launches pick their block size by it without building the
+ * kernel, and test_cuda_reduce checks it against cn_fused_row_cache. */
+#define CN_FUSED_KR CN_ROW_KR_MAX
+
+/* Emits k, or (probe) reports its cache depth. */
+static int emit_or_probe(const row_gen *g, const ir_kernel *k, unsigned byval, cn_kernel_src *src) {
+    if (g->kr_out) {
+        *g->kr_out = cn_row_cache(k, NULL);
+        return 0;
+    }
+    return cn_emit_row_dyn(k, "kl_row", byval, src);
+}
 
 /* k as a rank-2 row kernel over [rows, len] on g's device: bufs[0] the input
  * (g->in) read along the row, bufs[nin] the output (g->out), one value per row
@@ -202,17 +218,15 @@ int64_t cn_row_split(int64_t len, int64_t *chunk) {
     return (len + *chunk - 1) / *chunk;
 }
 
-unsigned cn_row_threads(int64_t len) { return len <= 32 ? 32u : len >= 2048 ? 256u : (unsigned)CN_BLOCK; }
-
-static int launch_row_grid(const char *op, int dev, CUfunction fn, void **args, int64_t rows, int64_t len) {
-    const unsigned grid[3] = {(unsigned)(rows > 65535 ? 65535 : rows), 1, 1}, block[3] = {cn_row_threads(len), 1, 1};
+static int launch_row_grid(const char *op, int dev, CUfunction fn, void **args, int64_t rows, int64_t len, int kr) {
+    const unsigned grid[3] = {(unsigned)(rows > 65535 ? 65535 : rows), 1, 1}, block[3] = {cn_row_threads(len, kr), 1, 1};
     return ku_launch(op, fn, grid, block, 0, ku_current_stream(dev), args);
 }
 
 /* Launches row kernel fn over [rows, len]: input rows at stride rs, elements at
  * ls; output likewise (ors, ols; ols 0: one value per row). */
 static int launch_rows(const char *op, int dev, CUfunction fn, void *pin, int64_t rs, int64_t ls, void *pout,
-                       int64_t ors, int64_t ols, int64_t rows, int64_t len) {
+                       int64_t ors, int64_t ols, int64_t rows, int64_t len, int kr) {
     if (ku_device_enter(op, dev)) return -1;
     cn_dims dims;
     dims.n = rows * len;
@@ -223,7 +237,7 @@ static int launch_rows(const char *op, int dev, CUfunction fn, void *pin, int64_
     dims.index[1][0] = ors;
     dims.index[1][1] = ols;
     void *status = NULL, *args[] = {&pin, &pout, &status, &dims};
-    return launch_row_grid(op, dev, fn, args, rows, len);
+    return launch_row_grid(op, dev, fn, args, rows, len, kr);
 }
 
 int cn_row_view(const ke_call *c, kl_tensor *x, uint32_t mask, cn_rows *v) {
@@ -274,7 +288,7 @@ int ku_cuda_reduce(ke_call *c) {
         kl_scope_end();
         return 0;
     }
-    row_gen g = {c->op, (kl_dtype)x->dtype, c->compute, (kl_dtype)out->dtype, c->device};
+    row_gen g = {c->op, (kl_dtype)x->dtype, c->compute, (kl_dtype)out->dtype, c->device, NULL};
     cn_ekey key;
     memset(&key, 0, sizeof key);
     key.kind = 2; /* a row reduction */
@@ -288,7 +302,7 @@ int ku_cuda_reduce(ke_call *c) {
     CUfunction fn = NULL;
     int rc = cn_eager_fn(op, &key, gen_row, &g, &fn);
     /* out: contiguous, its elements in the kept dims' order, one per row */
-    if (!rc) rc = launch_rows(op, dev, fn, ke_data(v.src), v.rs, v.ls, ke_data(out), 1, 0, v.rows, v.len);
+    if (!rc) rc = launch_rows(op, dev, fn, ke_data(v.src), v.rs, v.ls, ke_data(out), 1, 0, v.rows, v.len, 0);
     kl_scope_end();
     return rc ? -1 : 0;
 }
@@ -330,7 +344,7 @@ static int gen_softmax(void *ctx, cn_kernel_src *src) {
     const int last = n - 1;
     st[n] = (ir_kstmt){.kind = IR_K_STORE, .dtype = g->out, .buf = 1, .op = -1, .nargs = 1, .args = {last}};
     k.nstmts = n + 1;
-    return cn_emit_row_dyn(&k, "kl_row", 0, src);
+    return emit_or_probe(g, &k, 0, src);
 }
 
 int ku_cuda_softmax(ke_call *c) {
@@ -364,7 +378,7 @@ int ku_cuda_softmax(ke_call *c) {
         ors = len;
         ols = 1;
     }
-    row_gen g = {c->op, (kl_dtype)x->dtype, ke_compute_dtype((kl_dtype)x->dtype), (kl_dtype)out->dtype, c->device};
+    row_gen g = {c->op, (kl_dtype)x->dtype, ke_compute_dtype((kl_dtype)x->dtype), (kl_dtype)out->dtype, c->device, NULL};
     cn_ekey key;
     memset(&key, 0, sizeof key);
     key.kind = 3; /* a fused softmax row */
@@ -377,7 +391,7 @@ int ku_cuda_softmax(ke_call *c) {
     key.dt[1] = (uint8_t)out->dtype;
     CUfunction fn = NULL;
     if (!rc) rc = cn_eager_fn(op, &key, gen_softmax, &g, &fn);
-    if (!rc) rc = launch_rows(op, dev, fn, ke_data(src), rs, ls, ke_data(dst), ors, ols, rows, len);
+    if (!rc) rc = launch_rows(op, dev, fn, ke_data(src), rs, ls, ke_data(dst), ors, ols, rows, len, CN_FUSED_KR);
     /* the temporary's rows back into out's layout */
     if (!rc && tmp) rc = cn_copy_into(c, tmp, kl_permute(out, nd, perm));
     kl_scope_end();
@@ -447,7 +461,7 @@ static int gen_norm(void *ctx, cn_kernel_src *src) {
 #undef NM_MEAN
     st[n] = (ir_kstmt){.kind = IR_K_STORE, .dtype = g->out, .buf = nin, .op = -1, .nargs = 1, .args = {y}};
     k.nstmts = n + 1;
-    return cn_emit_row_dyn(&k, "kl_row", 1u << beps, src);
+    return emit_or_probe(g, &k, 1u << beps, src);
 }
 
 int ku_cuda_norm(ke_call *c) {
@@ -485,7 +499,7 @@ int ku_cuda_norm(ke_call *c) {
         }
         if (i) rs[i] = 0;
     }
-    nm_gen g = {{c->op, (kl_dtype)x->dtype, cd, (kl_dtype)out->dtype, c->device}, has_w, has_b};
+    nm_gen g = {{c->op, (kl_dtype)x->dtype, cd, (kl_dtype)out->dtype, c->device, NULL}, has_w, has_b};
     cn_ekey key;
     memset(&key, 0, sizeof key);
     key.kind = 4; /* a fused norm row */
@@ -524,8 +538,19 @@ int ku_cuda_norm(ke_call *c) {
         void *status = NULL;
         args[nin + 1] = &status;
         args[nin + 2] = &dims;
-        rc = launch_row_grid(op, dev, fn, args, rows, len);
+        rc = launch_row_grid(op, dev, fn, args, rows, len, CN_FUSED_KR);
     }
     kl_scope_end();
     return rc ? -1 : 0;
+}
+
+int cn_fused_row_program(int op, kl_dtype dt, int has_w, int has_b, cn_kernel_src *src) {
+    int kr = -1;
+    const kl_dtype cd = ke_compute_dtype(dt);
+    nm_gen g = {{op, dt, cd, dt, KL_DEVICE_CPU, src ? NULL : &kr}, has_w, has_b && op == KE_OP_layer_norm};
+    int rc;
+    if (op == KE_OP_softmax || op == KE_OP_log_softmax) rc = gen_softmax(&g.r, src);
+    else if (op == KE_OP_layer_norm || op == KE_OP_rms_norm) rc = gen_norm(&g, src);
+    else return ke_err(KL_ERR_ARG, "cn_fused_row_program", "not a fused row op");
+    return rc ? -1 : src ? 0 : kr;
 }

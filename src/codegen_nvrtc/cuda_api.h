@@ -228,6 +228,16 @@ typedef struct ku_module ku_module; /* a loaded program: cached per (source dige
  * host with the prelude. Cached in memory by (digest of src, dev): a second
  * call is a lookup. 0, or -1 and an error naming op (compile logs included). */
 int ku_module_get(const char *op, const char *src, int dev, ku_module **out);
+/* Modules built so far (sources compiled and loaded, not cache lookups), over
+ * the process: the tests count what a kl_compile costs. */
+int64_t ku_module_loads(void);
+/* What the runtime did, over the process (relaxed atomic counters): kernel
+ * launches, GEMM calls (and how many of them were strided-batched), copies
+ * device-to-device, host-to-device, device-to-host through the device's
+ * movers, memsets. bench/cuda_count_bench and the tests read them per call. */
+enum { KU_N_LAUNCH, KU_N_GEMM, KU_N_GEMM_BATCHED, KU_N_D2D, KU_N_H2D, KU_N_D2H, KU_N_MEMSET, KU_N_COUNT };
+void ku_count(int what);
+void ku_counts(int64_t out[KU_N_COUNT]);
 /* Entry point `name` (an extern "C" __global__ function of the source,
  * exported with KL_EMU_EXPORT). 0, or -1 and an error. */
 int ku_module_function(const char *op, ku_module *m, const char *name, CUfunction *f);

@@ -39,6 +39,7 @@ static int copy_h2d(const char *op, int dev, void *dst, const void *src, size_t 
     if (ku_device_enter(op, dev)) return -1;
     const ku_driver *d = ku_driver_get(op);
     CUstream s = ku_current_stream(dev);
+    ku_count(KU_N_H2D);
     if (KU_CALL(op, d, MemcpyHtoDAsync, dptr(dst), src, n, s)) return -1;
     return KU_CALL(op, d, StreamSynchronize, s);
 }
@@ -48,6 +49,7 @@ static int copy_d2h(const char *op, int dev, void *dst, const void *src, size_t 
     if (ku_device_enter(op, dev)) return -1;
     const ku_driver *d = ku_driver_get(op);
     CUstream s = ku_current_stream(dev);
+    ku_count(KU_N_D2H);
     if (KU_CALL(op, d, MemcpyDtoHAsync, dst, dptr(src), n, s)) return -1;
     return KU_CALL(op, d, StreamSynchronize, s);
 }
@@ -64,6 +66,7 @@ static int copy_d2d(const char *op, int ddev, void *dst, int sdev, const void *s
         return -1;
     if (ku_device_enter(op, ddev)) return -1;
     CUstream s = ku_current_stream(ddev);
+    ku_count(KU_N_D2D);
     if (KU_CALL(op, d, MemcpyDtoDAsync, dptr(dst), dptr(src), n, s)) return -1;
     return sdev != ddev ? KU_CALL(op, d, StreamSynchronize, s) : 0;
 }
@@ -71,6 +74,7 @@ static int copy_d2d(const char *op, int ddev, void *dst, int sdev, const void *s
 static int dev_memset(const char *op, int dev, void *dst, int byte, size_t n) {
     if (!n) return 0;
     if (ku_device_enter(op, dev)) return -1;
+    ku_count(KU_N_MEMSET);
     return KU_CALL(op, ku_driver_get(op), MemsetD8Async, dptr(dst), (unsigned char)byte, n, ku_current_stream(dev));
 }
 

@@ -99,6 +99,8 @@ int ku_gemm(const char *op, int dev, int dtype, int64_t batch, int64_t m, int64_
     const ku_cublas_table *t;
     cublasHandle_t h = ku_cublas_acquire(op, dev, stream, &t);
     if (!h) return -1;
+    ku_count(KU_N_GEMM);
+    if (batch > 1) ku_count(KU_N_GEMM_BATCHED);
     int im = (int)M, in = (int)N, ik = (int)k, lp = (int)p.ld, lq = (int)q.ld, lc = (int)ldc, nb = (int)batch;
     void *P = (void *)(uintptr_t)p.ptr, *Q = (void *)(uintptr_t)q.ptr, *C = (void *)(uintptr_t)c.ptr;
     float af = (float)alpha, bf = (float)beta;

@@ -11,6 +11,7 @@
 #include "core.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +69,13 @@ int ku_module_image(const char *op, const char *src, int dev, void **image, size
     return 0;
 }
 
+static _Atomic int64_t g_loads, g_counts[KU_N_COUNT];
+void ku_count(int what) { atomic_fetch_add_explicit(&g_counts[what], 1, memory_order_relaxed); }
+void ku_counts(int64_t out[KU_N_COUNT]) {
+    for (int i = 0; i < KU_N_COUNT; i++) out[i] = atomic_load_explicit(&g_counts[i], memory_order_relaxed);
+}
+int64_t ku_module_loads(void) { return atomic_load(&g_loads); }
+
 int ku_module_get(const char *op, const char *src, int dev, ku_module **out) {
     *out = NULL;
     if (!src) return ke_err(KL_ERR_NULL_ARG, op, "module source is NULL");
@@ -101,6 +109,7 @@ int ku_module_get(const char *op, const char *src, int dev, ku_module **out) {
     pthread_mutex_lock(&mu);
     m = find_locked(h, src, dev);
     if (!m) {
+        atomic_fetch_add(&g_loads, 1);
         nm->next = buckets[h % N_BUCKETS];
         buckets[h % N_BUCKETS] = nm;
         m = nm;
@@ -128,6 +137,7 @@ int ku_launch(const char *op, CUfunction f, const unsigned grid[3], const unsign
               CUstream stream, void **args) {
     const ku_driver *d = ku_driver_get(op);
     if (!d) return -1;
+    ku_count(KU_N_LAUNCH);
     return KU_CALL(op, d, LaunchKernel, f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, stream,
                    args, NULL);
 }

@@ -71,6 +71,48 @@ int ir_kernel_compile(ir_kernel *k, const ir_backend *b) {
     return k->handle ? 0 : -1;
 }
 
+int ir_kernels_compile(ir_kernel *const *ks, int n, const ir_backend *b) {
+    if (!b->compile_group) {
+        for (int i = 0; i < n; i++)
+            if (ir_kernel_compile(ks[i], b)) return -1;
+        return 0;
+    }
+    ir_kernel **todo = malloc(sizeof *todo * (size_t)(n > 0 ? n : 1));
+    void **handles = malloc(sizeof *handles * (size_t)(n > 0 ? n : 1));
+    if (!todo || !handles) {
+        free(todo);
+        free(handles);
+        return ke_err(KL_ERR_OOM, "compile", "out of memory");
+    }
+    int m = 0, rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        ir_kernel *k = ks[i];
+        if (k->handle && k->backend == b) continue;
+        int dup = 0; /* a kernel listed twice is compiled once */
+        for (int j = 0; j < m; j++) dup |= todo[j] == k;
+        if (dup) continue;
+        if (k->handle && atomic_load(&k->refs) > 1)
+            rc = ke_err(KL_ERR_STATE, "compile", "a kernel shared by copies of a graph is already compiled by %s",
+                        k->backend->name);
+        todo[m++] = k;
+    }
+    if (!rc && m == 1) rc = ir_kernel_compile(todo[0], b);
+    else if (!rc && m > 1) {
+        for (int i = 0; i < m; i++) {
+            if (todo[i]->handle) todo[i]->backend->free(todo[i]->handle);
+            todo[i]->handle = NULL;
+            todo[i]->backend = b;
+            handles[i] = NULL;
+        }
+        atomic_fetch_add(&compiles, m);
+        rc = b->compile_group(todo, m, handles);
+        for (int i = 0; i < m && !rc; i++) todo[i]->handle = handles[i];
+    }
+    free(todo);
+    free(handles);
+    return rc ? -1 : 0;
+}
+
 int64_t ir_kernel_compiles(void) { return atomic_load(&compiles); }
 
 static _Thread_local double llvm_ms;

@@ -110,6 +110,11 @@ typedef struct ir_backend {
     /* Optional: starts the backend's one-time setup off the caller's thread (kl_compile
      * calls it, so the first compile finds it done or waits for it). Idempotent. */
     void (*prepare)(void);
+    /* Optional: compiles ks[0..n) (n >= 2, none compiled yet) together, so a fixed
+     * cost per compiler invocation is paid once (NVRTC: one program for a graph's
+     * kernels); handles[i] gets ks[i]'s handle, which run and free take as compile's.
+     * 0, or -1 with no handle set (ir_kernels_compile then fails the group). */
+    int (*compile_group)(ir_kernel *const *ks, int n, void **handles);
 } ir_backend;
 
 #define IR_MAX_BACKENDS 8
@@ -139,6 +144,10 @@ extern const ir_backend ir_interp_backend;
  * is compiled once, for all of them: another backend is refused (KL_ERR_STATE).
  * 0 or -1. */
 int ir_kernel_compile(ir_kernel *k, const ir_backend *b);
+/* Compiles ks[0..n) with b as ir_kernel_compile does each, those not yet
+ * compiled by b together through b's compile_group when it has one and
+ * there are two or more (each counts as one compile). 0 or -1. */
+int ir_kernels_compile(ir_kernel *const *ks, int n, const ir_backend *b);
 /* Backend compiles made so far by ir_kernel_compile, over the process (tests
  * check that copying a graph compiles nothing). */
 int64_t ir_kernel_compiles(void);

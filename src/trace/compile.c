@@ -496,19 +496,47 @@ static void par_compile_range(void *ctx, int64_t begin, int64_t end) {
     pthread_mutex_unlock(&p->mu);
 }
 
+/* The kernels whose backend compiles groups (NVRTC: one program for all of a
+ * graph's CUDA kernels, so its fixed cost per program is paid once), one
+ * group per backend and device. */
+static int compile_groups(ir_graph *g, const ir_backend *cpu) {
+    ir_kernel **ks = malloc(sizeof *ks * (size_t)g->nkernels);
+    uint8_t *done = calloc((size_t)g->nkernels, 1);
+    int rc = !ks || !done ? ke_err(KL_ERR_OOM, "compile", "out of memory") : 0;
+    for (int32_t i = 0; i < g->nkernels && !rc; i++) {
+        const ir_backend *b = backend_of(g->kernels[i], cpu);
+        if (done[i] || b->concurrent || !b->compile_group) continue;
+        int n = 0;
+        for (int32_t j = i; j < g->nkernels; j++) {
+            ir_kernel *k = g->kernels[j];
+            if (done[j] || backend_of(k, cpu) != b || k->device.type != g->kernels[i]->device.type ||
+                k->device.index != g->kernels[i]->device.index)
+                continue;
+            done[j] = 1;
+            ks[n++] = k;
+        }
+        rc = ir_kernels_compile(ks, n, b);
+    }
+    free(ks);
+    free(done);
+    return rc ? -1 : 0;
+}
+
 /* spare: threads left to the callers (tiered compiles leave one, so a call running eagerly
  * meanwhile keeps a core: with two threads a background compile on both made an eager
  * digits step wait ~100 ms for OpenBLAS's starved helper). */
 static int compile_kernels(ir_graph *g, const ir_backend *cpu, const _Atomic int *cancel, int spare) {
     kl_init(); /* the backend registry */
-    int nconc = 0;
+    int nconc = 0, ngroup = 0;
     for (int32_t i = 0; i < g->nkernels; i++) {
         ir_kernel *k = g->kernels[i];
         const ir_backend *b = backend_of(k, cpu);
         if (!b) return -1;
         if (b->concurrent && !k->handle) nconc++;
+        else if (b->compile_group) ngroup++; /* below, with the other kernels of its backend */
         else if (ir_kernel_compile(k, b)) return -1;
     }
+    if (ngroup && compile_groups(g, cpu)) return -1;
     if (!nconc) return 0;
     int threads = kl_get_num_threads() - spare;
     par_compile p = {.g = g, .cpu = cpu, .cancel = cancel};
