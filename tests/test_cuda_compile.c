@@ -166,6 +166,44 @@ static int xent_grad(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, i
     return 0;
 }
 
+/* d/dx of sum(max_pool(relu(batch_norm(x))) * y): batch_norm_backward and
+ * max_pool2d_backward, composites the CPU keeps whole (KE_F_KEEP_CPU) */
+static int bn_pool_grad(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *x = kl_detach(in[0]);
+    if (!x || kl_set_requires_grad(x, true) < 0) return -1;
+    kl_pool2d_options po = kl_pool2d_options_default(2);
+    kl_tensor *h = kl_max_pool2d(kl_relu(kl_batch_norm(x, NULL, NULL, in[1], NULL, true, 0.1, 1e-5)), &po);
+    kl_tensor *loss = kl_sum(kl_mul(h, in[2]), KL_ALL_DIMS, false);
+    if (!loss || kl_autograd_grad(1, &loss, NULL, 1, &x, out, NULL) < 0) return -1;
+    return 0;
+}
+
+/* The CPU's fused-composite rule is the CPU's: on CUDA the two backward
+ * composites decompose into kernels (no CPU kernel to keep), and agree with
+ * the CPU graph, which kept them whole. */
+static void cpu_kept_composites_decompose_on_cuda(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(8);
+    kl_tensor *in[3] = {kl_randn(KL_SHAPE(2, 3, 4, 4), KL_F32), kl_add_scalar(kl_rand(KL_SHAPE(3), KL_F32), 0.5),
+                        kl_randn(KL_SHAPE(2, 3, 2, 2), KL_F32)};
+    same_kernel_count = 0;
+    assert_true(cpu_vs_cuda(bn_pool_grad, in, 3, 1, 1e-5) >= 1);
+    same_kernel_count = 1;
+    kl_tensor *din[3], *out = NULL;
+    for (int i = 0; i < 3; i++) din[i] = kl_to_device(in[i], CUDA0);
+    kl_fn *f = kl_compile(bn_pool_grad, NULL, NULL);
+    int rc = kl_fn_call(f, din, 3, &out, 1);
+    if (rc) skip_without_module_compiler();
+    assert_int_equal(rc, 0);
+    static char text[65536];
+    assert_true(kl_fn_graph_text(f, text, sizeof text) > 0);
+    assert_null(strstr(text, "batch_norm_backward("));
+    assert_null(strstr(text, "max_pool2d_backward("));
+    kl_fn_release(f);
+}
+
 static void device_of_traced_values(void **s) {
     (void)s;
     NEED_CUDA();
@@ -371,6 +409,7 @@ int main(void) {
         KT_TEST(mlp_layer_matmul_bias_relu),
         KT_TEST(one_program_per_function),
         KT_TEST(data_movement_ops_compiled),
+        KT_TEST(cpu_kept_composites_decompose_on_cuda),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

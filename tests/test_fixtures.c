@@ -696,6 +696,8 @@ static const struct {
                             "test_nn.c)"},
     {"batch_norm_backward", "internal op of batch_norm's derivative: checked through its gradients (grad_nn.c, "
                             "test_nn.c)"},
+    {"conv2d_weight_grad", "internal op of conv2d's derivative: checked through conv2d's gradients (the conv2d "
+                           "fixtures' torch gradients, grad_nn.c, test_nn.c)"},
 };
 
 static const fx_op *fx_find_op(const char *name) {
@@ -1300,6 +1302,9 @@ static const struct {
     {"max_pool2d_backward", "internal op of max_pool2d's derivative (no torch counterpart to call): its own "
                             "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
                             "max_pool2d checks"},
+    {"conv2d_weight_grad", "internal op of conv2d's derivative (no torch counterpart to call): its own "
+                           "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of conv2d "
+                           "checks"},
 };
 
 /* Every differentiable row has a gradient-checked case unless allowlisted. */

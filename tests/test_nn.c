@@ -794,6 +794,96 @@ static void max_pool2d_fused_backward(void **s) {
         }
 }
 
+/* conv2d's weight gradient by its definition, in double: dw[o, c, i, j] =
+ * sum over n, oh, ow of g[n, o, oh, ow] * x[n, group's c, oh*sh - ph + i*dh,
+ * ow*sw - pw + j*dw] (0 outside x). x and g contiguous [N, C, H, W] and
+ * [N, O, OH, OW]. */
+static kl_tensor *conv_weight_grad_ref(kl_tensor *x, kl_tensor *g, const int64_t *k, const kl_conv2d_options *o) {
+    x = kl_contiguous(kl_to_dtype(x, KL_F64)), g = kl_contiguous(kl_to_dtype(g, KL_F64));
+    const int64_t *xs = kl_shape(x), *gs = kl_shape(g);
+    int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], O = gs[1], OH = gs[2], OW = gs[3];
+    int64_t G = o->groups, Cg = C / G, Og = O / G;
+    kl_tensor *dw = kl_zeros(KL_SHAPE(O, Cg, k[0], k[1]), KL_F64);
+    const double *xp = kl_data_ptr(x), *gp = kl_data_ptr(g);
+    double *d = kl_data_ptr(dw);
+    for (int64_t oc = 0; oc < O; oc++)
+        for (int64_t c = 0; c < Cg; c++)
+            for (int64_t i = 0; i < k[0]; i++)
+                for (int64_t j = 0; j < k[1]; j++) {
+                    double s = 0;
+                    for (int64_t n = 0; n < N; n++)
+                        for (int64_t oh = 0; oh < OH; oh++)
+                            for (int64_t ow = 0; ow < OW; ow++) {
+                                int64_t ih = oh * o->stride[0] - o->padding[0] + i * o->dilation[0],
+                                        iw = ow * o->stride[1] - o->padding[1] + j * o->dilation[1];
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                s += gp[((n * O + oc) * OH + oh) * OW + ow] *
+                                     xp[((n * C + oc / Og * Cg + c) * H + ih) * W + iw];
+                            }
+                    d[((oc * Cg + c) * k[0] + i) * k[1] + j] = s;
+                }
+    return dw;
+}
+
+/* conv2d's weight gradient from the CPU kernel conv2d_weight_grad (im2col
+ * with the real kernel, one GEMM per chunk of samples) against its
+ * definition (conv_weight_grad_ref) and against the op's decomposition (the
+ * formula other devices run: conv2d with batch and channels swapped), to
+ * rounding: strides, padding, dilation, groups, rows the kernel never
+ * reaches, 1x1, one input channel (conv1's shape), 3-D input, f32 and f64;
+ * and a batch large enough for several chunks of samples. */
+static void conv2d_weight_grad_kernel(void **s) {
+    (void)s;
+    static const struct {
+        int64_t x[4], w[4], st[2], pad[2], dil[2], groups;
+    } cases[] = {
+        {{4, 3, 9, 8}, {5, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
+        {{2, 1, 28, 28}, {32, 1, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
+        {{3, 4, 9, 10}, {6, 2, 3, 2}, {2, 3}, {1, 2}, {2, 1}, 2},
+        {{2, 2, 8, 7}, {4, 2, 2, 3}, {3, 2}, {0, 1}, {1, 2}, 1}, /* last rows never reached */
+        {{2, 3, 4, 5}, {2, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+        {{1, 3, 7, 7}, {3, 1, 2, 3}, {2, 2}, {1, 2}, {2, 2}, 3},
+        {{200, 8, 12, 12}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1}, /* > 16 MiB of columns: chunks */
+    };
+    kl_manual_seed(12);
+    for (int dt = 0; dt < 2; dt++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            kl_scope_begin();
+            kl_dtype t = dt ? KL_F64 : KL_F32;
+            int nd = i == 4 && dt ? 3 : 4; /* one unbatched case */
+            kl_tensor *x = kl_randn(nd, cases[i].x + 4 - nd, t), *w = kl_randn(4, cases[i].w, t);
+            assert_int_equal(kl_set_requires_grad(w, true), 0);
+            kl_conv2d_options o = {.stride = {cases[i].st[0], cases[i].st[1]}, .padding = {cases[i].pad[0], cases[i].pad[1]},
+                                   .dilation = {cases[i].dil[0], cases[i].dil[1]}, .groups = cases[i].groups};
+            kl_tensor *y = kl_conv2d(x, w, NULL, &o);
+            assert_non_null(y);
+            kl_tensor *g = kl_randn(kl_ndim(y), kl_shape(y), t);
+            kl_tensor *l = kl_sum(kl_mul(y, g), KL_ALL_DIMS, false), *dw;
+            assert_int_equal(kl_autograd_grad(1, &l, NULL, 1, &w, &dw, NULL), 0);
+            kt_assert_shape(dw, 4, cases[i].w);
+            kl_tensor *x4 = nd == 4 ? x : kl_unsqueeze(x, 0), *g4 = nd == 4 ? g : kl_unsqueeze(g, 0);
+            kl_tensor *ref = conv_weight_grad_ref(x4, g4, cases[i].w + 2, &o);
+            /* long sums in f32: absolute error relative to the largest entry */
+            double scale = kl_item(kl_amax(kl_abs(ref), KL_ALL_DIMS, false)), tol = dt ? 1e-12 : 4e-6;
+            int ok = kl_allclose(kl_to_dtype(dw, KL_F64), ref, tol, tol * scale, false);
+            if (ok != 1)
+                print_error("case %zu, dtype %d: kernel differs from the definition by %g (|ref| up to %g)\n", i, dt,
+                            kl_item(kl_amax(kl_abs(kl_sub(kl_to_dtype(dw, KL_F64), ref)), KL_ALL_DIMS, false)),
+                            kl_item(kl_amax(kl_abs(ref), KL_ALL_DIMS, false)));
+            assert_int_equal(ok, 1);
+            assert_true(scale > 0);
+            /* the decomposition (the formula) */
+            if (cases[i].groups == 1) {
+                kl_conv2d_options f = {.stride = {o.dilation[0], o.dilation[1]}, .padding = {o.padding[0], o.padding[1]},
+                                       .dilation = {o.stride[0], o.stride[1]}, .groups = 1};
+                kl_tensor *r = kl_conv2d(kl_transpose(x4, 0, 1), kl_transpose(g4, 0, 1), NULL, &f);
+                r = kl_transpose(kl_narrow(kl_narrow(r, 2, 0, cases[i].w[2]), 3, 0, cases[i].w[3]), 0, 1);
+                assert_int_equal(kl_allclose(kl_to_dtype(r, KL_F64), ref, tol, tol * scale, false), 1);
+            }
+            kl_scope_end();
+        }
+}
+
 static void conv2d_errors(void **s) {
     (void)s;
     kl_tensor *x = kl_ones(KL_SHAPE(1, 2, 5, 5), KL_F32), *w = kl_ones(KL_SHAPE(4, 3, 3, 3), KL_F32);
@@ -1206,6 +1296,7 @@ int main(void) {
         KT_TEST(conv2d_values),
         KT_TEST(conv2d_batched_columns),
         KT_TEST(max_pool2d_fused_backward),
+        KT_TEST(conv2d_weight_grad_kernel),
         KT_TEST(conv2d_errors),
         KT_TEST(pool2d_values),
         KT_TEST(pool2d_errors),

@@ -4,8 +4,9 @@
  *
  * Every formula is written with kl_ ops, so it runs on any backend and is
  * itself recorded under create_graph: double backward goes through the ops a
- * formula uses (conv2d's gradients are conv2d's, max_pool2d's a scatter_add
- * whose own derivative is a gather). Formulas leave a gradient with its
+ * formula uses (conv2d's input gradient is a conv2d, its weight gradient the
+ * internal composite conv2d_weight_grad whose decomposition is a conv2d;
+ * max_pool2d's a scatter_add whose own derivative is a gather). Formulas leave a gradient with its
  * broadcast shape where that is natural; the engine sums it down to the
  * input's shape. Composites get formulas rather than their decompositions
  * where the decomposition would save much more (softmax, the norms, the
@@ -400,32 +401,17 @@ static kl_tensor *conv_input_grad(kl_tensor *g, kl_tensor *w, const conv_params 
     return r;
 }
 
-/* dL/dw of conv2d, also a convolution: batch and channels of x swap roles
- * (x as [C/G, G*N, H, W], g as the kernel [G*Og, N, OH, OW]), stride and
- * dilation swap, and the result [C/G, O, kh', kw'] is cut to the kernel
- * (kh' > kh when the last rows of x were never reached). */
+/* dL/dw of conv2d: the internal composite conv2d_weight_grad (ops_nn.def; its
+ * decomposition is the formula, a conv2d with batch and channels swapped;
+ * its CPU kernel one im2col + GEMM per chunk of samples). */
 static kl_tensor *conv_weight_grad(kl_tensor *x, kl_tensor *g, const conv_params *cp, const ag_tmeta *wm) {
-    const int64_t *xs = kl_shape(x), *gs = kl_shape(g);
-    if (!xs || !gs) return NULL;
-    int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], O = gs[1], OH = gs[2], OW = gs[3];
-    int64_t G = cp->groups, Cg = C / G, Og = O / G;
-    kl_tensor *xi, *gi;
-    if (G == 1) {
-        xi = kl_transpose(x, 0, 1);
-        gi = kl_transpose(g, 0, 1);
-    } else {
-        xi = kl_reshape(kl_permute(kl_reshape(x, 5, (int64_t[]){N, G, Cg, H, W}), 5, (int64_t[]){2, 1, 0, 3, 4}), 4,
-                        (int64_t[]){Cg, G * N, H, W});
-        gi = kl_reshape(kl_permute(kl_reshape(g, 5, (int64_t[]){N, G, Og, OH, OW}), 5, (int64_t[]){1, 2, 0, 3, 4}),
-                        4, (int64_t[]){G * Og, N, OH, OW});
-    }
-    kl_conv2d_options o = {.stride = {cp->dil[0], cp->dil[1]},
-                           .padding = {cp->pad[0], cp->pad[1]},
-                           .dilation = {cp->st[0], cp->st[1]},
-                           .groups = G};
-    kl_tensor *r = kl_conv2d(xi, gi, NULL, &o);
-    r = kl_narrow(kl_narrow(r, 2, 0, wm->shape[2]), 3, 0, wm->shape[3]);
-    return kl_transpose(r, 0, 1);
+    ke_call call = {.op = KE_OP_conv2d_weight_grad};
+    int64_t list[8] = {cp->st[0], cp->st[1], cp->pad[0], cp->pad[1], cp->dil[0], cp->dil[1], wm->shape[2], wm->shape[3]};
+    if (ke_set_list(&call, 8, list)) return NULL;
+    ke_attr_set_conv2d_weight_grad_groups(&call.a, cp->groups);
+    kl_tensor *in[2] = {x, g};
+    if (kl_dtype_of(g) != kl_dtype_of(x) && !(in[1] = kl_to_dtype(g, kl_dtype_of(x)))) return NULL;
+    return ag_call(KE_OP_conv2d_weight_grad, 2, in, &call.a);
 }
 
 int ag_d_conv2d(ag_ctx *c) {

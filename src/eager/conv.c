@@ -224,8 +224,9 @@ static void conv_task_range(void *ctx, int64_t t0, int64_t t1) {
 }
 
 /* Batched path. A per-sample GEMM is [Og, Kc] @ [Kc, P]; when P is small
- * (conv2d as its own weight gradient has the kernel's few positions as its
- * output, e.g. [64, 15488] @ [15488, 9]) such skinny products run at a
+ * (conv2d as its own weight gradient, in conv2d_weight_grad's decomposition,
+ * has the kernel's few positions as its output, e.g. [64, 15488] @ [15488, 9])
+ * such skinny products run at a
  * fraction of the GEMM's speed. Here nb samples' column matrices sit side by
  * side, [Kc, nb * P], so one GEMM of width nb * P serves them all; its
  * [Og, nb * P] result (started as the bias) is then copied into y's rows. */
@@ -332,6 +333,145 @@ kl_tensor *kl_conv2d(kl_tensor *x, kl_tensor *w, kl_tensor *bias, const kl_conv2
     ke_attr_set_conv2d_groups(&c.a, o.groups);
     ke_attr_set_conv2d_has_bias(&c.a, bias != NULL);
     return ke_call1(&c);
+}
+
+/* ---- conv2d_weight_grad ----------------------------------------------------------------
+ * dw[O, C/G, kh, kw] of conv2d from x [N, C, H, W] and the output gradient g
+ * [N, O, OH, OW] (autograd's conv2d derivative; the row in ops_nn.def). Per
+ * group: dw_g[Og, Kc] = g_g[Og, N*P] @ cols[Kc, N*P]^T, where cols is x's
+ * im2col with the real kernel (rows kh*kw taps long per channel, as the
+ * forward's) and g's samples sit side by side: one GEMM of depth nb*P per
+ * chunk of nb samples (chunks accumulate with beta 1), rather than conv2d
+ * with x and g transposed, whose "kernel" is g's whole OH x OW plane and whose
+ * im2col rows are kh elements long. */
+
+static void convw_geom_of(const ke_call *c, const kl_tensor *x, const kl_tensor *g, conv_geom *q) {
+    const int64_t *st = ke_attr_conv2d_weight_grad_stride(&c->a), *pad = ke_attr_conv2d_weight_grad_padding(&c->a),
+                  *dil = ke_attr_conv2d_weight_grad_dilation(&c->a), *k = ke_attr_conv2d_weight_grad_kernel_size(&c->a);
+    q->N = x->shape[0], q->C = x->shape[1], q->H = x->shape[2], q->W = x->shape[3];
+    q->O = g->shape[1], q->OH = g->shape[2], q->OW = g->shape[3], q->P = q->OH * q->OW;
+    q->kh = k[0], q->kw = k[1], q->sh = st[0], q->sw = st[1], q->ph = pad[0], q->pw = pad[1];
+    q->dh = dil[0], q->dw = dil[1], q->G = ke_attr_conv2d_weight_grad_groups(&c->a);
+    q->Cg = q->C / q->G, q->Og = q->O / q->G, q->Kc = q->Cg * q->kh * q->kw;
+}
+
+int ke_infer_conv2d_weight_grad(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    char b1[256], b2[256], b3[256];
+    const kl_tensor *x = c->in[0], *g = c->in[1];
+    if (c->a.nlist != 8) return ke_err(KL_ERR_INTERNAL, op, "expected 8 option values");
+    if (g->dtype != x->dtype)
+        return ke_err(KL_ERR_DTYPE, op, "input %s and gradient %s must have one dtype", ke_fmt_tensor(b1, sizeof b1, x),
+                      ke_fmt_tensor(b2, sizeof b2, g));
+    if (x->ndim != 4 || g->ndim != 4 || g->shape[0] != x->shape[0])
+        return ke_err(KL_ERR_SHAPE, op, "expects a 4-D input [N,C,H,W] and gradient [N,O,OH,OW], got %s and %s",
+                      ke_fmt_tensor(b1, sizeof b1, x), ke_fmt_tensor(b2, sizeof b2, g));
+    const int64_t *k = ke_attr_conv2d_weight_grad_kernel_size(&c->a), groups = ke_attr_conv2d_weight_grad_groups(&c->a);
+    if (k[0] < 1 || k[1] < 1 || groups < 1 || x->shape[1] % groups || g->shape[1] % groups)
+        return ke_err(KL_ERR_ARG, op,
+                      "kernel %lldx%lld and groups %lld must be positive, groups dividing channels %lld and %lld",
+                      (long long)k[0], (long long)k[1], (long long)groups, (long long)x->shape[1],
+                      (long long)g->shape[1]);
+    /* g must have the shape conv2d gives x with such a kernel (its rule checks the
+     * rest; w stands in for the weight: its shape and dtype only are read) */
+    kl_tensor w = {.ndim = 4, .dtype = x->dtype, .shape = {g->shape[1], x->shape[1] / groups, k[0], k[1]}};
+    kl_tensor *fin[2] = {c->in[0], &w};
+    ke_call fwd = {.op = KE_OP_conv2d, .nin = 2, .in = fin};
+    const int64_t *st = ke_attr_conv2d_weight_grad_stride(&c->a), *pad = ke_attr_conv2d_weight_grad_padding(&c->a),
+                  *dil = ke_attr_conv2d_weight_grad_dilation(&c->a);
+    int64_t list[6] = {st[0], st[1], pad[0], pad[1], dil[0], dil[1]};
+    if (ke_set_list(&fwd, 6, list)) return -1;
+    ke_attr_set_conv2d_groups(&fwd.a, groups);
+    ke_outspec y;
+    if (ke_infer_conv2d(&fwd, &y) < 0) return -1;
+    if (memcmp(y.shape, g->shape, sizeof(int64_t) * 4))
+        return ke_err(KL_ERR_SHAPE, op, "gradient %s does not have conv2d's output shape %s for input %s",
+                      ke_fmt_tensor(b1, sizeof b1, g), ke_fmt_shape(b2, sizeof b2, 4, y.shape),
+                      ke_fmt_tensor(b3, sizeof b3, x));
+    out[0].dtype = (kl_dtype)x->dtype;
+    out[0].ndim = 4;
+    memcpy(out[0].shape, w.shape, sizeof(int64_t) * 4);
+    c->compute = ke_compute_dtype(out[0].dtype);
+    return 1;
+}
+
+/* g's planes [n0, n0 + nb) of group grp side by side: buf[o, s * P + p] */
+static void gather_g(const conv_ctx *p, const char *g, char *buf) {
+    const conv_geom *q = &p->g;
+    size_t row = (size_t)(q->P * p->es);
+    for (int64_t o = 0; o < q->Og; o++)
+        for (int64_t s = 0; s < p->nb; s++)
+            memcpy(buf + (size_t)(o * p->nb * q->P + s * q->P) * (size_t)p->es,
+                   g + (size_t)(((p->n0 + s) * q->O + p->grp * q->Og + o) * q->P) * (size_t)p->es, row);
+}
+
+static int convw_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
+    conv_ctx p = {.dt = (kl_dtype)y->dtype, .es = (int64_t)ke_dtypes[y->dtype].size, .x = ke_data(xs[0])};
+    convw_geom_of(c, xs[0], xs[1], &p.g);
+    const conv_geom *q = &p.g;
+    const char *g = ke_data(xs[1]);
+    char *dw = ke_data(y);
+    size_t es = (size_t)p.es;
+    if (q->N * q->P == 0 || q->Kc == 0) {
+        memset(dw, 0, (size_t)(q->O * q->Kc) * es);
+        return 0;
+    }
+    size_t per_sample = (size_t)((q->Kc + q->Og) * q->P) * es;
+    int64_t nb_max = (int64_t)(KE_CONV_BATCH_BYTES / per_sample);
+    nb_max = nb_max < 1 ? 1 : nb_max > q->N ? q->N : nb_max;
+    size_t col_bytes = (size_t)(q->Kc * nb_max * q->P) * es, g_bytes = (size_t)(q->Og * nb_max * q->P) * es;
+    char *col = ke_cpu_alloc(col_bytes), *gb = ke_cpu_alloc(g_bytes);
+    if (!col || !gb) {
+        ke_cpu_free(col, col_bytes);
+        ke_cpu_free(gb, g_bytes);
+        return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for the column buffers");
+    }
+    p.col = col;
+    for (int64_t n0 = 0; n0 < q->N; n0 += nb_max) {
+        int64_t nb = q->N - n0 < nb_max ? q->N - n0 : nb_max, ld = nb * q->P;
+        for (int64_t grp = 0; grp < q->G; grp++) {
+            p.n0 = n0, p.nb = nb, p.grp = grp;
+            ke_parallel_for(nb * q->Kc, q->P >= 16384 ? 1 : 16384 / q->P, im2col_batch_range, &p);
+            gather_g(&p, g, gb);
+            if (p.dt == KL_F32 || p.dt == KL_F64) ke_blas_prepare();
+            /* dw_g[Og, Kc] (+)= gb[Og, ld] @ col[Kc, ld]^T */
+            ke_gemm(p.dt, q->Og, q->Kc, ld, 1, gb, ld, 1, col, 1, ld, n0 ? 1 : 0,
+                    dw + (size_t)(grp * q->Og * q->Kc) * es, q->Kc);
+        }
+    }
+    ke_cpu_free(col, col_bytes);
+    ke_cpu_free(gb, g_bytes);
+    return 0;
+}
+
+int ke_cpu_conv2d_weight_grad(ke_call *c) { return ke_with_compute_dtype(c, convw_compute); }
+
+/* The formula: a convolution with batch and channels of x swapping roles (x
+ * as [C/G, G*N, H, W], g as the kernel [G*Og, N, OH, OW]), stride and
+ * dilation swapped; the result [C/G, O, kh', kw'] is cut to the kernel (kh' >
+ * kh when the last rows of x were never reached). */
+int ke_decomp_conv2d_weight_grad(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_conv2d_weight_grad(c, &spec) < 0) return -1;
+    conv_geom q;
+    convw_geom_of(c, c->in[0], c->in[1], &q);
+    kl_tensor *x = c->in[0], *g = c->in[1], *xi, *gi;
+    kl_scope_begin();
+    if (q.G == 1) {
+        xi = kl_transpose(x, 0, 1);
+        gi = kl_transpose(g, 0, 1);
+    } else {
+        kl_tensor *x5 = kl_reshape(x, 5, (int64_t[]){q.N, q.G, q.Cg, q.H, q.W});
+        kl_tensor *g5 = kl_reshape(g, 5, (int64_t[]){q.N, q.G, q.Og, q.OH, q.OW});
+        xi = kl_reshape(kl_permute(x5, 5, (int64_t[]){2, 1, 0, 3, 4}), 4, (int64_t[]){q.Cg, q.G * q.N, q.H, q.W});
+        gi = kl_reshape(kl_permute(g5, 5, (int64_t[]){1, 2, 0, 3, 4}), 4, (int64_t[]){q.G * q.Og, q.N, q.OH, q.OW});
+    }
+    kl_conv2d_options o = {.stride = {q.dh, q.dw}, .padding = {q.ph, q.pw}, .dilation = {q.sh, q.sw}, .groups = q.G};
+    kl_tensor *r = kl_conv2d(xi, gi, NULL, &o);
+    r = kl_contiguous(kl_transpose(kl_narrow(kl_narrow(r, 2, 0, q.kh), 3, 0, q.kw), 0, 1));
+    kl_keep(r);
+    kl_scope_end();
+    return r ? ke_set_out1(c, r) : -1;
 }
 
 /* ---- pooling ------------------------------------------------------------------------------ */

@@ -58,6 +58,10 @@ enum ke_op_flags {
     KE_F_IMPLICIT = 1 << 2,  /* composite that decomposes before autograd/trace */
     KE_F_RANDOM = 1 << 3,    /* consumes the generator (seed/offset in attrs) */
     KE_F_ANYCAST = 1 << 5,   /* in-place output may have any dtype (copy) */
+    /* composite whose CPU kernel does in one or two passes what its decomposition's
+     * kernels do in more: FUSE graphs keep the node whole on the CPU (a library call
+     * the fusion pass fuses around) instead of decomposing it (src/ir/decompose.c) */
+    KE_F_KEEP_CPU = 1 << 6,
 };
 
 #define KE_MAX_OUT 4

@@ -135,6 +135,10 @@
 #define KE_COL_FN(x) KE_PP_CAT(KE_COL_FN_, KE_COL_TAG(x))(x)
 #define KE_COL_FN_NAME(x) x
 #define KE_COL_FN_NONE(x) NULL
+#define KE_COL_HAS(x) KE_PP_CAT(KE_COL_HAS_, KE_COL_TAG(x)) /* 1: the column names a function */
+#define KE_COL_HAS_NAME 1
+#define KE_COL_HAS_NONE 0
+#define KE_COL_HAS_DECOMP 0
 /* A declaration of a function column with the function type sig; nothing for `none`. */
 #define KE_COL_DECL(sig, x) KE_PP_CAT(KE_COL_DECL_, KE_COL_TAG(x))(sig, x)
 #define KE_COL_DECL_NAME(sig, x) sig x;

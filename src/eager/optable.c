@@ -67,6 +67,8 @@ const ke_attr_set ke_op_attrs[KE_OP_COUNT] = {
 #define KE_OP(name_, kind_, nin_, nout_, flags_, dt_, acc_, infer_, cpu_, view_, decomp_, impl_, wrap_, save_, \
               deriv_, ...)                                                                                  \
     _Static_assert(!KE_FORM_IP_##wrap_ || ((flags_) & KE_F_INPLACE),                                          \
-                   "row " #name_ ": form " #wrap_ " makes kl_" #name_ "_inplace but the row lacks KE_F_INPLACE");
+                   "row " #name_ ": form " #wrap_ " makes kl_" #name_ "_inplace but the row lacks KE_F_INPLACE");     \
+    _Static_assert(!((flags_) & KE_F_KEEP_CPU) || (KE_KIND_##kind_ == KE_KIND_COMPOSITE && KE_COL_HAS(cpu_)),   \
+                   "row " #name_ ": KE_F_KEEP_CPU needs a composite with a CPU kernel");
 #include "optable.def"
 #undef KE_OP

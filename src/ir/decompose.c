@@ -19,6 +19,8 @@
  * fused (g->fuse: FUSE mode without autograd), the only reason to decompose:
  * TRACE_ONLY and NO_FUSE graphs keep the composite kernels and stay bitwise
  * equal to eager, and autograd keeps recording the composites' own backward.
+ * Composites flagged KE_F_KEEP_CPU (the op table says which) stay whole on
+ * the CPU even when fused: see decomposable.
  */
 #include "ir.h"
 
@@ -30,10 +32,22 @@ void ir_install_hooks(const ir_hooks *h) { ir_hook = *h; }
 
 #define MAX_DECOMPOSED_NODES 100000 /* a guard against a decomposition that never bottoms out */
 
-static int decomposable(const ir_graph *g, const ir_node *n) {
+/* 1 if node n should be decomposed. A composite flagged KE_F_KEEP_CPU on a CPU
+ * device stays whole, noted for kl_fn_explain: the eager dispatcher runs its fused
+ * CPU kernel there (dispatch.c), which does in one or two passes what the
+ * decomposition's kernels and library calls do in several. On other devices it
+ * has no such kernel and decomposes like any composite. */
+static int decomposable(ir_graph *g, const ir_node *n) {
     if (n->dead || n->inplace || n->op >= KE_OP_COUNT) return 0;
     const ke_op_info *o = &ke_ops[n->op];
     if (o->kind != KE_KIND_COMPOSITE || !o->decomp || (o->flags & (KE_F_IMPLICIT | KE_F_RANDOM))) return 0;
+    if ((o->flags & KE_F_KEEP_CPU) && n->device.type == KL_CPU) {
+        char sh[160];
+        const ir_value *ov = &g->values[n->out[0]];
+        ir_note(g, "%s%s: kept whole on cpu (its fused CPU kernel beats its decomposition)", o->name,
+                ke_fmt_shape(sh, sizeof sh, ov->ndim, ov->shape));
+        return 0;
+    }
     for (int i = 0; i < n->nin; i++)
         if (g->values[n->in[i]].wrapped) return 0;
     return 1;
