@@ -110,6 +110,35 @@ static void grad_matmul_one_side(void **state) {
     KT_GRADCHECK(f_matmul, NULL, 2, in2);
 }
 
+/* A column-major operand (k^T in q @ k^T, W^T in x @ W^T) gets its gradient
+ * column-major, so the tensor behind the transpose receives a contiguous one
+ * (no copy when a reshape or select backward follows); values by gradcheck. */
+static void grad_matmul_layout(void **state) {
+    (void)state;
+    kl_manual_seed(5);
+    kl_tensor *q = IN(KT_CONTIG, 2, 3, 4, 5), *k = IN(KT_CONTIG, 2, 3, 6, 5);
+    kl_tensor *x = IN(KT_CONTIG, 2, 4, 5), *w = IN(KT_CONTIG, 3, 5);
+    kl_tensor *at = IN(KT_CONTIG, 2, 3, 6, 4), *b = IN(KT_CONTIG, 2, 3, 6, 5);
+    /* the column-major operands themselves (views), whose gradients the formula makes */
+    kl_tensor *kt = kl_transpose(k, -2, -1), *wt = kl_t(w), *a = kl_transpose(at, -2, -1);
+    kl_tensor *y[3] = {kl_sum(kl_matmul(q, kt), 0, NULL, false),  /* column-major b, batched */
+                       kl_sum(kl_matmul(x, wt), 0, NULL, false),  /* column-major b, folded weight */
+                       kl_sum(kl_matmul(a, b), 0, NULL, false)};  /* column-major a */
+    kl_tensor *views[3] = {kt, wt, a}, *g[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kl_autograd_grad(1, &y[i], NULL, 1, &views[i], &g[i], NULL), 0);
+        assert_false(kl_is_contiguous(g[i]));
+        assert_true(kl_is_contiguous(kl_transpose(g[i], -2, -1)));
+    }
+    static const shape_pair cases[] = {{4, {2, 3, 4, 6}, 4, {2, 3, 6, 5}}, {3, {2, 4, 5}, 2, {5, 3}}};
+    for (int i = 0; i < 2; i++) {
+        kl_tensor *in[2] = {in_(cases[i].na, cases[i].a, i ? KT_CONTIG : KT_TRANSPOSED),
+                            in_(cases[i].nb, cases[i].b, KT_TRANSPOSED)};
+        KT_GRADCHECK(f_matmul, NULL, 2, in);
+        KT_GRADGRADCHECK(f_matmul, NULL, 2, in);
+    }
+}
+
 static void grad_mm_bmm(void **state) {
     (void)state;
     kl_manual_seed(3);
@@ -981,6 +1010,7 @@ static void grad_conv1d_transpose2d(void **state) {
 const struct CMUnitTest kt_grad_nn_tests[] = {
     KT_TEST(grad_matmul),
     KT_TEST(grad_matmul_one_side),
+    KT_TEST(grad_matmul_layout),
     KT_TEST(grad_mm_bmm),
     KT_TEST(grad_addmm),
     KT_TEST(grad_linear),

@@ -32,7 +32,9 @@
  * optimizer step, clipping and schedule are eager in both. --compile forward
  * compiles the loss only instead (the parameters captured, requiring grad:
  * kl_compile's compiled forward and backward behind one autograd node) and
- * calls kl_backward from eager code. --bench-steps times all three.
+ * calls kl_backward from eager code. --bench-steps times all three, or
+ * those --mode and --compile name (--mode compiled --compile step: only the
+ * compiled step, for a profile of that alone).
  */
 #include "charlm_data.h"
 #include "charlm_model.h"
@@ -53,6 +55,7 @@ typedef struct options {
     const char *data, *save, *load;
     bool skip_missing, profile;
     bool forward_only; /* --compile forward */
+    bool compile_given; /* --compile was on the command line (--bench-steps times only that one) */
 } options;
 
 static double now_s(void) {
@@ -71,7 +74,8 @@ static void usage(FILE *f) {
             "PATH is the folder of fortune files or one text file (default $KILN_DATA_DIR/fortunes, else\n"
             "./data/fortunes); scripts/fetch_fortunes.sh puts them there. --save FILE writes the parameters\n"
             "to FILE and the optimizer state to FILE.optim; --load reads both and resumes at their step.\n"
-            "--bench-steps N only times N training steps per mode (medians) and exits. --compile step (the\n"
+            "--bench-steps N only times N training steps per mode (medians) and exits; the modes are those\n"
+            "--mode and --compile name, all three by default. --compile step (the\n"
             "default) compiles the whole loss-and-gradients function, forward the loss only (then kl_backward).\n");
 }
 
@@ -143,6 +147,7 @@ static int parse_args(int argc, char **argv, options *o) {
         case 'c':
             end = strcmp(v, "step") && strcmp(v, "forward") ? "x" : "";
             o->forward_only = !strcmp(v, "forward");
+            o->compile_given = true;
             break;
         default: {
             static const char *modes[] = {[MODE_BOTH] = "both", [MODE_EAGER] = "eager", [MODE_COMPILED] = "compiled"};
@@ -313,6 +318,9 @@ static int bench(const options *o, const charlm_corpus *c) {
     static const char *names[3] = {"eager", "compiled", "compiled-forward"};
     int rc = 0;
     for (int mode = 0; mode < 3 && !rc && x && y && ms; mode++) {
+        if ((mode == 0 && o->mode == MODE_COMPILED) || (mode > 0 && o->mode == MODE_EAGER) ||
+            (mode > 0 && o->compile_given && (mode == 2) != o->forward_only))
+            continue;
         charlm_trainer t;
         charlm_train_options to = train_options(o, mode > 0, mode == 2);
         kl_manual_seed(o->seed);
@@ -347,7 +355,7 @@ static int bench(const options *o, const charlm_corpus *c) {
         }
         charlm_trainer_free(&t);
     }
-    if (!rc && median[1] > 0 && median[2] > 0)
+    if (!rc && median[0] > 0 && median[1] > 0 && median[2] > 0)
         printf("bench speed-up over eager: compiled step %.2fx, compiled forward + kl_backward %.2fx\n",
                median[0] / median[1], median[0] / median[2]);
     free(x), free(y), free(ms);

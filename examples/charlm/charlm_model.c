@@ -70,16 +70,25 @@ kl_params *charlm_params_new(const charlm_config *cfg) {
     return p;
 }
 
-/* Causal self-attention of one layer: [B, T, C] -> [B, T, C]. One GEMM
- * makes q, k and v; the heads are a view ([3, B, H, T, D]), not copies. */
+/* Causal self-attention of one layer: [B, T, C] -> [B, T, C]. q, k and v
+ * come from the three row blocks of the one qkv weight [3C, C] (and bias),
+ * each by its own GEMM into its own [B, T, C]; the heads are views
+ * ([B, H, T, D]), not copies. One [B, T, 3C] GEMM split by select would be
+ * the same numbers, but its backward assembles the three gradients with
+ * three zero-padded [3, B, H, T, D] copies, their sum and a permuting copy
+ * (~30 bytes per element of qkv); here each gradient costs one [B, T, C]
+ * copy (the heads' transpose back) and the pieces of the weight's gradient
+ * are small. */
 static kl_tensor *attention(const charlm_config *cfg, kl_tensor *const *w, kl_tensor *h) {
     const int64_t *s = kl_shape(h);
     if (!s) return NULL;
     const int64_t B = s[0], T = s[1], C = cfg->embed, H = cfg->heads, D = C / H;
-    kl_tensor *qkv = kl_view(kl_linear(h, w[0], w[1]), KL_SHAPE(B, T, 3, H, D));
-    qkv = kl_permute(qkv, KL_DIMS(2, 0, 3, 1, 4));
-    kl_tensor *a = kl_scaled_dot_product_attention(kl_select(qkv, 0, 0), kl_select(qkv, 0, 1),
-                                                   kl_select(qkv, 0, 2), NULL, true, 0);
+    kl_tensor *qkv[3];
+    for (int i = 0; i < 3; i++) {
+        kl_tensor *y = kl_linear(h, kl_narrow(w[0], 0, i * C, C), kl_narrow(w[1], 0, i * C, C));
+        qkv[i] = kl_transpose(kl_view(y, KL_SHAPE(B, T, H, D)), 1, 2);
+    }
+    kl_tensor *a = kl_scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], NULL, true, 0);
     a = kl_reshape(kl_transpose(a, 1, 2), KL_SHAPE(B, T, C));
     return kl_linear(a, w[2], w[3]);
 }

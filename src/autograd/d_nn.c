@@ -37,11 +37,23 @@ static kl_tensor *spread_reduction(const ag_ctx *c, kl_tensor *g, int64_t n) {
 
 /* ---- matrix products ----------------------------------------------------------------- */
 
+/* Whether t's last two dims are laid out column-major (a transposed view of
+ * a row-major matrix, as k^T in attention or W^T in x @ W^T). */
+static int col_major(const kl_tensor *t) {
+    const int64_t *s = kl_shape(t), *st = kl_stride(t);
+    int n = kl_ndim(t);
+    return s && st && n >= 2 && s[n - 1] > 1 && s[n - 2] > 1 && st[n - 2] == 1 && st[n - 1] != 1;
+}
+
 /* torch.matmul's cases: 1-D operands gain a dim (a in front, b behind) and
  * lose it again, batch dims broadcast. Each gradient is the product with
  * the other operand's transpose, summed over the dims the operand was
  * broadcast along; a matrix b under a batched a (x @ W) gets one folded
- * product instead of a batch of them and a sum. */
+ * product instead of a batch of them and a sum. A column-major operand
+ * gets its gradient column-major too, as the transpose of the transposed
+ * product (same GEMM, other BLAS flags): the transpose backward that
+ * follows then hands on a contiguous gradient (k of q @ k^T) instead of one
+ * a later reshape must copy. */
 int ag_d_matmul(ag_ctx *c) {
     kl_tensor *a = c->in[0], *b = c->in[1], *g = c->gout[0];
     const ag_tmeta *am = &c->in_meta[0], *bm = &c->in_meta[1];
@@ -56,6 +68,8 @@ int ag_d_matmul(ag_ctx *c) {
             ga = kl_squeeze(kl_matmul(b, kl_unsqueeze(g, -1)), -1);
         else if (bm->ndim == 1) /* g [..., M]: ga = g outer b */
             ga = kl_mul(kl_unsqueeze(g, -1), b);
+        else if (col_major(a) && am->ndim >= bm->ndim)
+            ga = kl_transpose(kl_matmul(b, kl_transpose(g, -2, -1)), -2, -1);
         else
             ga = kl_matmul(g, kl_transpose(b, -2, -1));
         c->gin[0] = ag_sum_to(ga, am->ndim, am->shape);
@@ -71,7 +85,10 @@ int ag_d_matmul(ag_ctx *c) {
             gb = kl_matmul(kl_reshape(g, 1, &rows), kl_reshape(a, 2, (int64_t[]){rows, K}));
         } else if (bm->ndim == 2) { /* folded: [rows, K]^T @ [rows, N] */
             int64_t N = bm->shape[1];
-            gb = kl_mm(kl_t(kl_reshape(a, 2, (int64_t[]){rows, K})), kl_reshape(g, 2, (int64_t[]){rows, N}));
+            kl_tensor *a2 = kl_reshape(a, 2, (int64_t[]){rows, K}), *g2 = kl_reshape(g, 2, (int64_t[]){rows, N});
+            gb = col_major(b) ? kl_t(kl_mm(kl_t(g2), a2)) : kl_mm(kl_t(a2), g2);
+        } else if (col_major(b) && bm->ndim >= am->ndim) {
+            gb = kl_transpose(kl_matmul(kl_transpose(g, -2, -1), a), -2, -1);
         } else {
             gb = kl_matmul(kl_transpose(a, -2, -1), g);
         }
