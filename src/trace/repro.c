@@ -417,6 +417,7 @@ static char *replay_source(const rp_set *s, const rp_state *r, const char *what,
     fprintf(f, "    kl_fn *f = kl_compile(subgraph, NULL, &o);\n"
                "    if (!f || kl_fn_call(f, in, N_IN, compiled, N_OUT)) {\n"
                "        printf(\"reproduced: the compiled call failed: %%s\\n\", kl_last_error());\n"
+               "        kl_fn_release(f);\n"
                "        return 1;\n"
                "    }\n"
                "    int bad = 0;\n"
