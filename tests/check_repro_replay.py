@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""A repro bundle replays against the installed library (src/trace/repro.c).
+"""Repro bundles replay against the installed library (src/trace/repro.c).
 
-    check_repro_replay.py MESON BUILD_DIR TEST_REPRO
+    check_repro_replay.py MESON BUILD_DIR TEST_REPRO [SANITIZE]
 
-Runs test_repro with KT_REPRO_DIR set so its bundle is kept, installs the
-build into a scratch prefix (meson install --destdir), builds the bundle's
-replay.c with `cc replay.c $(pkg-config --cflags --libs kiln)` against it and
-checks the exit codes: 1 (reproduced) with the broken lowering switched on,
-0 without it.
+Runs test_repro with KT_REPRO_DIR set so its bundles are kept (one folder per
+test), installs the build into a scratch prefix (meson install --destdir),
+builds each bundle's replay.c with `cc replay.c $(pkg-config --cflags --libs
+kiln)` against it and checks the exit codes: 1 (reproduced) with the test-only
+switch that broke the compile on, 0 without it; 2 for a replay.c with nodes it
+could not write (TODO placeholders).
 """
 import glob
 import os
@@ -15,6 +16,18 @@ import shlex
 import subprocess
 import sys
 import tempfile
+
+
+# test_repro's bundles (one folder each): the switch that breaks the compile, its value (None:
+# replay.c has placeholders and exits 2) and what replay prints when it reproduces.
+CASES = {
+    "mismatch": ("KL_TEST_BREAK_LOWERING", "gelu", "reproduced: the compiled subgraph differs from eager"),
+    "fail": ("KL_TEST_FAIL_LOWERING", "gelu", "reproduced: the compiled call failed"),
+    "noform": ("KL_TEST_BREAK_LOWERING", None, None),
+    "aot_bw": ("KL_TEST_BREAK_LOWERING", "cos", "reproduced: the compiled subgraph differs from eager"),
+    "aot_fw": ("KL_TEST_BREAK_LOWERING", "sin", "reproduced: the compiled subgraph differs from eager"),
+    "aot_fail": ("KL_TEST_FAIL_LOWERING", "cos", "reproduced: the compiled call failed"),
+}
 
 
 def run(cmd, env=None, cwd=None):
@@ -32,10 +45,12 @@ def main():
         rc, out = run([test_repro], env=env)
         if rc != 0:
             sys.exit(f"test_repro failed ({rc}):\n{out}")
-        bundles = glob.glob(os.path.join(tmp, "out", "kiln_repro_*"))
-        if len(bundles) != 1:
-            sys.exit(f"expected one bundle, found {bundles}")
-        bundle = bundles[0]
+        bundles = {}
+        for case in CASES:
+            found = glob.glob(os.path.join(tmp, "out", case, "kiln_repro_*"))
+            if len(found) != 1:
+                sys.exit(f"{case}: expected one bundle, found {found}")
+            bundles[case] = found[0]
         dest = os.path.join(tmp, "inst")
         rc, out = run([meson, "install", "-C", build, "--destdir", dest, "--no-rebuild", "--quiet"])
         if rc != 0:
@@ -47,25 +62,32 @@ def main():
         rc, flags = run(["pkg-config", "--cflags", "--libs", "kiln"], env=penv)
         if rc != 0:
             sys.exit(f"pkg-config failed:\n{flags}")
-        exe = os.path.join(tmp, "replay")
-        cmd = ["cc", os.path.join(bundle, "replay.c"), "-o", exe] + shlex.split(flags)
-        if sanitize:
-            cmd.append("-fsanitize=" + sanitize)
-        rc, out = run(cmd)
-        if rc != 0:
-            sys.exit(f"{' '.join(cmd)} failed:\n{out}")
         libdirs = [f[2:] for f in shlex.split(flags) if f.startswith("-L")]
         renv = dict(os.environ, LD_LIBRARY_PATH=":".join(libdirs + [os.environ.get("LD_LIBRARY_PATH", "")]),
                     KL_CACHE_DIR=os.path.join(tmp, "cache"))
-        renv.pop("KL_TEST_BREAK_LOWERING", None)
-        rc, out = run([exe, bundle], env=renv)
-        print(f"without the broken rule: exit {rc}: {out.strip()}")
-        if rc != 0:
-            sys.exit("replay should agree without KL_TEST_BREAK_LOWERING")
-        rc, out = run([exe, bundle], env=dict(renv, KL_TEST_BREAK_LOWERING="gelu"))
-        print(f"with KL_TEST_BREAK_LOWERING=gelu: exit {rc}: {out.strip()}")
-        if rc != 1 or "reproduced: the compiled subgraph differs from eager" not in out:
-            sys.exit("replay should reproduce the mismatch (exit 1)")
+        for switch in ("KL_TEST_BREAK_LOWERING", "KL_TEST_FAIL_LOWERING"):
+            renv.pop(switch, None)
+        for case, (switch, value, says) in CASES.items():
+            bundle = bundles[case]
+            exe = os.path.join(tmp, "replay_" + case)
+            cmd = ["cc", os.path.join(bundle, "replay.c"), "-o", exe] + shlex.split(flags)
+            if sanitize:
+                cmd.append("-fsanitize=" + sanitize)
+            rc, out = run(cmd)
+            if rc != 0:
+                sys.exit(f"{case}: {' '.join(cmd)} failed:\n{out}")
+            rc, out = run([exe, bundle], env=renv)
+            print(f"{case}: without {switch}: exit {rc}: {out.strip()}")
+            if value is None:  # placeholders: the program refuses to run
+                if rc != 2 or "TODO placeholders" not in out:
+                    sys.exit(f"{case}: an incomplete replay.c should refuse to run (exit 2)")
+                continue
+            if rc != 0:
+                sys.exit(f"{case}: replay should agree without {switch}")
+            rc, out = run([exe, bundle], env=dict(renv, **{switch: value}))
+            print(f"{case}: with {switch}={value}: exit {rc}: {out.strip()}")
+            if rc != 1 or says not in out:
+                sys.exit(f"{case}: replay should reproduce it (exit 1, \"{says}\")")
     print("ok")
 
 

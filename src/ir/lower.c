@@ -102,8 +102,21 @@ static int broken_op(int op, int nin) {
     return op == KE_OP_sub ? KE_OP_add : KE_OP_sub;
 }
 
+/* Tests only: KL_TEST_FAIL_LOWERING=<op> makes lowering a fused group holding that op fail
+ * (KL_ERR_UNSUPPORTED, as a backend refusing a kernel would), so that KL_COMPILE_CHECK's
+ * minifier has a failing compile to shrink (tests/test_repro.c). */
+static int failed_op(const ir_graph *g, const int32_t *members, int n) {
+    const char *e = getenv("KL_TEST_FAIL_LOWERING");
+    for (int m = 0; e && m < n; m++)
+        if (g->nodes[members[m]].op < KE_OP_COUNT && !strcmp(e, ke_ops[g->nodes[members[m]].op].name))
+            return ke_err(KL_ERR_UNSUPPORTED, "compile", "lowering a fused kl_%s failed (KL_TEST_FAIL_LOWERING, a "
+                          "test-only switch)", e);
+    return 0;
+}
+
 ir_kernel *ir_lower_group(const ir_graph *g, const int32_t *members, int n, int ndim, const int64_t *shape,
                           const int32_t *in, int ninputs, const int32_t *out, int noutputs) {
+    if (failed_op(g, members, n)) return NULL;
     ir_kernel *k = calloc(1, sizeof *k);
     int32_t *map = malloc(sizeof *map * (size_t)(g->nvalues ? g->nvalues : 1));
     if (!k || !map || !(k->bufs = calloc((size_t)(ninputs + noutputs) + 1, sizeof *k->bufs))) {

@@ -28,6 +28,13 @@
  * saved tensors. create_graph through it replays the joint graph op by op on
  * the original inputs, so every op is recorded and double backward is
  * eager's (logged under KL_LOG=recompile).
+ *
+ * KL_COMPILE_CHECK keeps both graphs as split (before the passes): a compile
+ * of either that fails, a forward whose outputs differ from fn's (compile.c
+ * checks those) and a backward whose gradients differ from its graph run op
+ * by op (checked at each backward here) get a repro bundle of that graph,
+ * minified as a plain function of its inputs (the backward's: the inputs it
+ * reads, the saved values, the output gradients).
  */
 #include "trace.h"
 
@@ -60,12 +67,16 @@ struct tr_aot {
     int32_t *b_idx;           /* fn input, saved or node-output index */
     int64_t saved_bytes, bw_launches;
     _Atomic int64_t backward_calls, replays;
+    ir_graph *fw_traced, *bw_traced; /* KL_COMPILE_CHECK: the graphs as split, else NULL */
+    kl_compile_options check;        /* ... and the options to compile their pieces with */
 };
 
 static void aot_decref(tr_aot *a) {
     if (!a || atomic_fetch_sub(&a->refcount, 1) != 1) return;
     ir_graph_free(a->bw);
     ir_graph_free(a->joint);
+    ir_graph_free(a->fw_traced);
+    ir_graph_free(a->bw_traced);
     for (int k = 0; k < a->nparams; k++) ke_tensor_decref(a->params[k]);
     free(a->params);
     free(a->param_refs);
@@ -287,6 +298,36 @@ static const char *unsupported(const ir_graph *J, int32_t split, int n_out, int 
     return NULL;
 }
 
+/* KL_COMPILE_CHECK: the backward graph's compile failed (the error pending): its bundle, from
+ * inputs made by running the forward as split op by op, and ones as the output gradients. */
+static void failed_backward(const tr_aot *a, kl_tensor *const *inputs) {
+    ke_error_stash found;
+    ke_error_set_aside(&found);
+    const ir_graph *F = a->fw_traced;
+    kl_scope_begin();
+    kl_no_grad_begin();
+    kl_tensor **fo = calloc((size_t)F->noutputs + 1, sizeof *fo), **bin = calloc((size_t)a->nb_in + 1, sizeof *bin);
+    int rc = fo && bin ? tr_run_graph(F, inputs, fo) : -1;
+    for (int k = 0; !rc && k < a->nb_in; k++) {
+        bin[k] = a->b_kind[k] == B_FN_INPUT ? inputs[a->b_idx[k]]
+                 : a->b_kind[k] == B_SAVED  ? fo[a->n_out + a->b_idx[k]]
+                                            : kl_ones_like(fo[a->diff_out[a->b_idx[k]]]);
+        rc = !bin[k];
+    }
+    if (rc) { /* no inputs for the minifier: the error says so */
+        char tail[700];
+        snprintf(tail, sizeof tail, " (no repro bundle: the forward did not run: %.600s)", kl_last_error());
+        kl_clear_error();
+        strncat(found.msg, tail, sizeof found.msg - strlen(found.msg) - 1);
+    }
+    ke_error_put_back(&found);
+    if (!rc) tr_repro_error(a->bw_traced, bin, a->nb_in, &a->check, found.code);
+    kl_no_grad_end();
+    kl_scope_end();
+    free(fo);
+    free(bin);
+}
+
 int tr_aot_build(const tr_aot_spec *sp, ir_graph **fw_out, tr_aot **aot_out, char *why, size_t why_cap) {
     *fw_out = NULL;
     *aot_out = NULL;
@@ -464,8 +505,19 @@ int tr_aot_build(const tr_aot_spec *sp, ir_graph **fw_out, tr_aot **aot_out, cha
     F->fuse = B->fuse = sp->fuse;
     for (int i = 0; i < n_in; i++)
         if (sp->alias[i] >= 0) ir_alias_input(F, i, sp->alias[i]);
-    if (ir_optimize(F) || tr_compile_kernels(F, sp->cpu) || ir_optimize(B) || tr_compile_kernels(B, sp->cpu))
+    if (sp->check) {
+        a->check = *sp->check;
+        a->check.name = a->name;
+        if (!(a->fw_traced = ir_graph_clone(F)) || !(a->bw_traced = ir_graph_clone(B))) goto out;
+    }
+    if (ir_optimize(F) || tr_compile_kernels(F, sp->cpu)) {
+        if (sp->check) tr_repro_error(a->fw_traced, sp->inputs, n_in, &a->check, kl_last_status());
         goto out;
+    }
+    if (ir_optimize(B) || tr_compile_kernels(B, sp->cpu)) {
+        if (sp->check) failed_backward(a, sp->inputs);
+        goto out;
+    }
     a->bw_launches = tr_count_launches(B, NULL);
     a->bw = B;
     a->joint = J;
@@ -530,6 +582,9 @@ int tr_aot_guard(const tr_aot *a, char *why, size_t cap) {
     return 0;
 }
 
+const ir_graph *tr_aot_fw_traced(const tr_aot *a) {
+    return a->fw_traced;
+}
 int64_t tr_aot_saved_bytes(const tr_aot *a) {
     return a->saved_bytes;
 }
@@ -631,6 +686,28 @@ out:
     return rc;
 }
 
+/* KL_COMPILE_CHECK: the backward graph as split, run op by op on the same inputs (drawing what
+ * the compiled run drew), must give the compiled gradients; a mismatch names a bundle. */
+static int check_backward(const tr_aot *a, kl_tensor *const *bin, kl_tensor *const *bout, tr_rand *rs) {
+    const ir_graph *B = a->bw_traced;
+    kl_tensor **eout = calloc((size_t)B->noutputs + 1, sizeof *eout);
+    if (!eout) return ke_err(KL_ERR_OOM, "backward", "out of memory");
+    kl_scope_begin();
+    kl_no_grad_begin();
+    int rc = tr_run_graph_rs(B, bin, eout, rs);
+    for (int32_t j = 0; !rc && j < B->noutputs; j++)
+        if (!tr_same_values(bout[j], eout[j]))
+            rc = ke_err(KL_ERR_STATE, "backward",
+                        "KL_COMPILE_CHECK: %s: compiled backward's output %d differs from eager beyond the %s tolerance",
+                        a->name, (int)j + 1, ke_dtypes[bout[j]->dtype].name);
+    kl_no_grad_end();
+    kl_scope_end();
+    free(eout);
+    if (rc && kl_last_status() == KL_ERR_STATE && !strncmp(kl_last_error(), "kl_backward: KL_COMPILE_CHECK", 29))
+        tr_repro_error(B, bin, a->nb_in, &a->check, 0);
+    return rc;
+}
+
 static int node_backward(void *p, int create_graph, int nout, kl_tensor *const *gout, int nin, const uint8_t *need,
                          kl_tensor **gin) {
     (void)need;
@@ -673,6 +750,10 @@ static int node_backward(void *p, int create_graph, int nout, kl_tensor *const *
         memcpy(mine.rsv, rs.rsv, sizeof *mine.rsv * 2 * (size_t)rs.n);
     }
     rc = tr_run_graph_rs(a->bw, bin, bout, &mine);
+    if (!rc && a->bw_traced) {
+        if (rs.n) memcpy(mine.rsv, rs.rsv, sizeof *mine.rsv * 2 * (size_t)rs.n);
+        rc = check_backward(a, bin, bout, &mine);
+    }
     free(mine.rsv);
     for (int w = 0; !rc && w < a->nwrt; w++) gin[w] = a->grad_out[w] >= 0 ? bout[a->grad_out[w]] : NULL;
 out:

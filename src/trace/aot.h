@@ -25,6 +25,10 @@ typedef struct tr_aot_spec {
     int nparams;
     int fuse;
     const ir_backend *cpu;
+    /* KL_COMPILE_CHECK (NULL: off): the function's options. Both graphs are kept as split
+     * (before the passes), a failed compile of either names a repro bundle of it, and each
+     * backward is checked against that graph run op by op (tr_aot_fw_traced). */
+    const kl_compile_options *check;
 } tr_aot_spec;
 
 /* Traces the joint forward+backward, splits it and compiles both graphs:
@@ -40,6 +44,8 @@ int tr_aot_call(tr_aot *a, const ir_graph *fw, kl_tensor *const *inputs, kl_tens
  * grad, or is referenced only by the compiled function (the caller replaced
  * it: fn would read another tensor now). */
 int tr_aot_guard(const tr_aot *a, char *why, size_t cap);
+/* KL_COMPILE_CHECK: the forward graph as split, before the passes (NULL when the check is off). */
+const ir_graph *tr_aot_fw_traced(const tr_aot *a);
 int64_t tr_aot_saved_bytes(const tr_aot *a);
 int64_t tr_aot_backward_launches(const tr_aot *a);
 int64_t tr_aot_backward_calls(const tr_aot *a);

@@ -375,45 +375,8 @@ static int check_against_eager(kl_fn *f, kl_tensor *const *in, int n_in, kl_tens
     return rc ? -1 : 0;
 }
 
-/* A mismatch found by the check: the minifier's bundle, named in the error (and logged). Returns -1. */
-static int minify(kl_fn *f, tr_entry *e, kl_tensor *const *before, int n_in) {
-    ke_error_stash found;
-    ke_error_set_aside(&found);
-    const char *what = found.msg;
-    if (!strncmp(what, "kl_fn_call: ", 12)) what += 12;
-    char dir[4096];
-    /* the minifier's eager run draws random numbers: later draws stay as if it had not run */
-    ke_generator gen = ke_generator_get_state(ke_default_generator());
-    int rc = tr_repro(e->traced, before, n_in, &f->o, what, dir, sizeof dir);
-    ke_generator_set_state(ke_default_generator(), gen);
-    if (rc) {
-        char why[600];
-        snprintf(why, sizeof why, "%s", kl_last_error());
-        kl_clear_error();
-        return ke_err(found.code, "fn_call", "%s (no repro bundle: %s)", what, why);
-    }
-    return ke_err(found.code, "fn_call", "%s; repro bundle: %s", what, dir);
-}
-
 int tr_fn_dump_kernels(const kl_fn *f, const char *dir) {
-    if (f->last < 0 || !f->entries[f->last].g) return 0;
-    const ir_graph *g = f->entries[f->last].g;
-    for (int32_t k = 0; k < g->nkernels; k++) {
-        const ir_kernel *kn = g->kernels[k];
-        char path[4200];
-        snprintf(path, sizeof path, "%s/kernel%d.txt", dir, (int)k);
-        char *text = ir_kernel_to_string(kn);
-        FILE *o = text ? fopen(path, "w") : NULL;
-        if (o) {
-            fprintf(o, "# kernel %d = %s\n%s", (int)k, kn->ops ? kn->ops : "?", text);
-            fclose(o);
-        }
-        free(text);
-        if (!o) return ke_err(KL_ERR_IO, "fn_call", "repro: cannot write %s", path);
-        snprintf(path, sizeof path, "%s/kernel%d.ll", dir, (int)k);
-        if (kn->backend && kn->backend->dump && kn->backend->dump(kn, path)) return -1;
-    }
-    return 0;
+    return f->last < 0 || !f->entries[f->last].g ? 0 : tr_dump_kernels(f->entries[f->last].g, dir);
 }
 
 /* ---- calls ----------------------------------------------------------------------------- */
@@ -737,7 +700,8 @@ static int make_aot(kl_fn *f, tr_entry *e, ir_graph **g, kl_tensor *const *in, c
     for (int32_t i = 0; i < (*g)->ncaptured; i++)
         if ((*g)->captured[i]->keys & KE_KS(KE_KEY_AUTOGRAD)) params[np++] = (*g)->captured[i];
     tr_aot_spec sp = {.fn = f->fn, .user = f->user, .name = f->o.name, .inputs = in, .alias = alias, .n_in = n_in,
-                      .n_out = n_out, .g0 = *g, .params = params, .nparams = np, .fuse = 1, .cpu = f->cpu};
+                      .n_out = n_out, .g0 = *g, .params = params, .nparams = np, .fuse = 1, .cpu = f->cpu,
+                      .check = f->env_check ? &f->o : NULL};
     ir_graph *fw = NULL;
     char why[256];
     int rc = tr_aot_build(&sp, &fw, &e->aot, why, sizeof why);
@@ -918,6 +882,7 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         if (bad) {
             ir_graph_free(g);
             g = NULL;
+            if (e->traced) tr_repro_error(e->traced, in, n_in, &f->o, kl_last_status()); /* names the bundle */
         }
     }
     int want_dyn = 0;
@@ -966,6 +931,8 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         e->why = NULL;
         tr_aot_release(e->aot);
         e->aot = NULL;
+        ir_graph_free(e->traced);
+        e->traced = NULL;
         return -1;
     }
     if (broke) {
@@ -1168,8 +1135,9 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
         ke_generator_set_state(ke_default_generator(), gen1);
         /* the minifier replays the graph as traced, at its traced sizes: a dynamic entry
          * called at another size reports the mismatch without a bundle */
-        if (rc && hit->traced && kl_last_status() == KL_ERR_STATE && (!hit->dyn || g == hit->g))
-            rc = minify(f, hit, before, n_in);
+        const ir_graph *traced = hit->aot ? tr_aot_fw_traced(hit->aot) : hit->traced;
+        if (rc && traced && kl_last_status() == KL_ERR_STATE && (!hit->dyn || g == hit->g))
+            rc = tr_repro_error(traced, before, n_in, &f->o, 0);
     }
     if (before)
         for (int i = 0; i < n_in; i++)

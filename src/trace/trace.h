@@ -76,16 +76,26 @@ ir_graph *tr_subtrace(const ir_graph *g, const ir_node *n);
 double tr_tolerance(kl_dtype d);
 /* 1 if a and b have one dtype and shape and agree within tr_tolerance (NaN equals NaN). */
 int tr_same_values(kl_tensor *a, kl_tensor *b);
-/* Writes each kernel of f's most recent graph to dir: kernel IR as kernel<N>.txt and,
- * where its backend can (ir_backend.dump), the generated code as kernel<N>.ll. 0 or -1. */
+/* Writes each kernel of g to dir: kernel IR as kernel<N>.txt and, where its backend can
+ * (ir_backend.dump, a compiled kernel), the generated code as kernel<N>.ll. 0 or -1. (repro.c) */
+int tr_dump_kernels(const ir_graph *g, const char *dir);
+/* tr_dump_kernels of f's most recent graph (none: nothing written). 0 or -1. */
 int tr_fn_dump_kernels(const kl_fn *f, const char *dir);
 /* Nonzero while this thread minifies: functions compiled meanwhile skip KL_COMPILE_CHECK. */
 extern _Thread_local int tr_in_repro;
-/* KL_COMPILE_CHECK found that f's compiled call differs from eager (what: the check's message):
- * shrinks traced (the signature's graph as traced; inputs: the call's inputs before it ran) to
- * a smallest subgraph that still differs, compiled with o, and writes a repro bundle whose
- * folder is put in dir (repro.c says what it holds). 0, or -1 with an error recorded. */
+/* KL_COMPILE_CHECK found that f's compiled call differs from eager (fail_code 0), or that its
+ * compile failed with status fail_code (what: the error's message): shrinks traced (the
+ * signature's graph as traced; inputs: the call's inputs before it ran) to a smallest
+ * subgraph that still differs, or whose compile still fails with the same status and message
+ * up to its first digit, compiled with o, and writes a repro bundle whose folder is put in
+ * dir (repro.c says what it holds). 0, or -1 with an error recorded. */
 int tr_repro(const ir_graph *traced, kl_tensor *const *inputs, int n_in, const kl_compile_options *o, const char *what,
-             char *dir, size_t dir_cap);
+             int fail_code, char *dir, size_t dir_cap);
+
+/* The error pending (a mismatch KL_COMPILE_CHECK found, or a failed compile: fail_code is its
+ * status) gets the bundle of tr_repro(traced, ...) at its end, "; repro bundle: DIR", or why
+ * there is none, " (no repro bundle: ...)"; the random generator is left as it was. -1. */
+int tr_repro_error(const ir_graph *traced, kl_tensor *const *inputs, int n_in, const kl_compile_options *o,
+                   int fail_code);
 
 #endif /* TR_TRACE_H */
