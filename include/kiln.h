@@ -1225,7 +1225,8 @@ typedef struct kl_compile_options {
     int auto_dynamic;
     /* Tiered execution (docs/COMPILE.md "Compile latency"), 0 in kl_compile_options_default:
      * 1 = a new signature is traced and optimized at once, its kernels compile on a background
-     * thread, and its calls run fn eagerly until they are ready, then the compiled graph.
+     * thread, and its calls run fn eagerly until they are ready, then the compiled graph (a
+     * new size's dynamic entry too). Off by default: which calls run eagerly depends on timing.
      * $KL_COMPILE_ASYNC=1 / 0 turns it on / off for every function, whatever this says. */
     int async;
 } kl_compile_options;

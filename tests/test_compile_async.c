@@ -285,6 +285,55 @@ static void async_first_calls_eager_then_compiled(void **state) {
     kl_fn_release(f);
 }
 
+/* A second batch size makes a dynamic entry (automatic dynamic): tiered too. Its first
+ * calls run eagerly while the template's kernels compile, then it runs compiled, at that
+ * size and, specialised, at a third one (no trace); results equal eager (the row kernel
+ * within 1e-5). Released while the dynamic entry compiles: cancelled, nothing used after
+ * it is freed. */
+static void async_dynamic_retrace_tiered(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    for (int rel = 0; rel < 2; rel++) {
+        chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.05 + rel * 0.001};
+        kl_tensor *w = kl_mul_scalar(seqf(8, 8, 0.07), 0.5);
+        kl_fn *f = compile_async(mixed, &a);
+        const int64_t rows[3] = {4, 6, 9};
+        for (int b = 0; b < 3; b++) {
+            kl_tensor *in[2] = {seqf(rows[b], 8, 0.37 + 0.01 * b), w}, *want[2], *y[2];
+            assert_int_equal(mixed(&a, in, 2, want, 2), 0);
+            kl_fn_stats st0, st;
+            kl_fn_get_stats(f, &st0);
+            assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+            kl_fn_get_stats(f, &st);
+            if (b < 2) { /* a new entry: traced, and this call ran eagerly (bitwise eager) */
+                assert_int_equal(st.traces, st0.traces + 1);
+                assert_int_equal(st.async_eager_calls, st0.async_eager_calls + 1);
+                assert_int_equal(kl_equal(y[0], want[0]), 1);
+                assert_int_equal(kl_equal(y[1], want[1]), 1);
+                if (b == 1) {
+                    assert_int_equal(st.dynamic_entries, 1);
+                    if (rel) break; /* released while the dynamic entry compiles */
+                }
+                assert_int_equal(kl_fn_wait_compiled(f), 0);
+                kl_fn_get_stats(f, &st0);
+                assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+                kl_fn_get_stats(f, &st);
+            }
+            /* compiled: no trace, no eager call */
+            assert_int_equal(st.traces, st0.traces);
+            assert_int_equal(st.async_eager_calls, st0.async_eager_calls);
+            assert_int_equal(st.eager_calls, st0.eager_calls);
+            if (b == 2) assert_int_equal(st.specialisations, st0.specialisations + 1);
+            assert_int_equal(kl_allclose(y[0], want[0], 1e-5, 1e-6, false), 1);
+            assert_int_equal(kl_equal(y[1], want[1]), 1);
+        }
+        kl_fn_stats st;
+        kl_fn_get_stats(f, &st);
+        assert_int_equal(st.traces, 2);
+        kl_fn_release(f);
+    }
+}
+
 /* $KL_COMPILE_ASYNC overrides the option both ways. */
 static void async_env_overrides_option(void **state) {
     (void)state;
@@ -423,6 +472,7 @@ int main(int argc, char **argv) {
         KT_TEST(parallel_compile_failures_fall_back),
         KT_TEST(concurrent_compiles_from_threads),
         KT_TEST(async_first_calls_eager_then_compiled),
+        KT_TEST(async_dynamic_retrace_tiered),
         KT_TEST(async_env_overrides_option),
         KT_TEST(release_while_compiling),
         KT_TEST(calls_from_threads_while_compiling),

@@ -531,6 +531,7 @@ static void prep_work(void *u) {
 }
 static void *prep_main(void *u) {
     (void)u;
+    ke_thread_background(); /* a tiered first call runs eagerly meanwhile: it keeps the cores */
     char why[256];
     guarded(prep_work, NULL, why, sizeof why);
     kl_clear_error(); /* a failure stays in the backend's state; the first compile reports it */

@@ -2,11 +2,13 @@
 #define _GNU_SOURCE
 #include "threadpool.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -435,4 +437,15 @@ __attribute__((destructor)) static void ke_pool_atexit(void) {
         return;
     ke_pool_stop_locked();
     pthread_mutex_unlock(&ke_pool_lock);
+}
+
+void ke_thread_background(void) {
+#ifdef __linux__
+    /* per thread on Linux: PRIO_PROCESS with a thread id; raising niceness needs no privilege */
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0 && cur < 10)
+        setpriority(PRIO_PROCESS, tid, 10);
+#endif
 }

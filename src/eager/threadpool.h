@@ -67,6 +67,12 @@ int ke_pool_parked_workers(void);
  * Longer trades CPU burnt while idle for fewer ~50 us wake-ups. */
 void ke_pool_set_spin_us(int64_t us);
 
+/* Lowers the calling thread's scheduling priority for good (Linux: nice +10,
+ * this thread only; elsewhere nothing): for a thread doing background work
+ * (a tiered compile, the JIT's setup) while the caller's threads run calls,
+ * so that those are not slowed down by sharing the cores with it. */
+void ke_thread_background(void);
+
 /* public: declared in kiln.h too */
 
 /* Threads used by ke_parallel_for, caller included.  Defaults to

@@ -545,6 +545,9 @@ static tr_async *jobs;
 
 static void *async_main(void *p) {
     tr_async *j = p;
+    /* the calls running eagerly meanwhile keep the cores: a compile at the same priority
+     * took half of them (with two threads the first eager digits step took 23 ms, not 0.7) */
+    ke_thread_background();
     double t0 = now_ms(), l0 = ir_backend_llvm_ms();
     int rc = compile_kernels(j->g, j->cpu, &j->cancel, 1);
     j->ms = now_ms() - t0;
@@ -816,7 +819,7 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         free(text);
     }
     double t0 = now_ms();
-    int broke = 0;
+    int broke = 0, tiered = 0;
     char reason[256] = "";
     tracing_frame frame = {f, tl_tracing};
     tl_tracing = &frame;
@@ -864,14 +867,11 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         int64_t q1 = prof ? ke_prof_now() : 0;
         if (prof) ke_prof_complete(KE_PROF_COMPILE, "passes", q0, q1, 0, NULL);
         double llvm0 = ir_backend_llvm_ms();
-        int want_dyn0 = 0;
-        for (int i = 0; dynmask && i < n_in; i++) want_dyn0 |= dynmask[i] != 0;
-        /* tiered: not for dynamic entries (their probes compare compiled templates) */
-        if (!bad && f->async && !want_dyn0 && async_eligible(g, f->cpu) && !async_start(e, g, f->cpu))
-            ke_log(KE_LOG_CACHE, "%s: entry %d: %d kernels compile in the background; calls run eagerly meanwhile",
-                   f->o.name, f->nentries, (int)g->nkernels);
-        else if (!bad)
-            bad = tr_compile_kernels(g, f->cpu) != 0;
+        /* tiered: the kernels compile in the background, started below once the entry is
+         * complete (a dynamic entry's probes and fits read the template's kernels, not their
+         * code, so they run meanwhile) */
+        tiered = !bad && f->async && async_eligible(g, f->cpu);
+        if (!bad && !tiered) bad = tr_compile_kernels(g, f->cpu) != 0;
         e->ms[2] = now_ms() - t2;
         e->ms[3] = ir_backend_llvm_ms() - llvm0;
         if (prof && g->nkernels) {
@@ -918,6 +918,23 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         }
         for (int32_t i = 0; g && i < g->ncaptured; i++)
             e->cap_rg[i] = (g->captured[i]->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0;
+    }
+    if (g && tiered) { /* g: the template of a dynamic entry, or the static graph */
+        if (!async_start(e, g, f->cpu)) {
+            ke_log(KE_LOG_CACHE, "%s: entry %d: %d kernels compile in the background; calls run eagerly meanwhile",
+                   f->o.name, f->nentries, (int)g->nkernels);
+        } else { /* no thread: compiled at once */
+            double t2 = now_ms(), llvm0 = ir_backend_llvm_ms();
+            int bad = tr_compile_kernels(g, f->cpu) != 0;
+            e->ms[2] += now_ms() - t2;
+            e->ms[3] += ir_backend_llvm_ms() - llvm0;
+            if (bad) {
+                if (e->dyn) tr_dyn_free(e->dyn); /* owns g */
+                else ir_graph_free(g);
+                e->dyn = NULL;
+                g = NULL;
+            }
+        }
     }
     f->st.compile_ms += now_ms() - t0;
     f->st.traces++;
@@ -1067,6 +1084,17 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
             ke_prof_instant(KE_PROF_CACHE, "cache hit", args);
         }
     }
+    /* tiered: while the kernels compile the call runs eagerly (before a dynamic entry is
+     * specialised: its copies' kernels would compile on this thread) */
+    int tier0 = 0;
+    if (hit->job) {
+        if (atomic_load(&hit->job->state) == 0) tier0 = 1, f->st.async_eager_calls++;
+        else async_finish(f, hit);
+    }
+    if (hit->eager || tier0) {
+        pthread_mutex_unlock(&f->lock);
+        return run_eager(f, inputs, n_in, outputs, n_out);
+    }
     ir_graph *g = hit->g;
     int transient = 0;
     if (hit->dyn) { /* the graph for this call's size */
@@ -1085,13 +1113,7 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
             return -1;
         }
     }
-    int tier0 = 0;
-    if (hit->job) {
-        if (atomic_load(&hit->job->state) == 0) tier0 = 1, f->st.async_eager_calls++;
-        else async_finish(f, hit);
-    }
     pthread_mutex_unlock(&f->lock);
-    if (hit->eager || tier0) return run_eager(f, inputs, n_in, outputs, n_out);
 
     int check = f->env_check;
     kl_tensor **before = NULL;
