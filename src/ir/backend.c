@@ -77,10 +77,10 @@ int ir_kernels_compile(ir_kernel *const *ks, int n, const ir_backend *b) {
             if (ir_kernel_compile(ks[i], b)) return -1;
         return 0;
     }
-    ir_kernel **todo = malloc(sizeof *todo * (size_t)(n > 0 ? n : 1));
+    ir_kernel **pending = malloc(sizeof *pending * (size_t)(n > 0 ? n : 1));
     void **handles = malloc(sizeof *handles * (size_t)(n > 0 ? n : 1));
-    if (!todo || !handles) {
-        free(todo);
+    if (!pending || !handles) {
+        free(pending);
         free(handles);
         return ke_err(KL_ERR_OOM, "compile", "out of memory");
     }
@@ -89,26 +89,26 @@ int ir_kernels_compile(ir_kernel *const *ks, int n, const ir_backend *b) {
         ir_kernel *k = ks[i];
         if (k->handle && k->backend == b) continue;
         int dup = 0; /* a kernel listed twice is compiled once */
-        for (int j = 0; j < m; j++) dup |= todo[j] == k;
+        for (int j = 0; j < m; j++) dup |= pending[j] == k;
         if (dup) continue;
         if (k->handle && atomic_load(&k->refs) > 1)
             rc = ke_err(KL_ERR_STATE, "compile", "a kernel shared by copies of a graph is already compiled by %s",
                         k->backend->name);
-        todo[m++] = k;
+        pending[m++] = k;
     }
-    if (!rc && m == 1) rc = ir_kernel_compile(todo[0], b);
+    if (!rc && m == 1) rc = ir_kernel_compile(pending[0], b);
     else if (!rc && m > 1) {
         for (int i = 0; i < m; i++) {
-            if (todo[i]->handle) todo[i]->backend->free(todo[i]->handle);
-            todo[i]->handle = NULL;
-            todo[i]->backend = b;
+            if (pending[i]->handle) pending[i]->backend->free(pending[i]->handle);
+            pending[i]->handle = NULL;
+            pending[i]->backend = b;
             handles[i] = NULL;
         }
         atomic_fetch_add(&compiles, m);
-        rc = b->compile_group(todo, m, handles);
-        for (int i = 0; i < m && !rc; i++) todo[i]->handle = handles[i];
+        rc = b->compile_group(pending, m, handles);
+        for (int i = 0; i < m && !rc; i++) pending[i]->handle = handles[i];
     }
-    free(todo);
+    free(pending);
     free(handles);
     return rc ? -1 : 0;
 }
