@@ -208,8 +208,20 @@ static void sort_topk_like_cpu(void **s) {
             }
         kl_scope_end();
     }
-    cn_set_sort_tile(CN_SORT_MAX_ROW);
     kl_tensor *v[2], *ix[2];
+    /* the long-row path ran: a row of 37 with tiles of 8 is one tile launch and merges of runs of 8, 16
+     * and 32 (the last writing the result) */
+    int64_t n0[KU_N_COUNT], n1[KU_N_COUNT];
+    kl_tensor *r37 = dev(values(KL_SHAPE(2, 37), KL_F32));
+    ku_counts(n0);
+    assert_int_equal(kl_sort(r37, 1, false, true, &v[1], &ix[1]), 0);
+    ku_counts(n1);
+    assert_int_equal(n1[KU_N_LAUNCH] - n0[KU_N_LAUNCH], 4);
+    cn_set_sort_tile(CN_SORT_MAX_ROW);
+    ku_counts(n0);
+    assert_int_equal(kl_sort(r37, 1, false, true, &v[1], &ix[1]), 0);
+    ku_counts(n1);
+    assert_int_equal(n1[KU_N_LAUNCH] - n0[KU_N_LAUNCH], 1); /* one block per row */
     kl_tensor *z = kl_scalar_tensor(-1.5, KL_F32), *em = kl_zeros(KL_SHAPE(3, 0), KL_F32);
     assert_int_equal(kl_sort(z, 0, false, true, &v[0], &ix[0]), 0);
     assert_int_equal(kl_sort(dev(z), 0, false, true, &v[1], &ix[1]), 0);
