@@ -83,6 +83,7 @@ static void init_once(void) {
     ke_register_kernel(KE_KEY_CUDA, KE_OP_embedding, ku_cuda_embedding);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_scatter_add, ku_cuda_scatter_add);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_scatter, ku_cuda_scatter_add);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_scatter_reduce, ku_cuda_scatter_add);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_one_hot, ku_cuda_one_hot);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_softmax, ku_cuda_softmax);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_log_softmax, ku_cuda_softmax);
@@ -110,6 +111,7 @@ static void init_once(void) {
     /* sort, topk (argsort decomposes into sort): bitonic rows in shared memory (cn_sort.c) */
     ke_register_kernel(KE_KEY_CUDA, KE_OP_sort, ku_cuda_sort);
     ke_register_kernel(KE_KEY_CUDA, KE_OP_topk, ku_cuda_sort);
+    ke_register_kernel(KE_KEY_CUDA, KE_OP_multinomial, ku_cuda_multinomial); /* cn_multinomial.c */
     ke_register_device(KL_CUDA, &ku_cuda_device_ops);
 }
 

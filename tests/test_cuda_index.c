@@ -1,7 +1,8 @@
 /*
  * test_cuda_index.c — the indexing ops on CUDA tensors (cn_index.c): gather,
  * take_along_dim, index_select, embedding, scatter_add (out of place and in
- * place), one_hot, each against CPU eager on the same values, byte for byte
+ * place), scatter_reduce (every reduction, with and without self, and its
+ * derivative in f64), one_hot, each against CPU eager on the same values, byte for byte
  * (they move elements; scatter_add adds in the CPU's order): every dtype,
  * every dim, int32 and int64 indices where taken, non-contiguous inputs and
  * indices, random shapes; bad indices (the CPU's error, naming op, value,
@@ -226,6 +227,125 @@ static void close_to(kl_tensor *want, kl_tensor *got, double tol, const char *wh
     }
 }
 
+/* x with NaNs at a few places (floating dtypes only). */
+static kl_tensor *with_nans(kl_tensor *x) {
+    const kl_dtype dt = kl_dtype_of(x);
+    if (dt != KL_F32 && dt != KL_F64 && dt != KL_F16 && dt != KL_BF16) return x;
+    kl_tensor *m = kl_eq_scalar(kl_remainder_scalar(kl_arange(0, (double)kl_numel(x), 1, KL_I64), 7), 3);
+    return kl_masked_fill(x, kl_reshape(m, kl_ndim(x), kl_shape(x)), NAN);
+}
+
+/* scatter_reduce: every reduction with and without self, every dtype the CPU
+ * takes (mean: not bool), every dim, repeated targets, src larger than
+ * index, NaNs for amax / amin, integer products that wrap, a transposed self
+ * and src, an empty index, 0-dim tensors; byte for byte. */
+static void scatter_reduce_like_cpu(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(47);
+    ncases = 0;
+    for (int d = 0; d < KL_NUM_DTYPES; d++) {
+        kl_scope_begin();
+        kl_tensor *x = values(KL_SHAPE(4, 6, 5), (kl_dtype)d);
+        if (d == KL_I32 || d == KL_I64 || d == KL_U8) x = kl_add_scalar(x, 1); /* products that are not all 0 */
+        kl_tensor *gx = dev(x);
+        for (int dim = 0; dim < 3; dim++) {
+            int64_t ish[3] = {3, 4, 5}, ssh[3] = {4, 5, 6};
+            ish[dim] = 9; /* more entries than the dim: duplicates */
+            ssh[dim] = 10;
+            kl_tensor *ix = indices(3, ish, kl_shape(x)[dim], KL_I64), *src = with_nans(values(3, ssh, (kl_dtype)d));
+            kl_tensor *gix = dev(ix), *gsrc = dev(src);
+            for (int r = KL_SCATTER_SUM; r <= KL_SCATTER_AMIN; r++)
+                for (int inc = 0; inc < 2; inc++) {
+                    if (r == KL_SCATTER_MEAN && d == KL_BOOL) continue;
+                    same(kl_scatter_reduce(x, dim, ix, src, (kl_scatter_reduction)r, inc),
+                         kl_scatter_reduce(gx, dim, gix, gsrc, (kl_scatter_reduction)r, inc), "scatter_reduce");
+                }
+            /* self and src as transposed views */
+            kl_tensor *xt = kl_transpose(kl_contiguous(kl_transpose(x, 0, 2)), 0, 2);
+            kl_tensor *gxt = kl_transpose(dev(kl_contiguous(kl_transpose(x, 0, 2))), 0, 2);
+            kl_tensor *st = kl_transpose(kl_contiguous(kl_transpose(src, 1, 2)), 1, 2);
+            kl_tensor *gst = kl_transpose(dev(kl_contiguous(kl_transpose(src, 1, 2))), 1, 2);
+            for (int r = KL_SCATTER_SUM; r <= KL_SCATTER_AMIN; r++) {
+                if (r == KL_SCATTER_MEAN && d == KL_BOOL) continue;
+                same(kl_scatter_reduce(xt, dim, ix, st, (kl_scatter_reduction)r, r % 2),
+                     kl_scatter_reduce(gxt, dim, gix, gst, (kl_scatter_reduction)r, r % 2), "scatter_reduce of views");
+            }
+        }
+        /* an empty index leaves self; 0-dim self, index and src */
+        kl_tensor *e = kl_zeros(KL_SHAPE(0, 6, 5), KL_I64);
+        same(kl_scatter_reduce(x, 0, e, x, KL_SCATTER_PROD, false), kl_scatter_reduce(gx, 0, dev(e), gx, KL_SCATTER_PROD, false),
+             "scatter_reduce with an empty index");
+        kl_tensor *x0 = kl_reshape(kl_narrow(kl_flatten(x, 0, -1), 0, 0, 1), 0, NULL);
+        kl_tensor *s0 = kl_reshape(kl_narrow(kl_flatten(x, 0, -1), 0, 1, 1), 0, NULL), *i0 = kl_scalar_tensor(0, KL_I64);
+        for (int r = KL_SCATTER_SUM; r <= KL_SCATTER_AMIN; r++) {
+            if (r == KL_SCATTER_MEAN && d == KL_BOOL) continue;
+            same(kl_scatter_reduce(x0, 0, i0, s0, (kl_scatter_reduction)r, false),
+                 kl_scatter_reduce(dev(x0), 0, dev(i0), dev(s0), (kl_scatter_reduction)r, false), "scatter_reduce 0-dim");
+        }
+        kl_scope_end();
+    }
+    print_message("%d scatter_reduce cases equal to the CPU\n", ncases);
+}
+
+/* scatter_reduce's errors on CUDA tensors are the CPU's: a bad index (self
+ * untouched), a bad reduction, int32 indices, mean of bool, mixed devices. */
+static void scatter_reduce_errors(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_tensor *x = kl_randn(KL_SHAPE(3, 4), KL_F32), *gx = dev(x);
+    kl_tensor *bad = dev(kl_from_data((int64_t[]){0, 1, 5, 2}, KL_SHAPE(1, 4), KL_I64));
+    kl_tensor *ok = dev(kl_from_data((int64_t[]){0, 1, 2, 2}, KL_SHAPE(1, 4), KL_I64));
+    kl_tensor *src = dev(kl_ones(KL_SHAPE(1, 4), KL_F32));
+    assert_null(kl_scatter_reduce(gx, 0, bad, src, KL_SCATTER_AMAX, false));
+    KT_EXPECT_ERROR(KL_ERR_INDEX, "kl_scatter_reduce: index 5 is out of range for dim 0 with size 3");
+    same(x, gx, "self after a bad index");
+    assert_null(kl_scatter_reduce(gx, 0, ok, src, (kl_scatter_reduction)9, true));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_scatter_reduce: reduce 9 is not a kl_scatter_reduction");
+    assert_null(kl_scatter_reduce(gx, 0, kl_to_dtype(ok, KL_I32), src, KL_SCATTER_SUM, true));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_scatter_reduce: index must be int64");
+    assert_null(kl_scatter_reduce(dev(kl_zeros(KL_SHAPE(3, 4), KL_BOOL)), 0, ok, dev(kl_ones(KL_SHAPE(1, 4), KL_BOOL)),
+                                  KL_SCATTER_MEAN, true));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_scatter_reduce: reduce mean needs a numeric self");
+    assert_null(kl_scatter_reduce(gx, 0, ok, kl_ones(KL_SHAPE(1, 4), KL_F32), KL_SCATTER_SUM, true));
+    KT_EXPECT_ERROR(KL_ERR_DEVICE, "expected all tensors on one device");
+}
+
+/* scatter_reduce's derivative on CUDA tensors (gathers, scatter_adds, masks
+ * and scatter_reduce itself, all on the device): every reduction with and
+ * without self, repeated targets and ties for amax / amin, zeros for prod,
+ * in f64 against the CPU's gradients within 1e-12. */
+static void scatter_reduce_backward_like_cpu(void **s) {
+    (void)s;
+    NEED_CUDA();
+    kl_manual_seed(48);
+    kl_tensor *x = kl_round(kl_mul_scalar(kl_randn(KL_SHAPE(4, 5), KL_F64), 2)); /* ties */
+    kl_tensor *src = kl_round(kl_mul_scalar(kl_randn(KL_SHAPE(6, 5), KL_F64), 2));
+    kl_tensor *ix = indices(KL_SHAPE(6, 5), 4, KL_I64);
+    kl_tensor *w = kl_cos(kl_arange(0, 20, 1, KL_F64));
+    for (int r = KL_SCATTER_SUM; r <= KL_SCATTER_AMIN; r++)
+        for (int inc = 0; inc < 2; inc++) {
+            kl_tensor *g[2][2];
+            for (int on = 0; on < 2; on++) {
+                kl_tensor *px = kl_detach(on ? dev(x) : x), *ps = kl_detach(on ? dev(src) : src);
+                kl_set_requires_grad(px, true);
+                kl_set_requires_grad(ps, true);
+                kl_tensor *y = kl_scatter_reduce(px, 0, on ? dev(ix) : ix, ps, (kl_scatter_reduction)r, inc);
+                if (!y) print_error("reduce %d on %s: %s\n", r, on ? "cuda" : "cpu", kl_last_error());
+                assert_non_null(y);
+                kl_tensor *wd = kl_reshape(on ? dev(w) : w, KL_SHAPE(4, 5));
+                int rc = kl_backward(kl_sum(kl_mul(kl_mul(y, y), wd), 0, NULL, false), NULL, NULL);
+                if (rc) print_error("reduce %d backward on %s: %s\n", r, on ? "cuda" : "cpu", kl_last_error());
+                assert_int_equal(rc, 0);
+                g[on][0] = kl_grad(px), g[on][1] = kl_grad(ps);
+                assert_non_null(g[on][0]);
+                assert_non_null(g[on][1]);
+            }
+            close_to(g[0][0], g[1][0], 1e-12, "scatter_reduce's gradient of self");
+            close_to(g[0][1], g[1][1], 1e-12, "scatter_reduce's gradient of src");
+        }
+}
+
 /* nll_loss and cross_entropy with class weights and ignore_index, every
  * reduction, forward against the CPU (1e-5). */
 static void losses_like_cpu(void **s) {
@@ -320,6 +440,9 @@ int main(void) {
         KT_TEST(gather_like_cpu),
         KT_TEST(select_and_embedding_like_cpu),
         KT_TEST(scatter_add_and_one_hot_like_cpu),
+        KT_TEST(scatter_reduce_like_cpu),
+        KT_TEST(scatter_reduce_errors),
+        KT_TEST(scatter_reduce_backward_like_cpu),
         KT_TEST(bad_indices_fail_clearly),
         KT_TEST(losses_like_cpu),
         KT_TEST(training_backward_like_cpu),

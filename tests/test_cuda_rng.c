@@ -6,7 +6,8 @@
  * block, and advance the generator as the CPU does; dropout's mask on CUDA is
  * the CPU's, so its backward (and a training step) gives the CPU's gradients;
  * kl_compile of a function with dropout over CUDA tensors draws the same
- * numbers. The calls are device kernels, not host fills copied over: with
+ * numbers; multinomial on CUDA draws the CPU's indices (with and without
+ * replacement, every floating dtype) and raises its errors. The calls are device kernels, not host fills copied over: with
  * the stream held (emulator) they leave it pending. Runs on the emulated
  * device in CI (cuda_rng_emu); without a device every test skips.
  */
@@ -289,6 +290,80 @@ static void drawn_on_the_device(void **st) {
     assert_int_equal(KU_CALL(OP, d, StreamDestroy, s), 0);
 }
 
+/* multinomial(probs, ns, repl) on the CPU and on CUDA with the same seed:
+ * the same indices, byte for byte, and the generator moved alike. */
+static void multinomial_same(kl_tensor *probs, int64_t ns, bool repl, const char *what) {
+    kl_tensor *got[2], *after[2];
+    for (int on = 0; on < 2; on++) {
+        kl_manual_seed(1234);
+        got[on] = kl_multinomial(on ? kl_to_device(probs, CUDA0) : probs, ns, repl);
+        if (!got[on]) print_error("%s on %s: %s\n", what, on ? "cuda" : "cpu", kl_last_error());
+        assert_non_null(got[on]);
+        after[on] = kl_rand(KL_SHAPE(3), KL_F32);
+    }
+    same_bits(got[0], got[1], what);
+    same_bits(after[0], kl_to_device(after[1], CUDA0), "the next draw after multinomial");
+}
+
+/* multinomial on CUDA draws the CPU's indices for the same seed: every
+ * floating dtype, with and without replacement, 1-D and 2-D, zero
+ * probabilities, unnormalized rows, a transposed (non-contiguous) view, all
+ * categories drawn without replacement, odd sample counts (uniforms ending
+ * inside a Philox block), a row of 0 rows, 5000 categories (the long-row
+ * sort); then the CPU's errors. */
+static void multinomial_matches_the_cpu(void **st) {
+    (void)st;
+    NEED_CUDA();
+    kl_manual_seed(61);
+    const kl_dtype dts[] = {KL_F32, KL_F64, KL_F16, KL_BF16};
+    for (int k = 0; k < 4; k++) {
+        kl_scope_begin();
+        kl_tensor *p = kl_to_dtype(kl_mul(kl_rand(KL_SHAPE(5, 37), KL_F64), kl_gt_scalar(kl_randn(KL_SHAPE(5, 37), KL_F64), -1)),
+                                   dts[k]);
+        multinomial_same(p, 1, true, "multinomial 1 sample");
+        multinomial_same(p, 9, true, "multinomial with replacement");
+        multinomial_same(p, 9, false, "multinomial without replacement");
+        multinomial_same(kl_select(p, 0, 2), 7, true, "multinomial 1-D with replacement");
+        multinomial_same(kl_select(p, 0, 3), 7, false, "multinomial 1-D without replacement");
+        kl_tensor *t = kl_transpose(kl_add_scalar(kl_rand(KL_SHAPE(40, 3), dts[k]), 0.01), 0, 1); /* [3, 40] view */
+        multinomial_same(t, 40, false, "multinomial of a view, every category");
+        multinomial_same(t, 333, true, "multinomial of a view with replacement");
+        /* one category carrying almost everything, many with tiny weights */
+        kl_tensor *skew = kl_to_dtype(kl_pow_scalar(kl_rand(KL_SHAPE(2, 100), KL_F64), 8), dts[k]);
+        multinomial_same(skew, 50, false, "multinomial of skewed rows");
+        multinomial_same(skew, 1001, true, "multinomial of skewed rows with replacement");
+        multinomial_same(kl_ones(KL_SHAPE(0, 4), dts[k]), 2, true, "multinomial of no rows");
+        kl_scope_end();
+    }
+    /* more categories than a block sorts: the keys go through the long-row sort */
+    kl_tensor *big = kl_rand(KL_SHAPE(2, 5000), KL_F32);
+    multinomial_same(big, 30, false, "multinomial of 5000 categories without replacement");
+    multinomial_same(big, 30, true, "multinomial of 5000 categories with replacement");
+    /* the errors: the CPU's, first bad row first, nothing drawn */
+    kl_tensor *bad = kl_to_device(kl_from_data((float[]){0.2f, 0.3f, 0.5f, 0.2f, -0.1f, 0.5f, 0, 0, 0}, KL_SHAPE(3, 3),
+                                               KL_F32), CUDA0);
+    assert_null(kl_multinomial(bad, 1, true));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_multinomial: row 1: probability 1 is -0.1 (must be finite and >= 0)");
+    kl_tensor *nan = kl_to_device(kl_from_data((double[]){0.5, 0.5, 0.5, NAN}, KL_SHAPE(2, 2), KL_F64), CUDA0);
+    assert_null(kl_multinomial(nan, 1, true));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_multinomial: row 1: probability 1 is nan");
+    assert_null(kl_multinomial(kl_to_device(kl_from_data((float[]){INFINITY, 0.5f}, KL_SHAPE(2), KL_F32), CUDA0), 1, true));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_multinomial: row 0: probability 0 is inf");
+    assert_null(kl_multinomial(kl_to_device(kl_zeros(KL_SHAPE(2, 3), KL_F16), CUDA0), 1, true));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_multinomial: row 0: the probabilities sum to 0");
+    kl_tensor *few = kl_to_device(kl_from_data((float[]){0.2f, 0.1f, 0.5f, 0.2f, 0, 0.5f}, KL_SHAPE(2, 3), KL_F32), CUDA0);
+    assert_null(kl_multinomial(few, 3, false));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_multinomial: row 1: only 2 categories have non-zero probability, too few for 3 samples");
+    assert_null(kl_multinomial(few, 4, false));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_multinomial: cannot draw 4 samples from 3 categories without replacement");
+    assert_null(kl_multinomial(few, 0, true));
+    KT_EXPECT_ERROR(KL_ERR_ARG, "num_samples must be positive");
+    assert_null(kl_multinomial(kl_to_device(kl_ones(KL_SHAPE(3), KL_I64), CUDA0), 1, true));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_multinomial: expects floating-point tensors");
+    assert_null(kl_multinomial(kl_to_device(kl_ones(KL_SHAPE(2, 2, 2), KL_F32), CUDA0), 1, true));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "probabilities must be 1-D or 2-D");
+}
+
 /* Every program the random kernels use compiles with NVRTC for sm_80 and
  * sm_90 without spilling (no device needed: the run without the emulator). */
 static void nvrtc_compiles_every_variant(void **st) {
@@ -309,7 +384,16 @@ static void nvrtc_compiles_every_variant(void **st) {
         if (r > maxreg) maxreg = r;
         cn_kernel_src_free(&src);
     }
-    print_message("9 random kernels compiled for sm_80 and sm_90: no spills, at most %d registers\n", maxreg);
+    const kl_dtype mdt[] = {KL_F32, KL_F64, KL_F16, KL_BF16};
+    for (int k = 0; k < 4; k++) {
+        char *src = cn_multinomial_source(mdt[k]);
+        assert_non_null(src);
+        int r = kt_nvrtc_compiles(OP, src, "multinomial.cu");
+        if (r > maxreg) maxreg = r;
+        free(src);
+    }
+    print_message("9 random and 4 multinomial programs compiled for sm_80 and sm_90: no spills, at most %d registers\n",
+                  maxreg);
 }
 
 int main(void) {
@@ -321,6 +405,7 @@ int main(void) {
         KT_TEST(dropout_training_step),
         KT_TEST(compiled_dropout),
         KT_TEST(drawn_on_the_device),
+        KT_TEST(multinomial_matches_the_cpu),
         KT_TEST(nvrtc_compiles_every_variant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -171,8 +171,9 @@ int cn_copy_into(const struct ke_call *c, kl_tensor *src, kl_tensor *dst);
 
 /* The indexing ops on CUDA tensors (cn_index.c): gather (and so
  * take_along_dim), index_select, embedding, scatter_add (in place too),
- * one_hot; indices checked on the device first, a bad one raising the CPU's
- * error. Registered by src/init.c. */
+ * one_hot; ku_cuda_scatter_add also runs scatter and scatter_reduce; indices
+ * checked on the device first, a bad one raising the CPU's error. Registered
+ * by src/init.c. */
 int ku_cuda_gather(struct ke_call *c);
 int ku_cuda_index_select(struct ke_call *c);
 int ku_cuda_embedding(struct ke_call *c);
@@ -242,10 +243,19 @@ int ku_cuda_tri(struct ke_call *c); /* tril, triu */
 char *cn_join_source(int elem_size);
 /* sort and topk (so argsort) on CUDA tensors (cn_sort.c): a bitonic sort of
  * (key, position) pairs per row in shared memory, equal to the CPU's stable
- * sort byte for byte; rows longer than CN_SORT_MAX_ROW are refused
- * (KL_ERR_UNSUPPORTED). cn_sort_source: the program for dtype dt. */
+ * sort byte for byte; rows longer than CN_SORT_MAX_ROW are sorted in tiles of
+ * that length, then merged in global memory under the same order.
+ * cn_sort_source: the program for dtype dt. cn_set_sort_tile: the tile length
+ * (8 .. CN_SORT_MAX_ROW; anything else restores the default), for tests that
+ * run the multi-pass path on short rows. */
 #define CN_SORT_MAX_ROW 4096
 int ku_cuda_sort(struct ke_call *c);
 char *cn_sort_source(kl_dtype dt);
+void cn_set_sort_tile(int64_t tile);
+/* multinomial on CUDA tensors (cn_multinomial.c): the CPU's per-row algorithm
+ * and Philox uniforms, so the same seed draws the CPU's indices; the CPU's
+ * errors. cn_multinomial_source: the program for probabilities of dtype dt. */
+int ku_cuda_multinomial(struct ke_call *c);
+char *cn_multinomial_source(kl_dtype dt);
 
 #endif /* CN_H */

@@ -1,8 +1,9 @@
 /*
  * cn_index.c — the indexing ops on CUDA tensors: gather (so take_along_dim),
- * index_select, embedding, scatter_add (out of place and in place), scatter
- * and one_hot, as hand-written CUDA C (below) compiled at first use, one
- * program per (dtype, index dtype) holding every kernel.
+ * index_select, embedding, scatter_add (out of place and in place), scatter,
+ * scatter_reduce (sum, prod, mean, amax, amin, with or without self) and
+ * one_hot, as hand-written CUDA C (below) compiled at first use, one program
+ * per (dtype, index dtype) holding every kernel.
  *
  * Index values are checked on the device before anything is written (the
  * CPU's rule, so an in-place scatter_add is never half done): kl_idx_check
@@ -22,7 +23,10 @@
  * position outside the scattered dim and has it add the index entries along
  * that dim in order (the CPU kernel's partition): no two threads share an
  * output element, so the result is deterministic and equal to the CPU's bit
- * for bit, with index_add.h's per-dtype add (f16/bf16 rounded after each).
+ * for bit, with index_add.h's per-dtype updates (f16/bf16 rounded after
+ * each), the text the CPU's scatter kernels compile. scatter_reduce is the
+ * same walk with prod / amax / amin updates (mean: sum, then a division by
+ * the counts).
  */
 #include "cn.h"
 
@@ -52,7 +56,8 @@ _Static_assert(KL_MAX_DIMS == 8, "kl_idxdims holds KL_MAX_DIMS dims");
 #define KI_STR(x) KI_STR_(x)
 
 /* Defined before it: KI_B (the element as bits), KI_V (its value type),
- * KI_IT (the index type), KI_ADD(a, b) (index_add.h's add for the dtype). */
+ * KI_IT (the index type), KI_C, KI_LD, KI_ST, KI_ADD, KI_MUL, KI_DIV (index_add.h's
+ * update macros of the dtype, ki_dt). */
 static const char ki_template[] =
     "/* the three buffers' offsets of domain index i; returns its last coordinate */\n"
     "static __device__ __forceinline__ long long kl_offs(const kl_idxdims &d, long long i, long long *o) {\n"
@@ -92,20 +97,6 @@ static const char ki_template[] =
     "}\n"
     "KL_EMU_EXPORT(kl_select)\n"
     "\n"
-    "/* scatter_add: item i (a position outside the dim) adds its len entries in order */\n"
-    "extern \"C\" __global__ void kl_scatter(KI_V *__restrict__ out, const KI_IT *__restrict__ ix,\n"
-    "                                       const KI_V *__restrict__ src, kl_idxdims d) {\n"
-    "    KL_LOOP(i) {\n"
-    "        long long o[3];\n"
-    "        kl_offs(d, i, o);\n"
-    "        for (long long k = 0; k < d.len; k++) {\n"
-    "            KI_V *p = out + o[0] + (long long)ix[o[1] + k * d.dst[1]] * d.dst[0];\n"
-    "            const KI_V a = *p, b = src[o[2] + k * d.dst[2]];\n"
-    "            *p = (KI_V)(KI_ADD(a, b));\n"
-    "        }\n"
-    "    }\n"
-    "}\n"
-    "KL_EMU_EXPORT(kl_scatter)\n"
     "/* scatter: as kl_scatter, each entry written in order (the last write wins, as the CPU) */\n"
     "extern \"C\" __global__ void kl_scatter_set(KI_V *__restrict__ out, const KI_IT *__restrict__ ix,\n"
     "                                           const KI_V *__restrict__ src, kl_idxdims d) {\n"
@@ -117,6 +108,38 @@ static const char ki_template[] =
     "    }\n"
     "}\n"
     "KL_EMU_EXPORT(kl_scatter_set)\n"
+    "/* scatter_reduce without self: v written where an entry points (before the entries are reduced) */\n"
+    "extern \"C\" __global__ void kl_scatter_fill(KI_V *__restrict__ out, const KI_IT *__restrict__ ix, KI_V v,\n"
+    "                                            kl_idxdims d) {\n"
+    "    KL_LOOP(i) {\n"
+    "        long long o[3];\n"
+    "        kl_offs(d, i, o);\n"
+    "        for (long long k = 0; k < d.len; k++) out[o[0] + (long long)ix[o[1] + k * d.dst[1]] * d.dst[0]] = v;\n"
+    "    }\n"
+    "}\n"
+    "KL_EMU_EXPORT(kl_scatter_fill)\n"
+    "/* scatter_reduce mean: how many entries point at each element of out (cnt: out's layout, zeroed) */\n"
+    "extern \"C\" __global__ void kl_scatter_count(long long *__restrict__ cnt, const KI_IT *__restrict__ ix,\n"
+    "                                             kl_idxdims d) {\n"
+    "    KL_LOOP(i) {\n"
+    "        long long o[3];\n"
+    "        kl_offs(d, i, o);\n"
+    "        for (long long k = 0; k < d.len; k++) cnt[o[0] + (long long)ix[o[1] + k * d.dst[1]] * d.dst[0]] += 1;\n"
+    "    }\n"
+    "}\n"
+    "KL_EMU_EXPORT(kl_scatter_count)\n"
+    "/* scatter_reduce mean: each of the d.n elements of out (contiguous) divided by its count plus self\n"
+    " * (d.size: 1 with self), a count of 0 taken as 1 */\n"
+    "extern \"C\" __global__ void kl_scatter_div(KI_V *__restrict__ out, const long long *__restrict__ cnt,\n"
+    "                                           kl_idxdims d) {\n"
+    "    KL_LOOP(i) {\n"
+    "        const long long c = cnt[i] + d.size;\n"
+    "        const double n = (double)(c == 0 ? 1 : c);\n"
+    "        const KI_C a = KI_LD(out[i]);\n"
+    "        out[i] = (KI_V)(KI_ST((KI_C)(KI_DIV(a, n))));\n"
+    "    }\n"
+    "}\n"
+    "KL_EMU_EXPORT(kl_scatter_div)\n"
     "\n"
     "/* one_hot: out[..., c] = ix[...] == c */\n"
     "extern \"C\" __global__ void kl_one_hot(long long *__restrict__ out, const KI_IT *__restrict__ ix, kl_idxdims d) {\n"
@@ -128,12 +151,37 @@ static const char ki_template[] =
     "}\n"
     "KL_EMU_EXPORT(kl_one_hot)\n";
 
-/* index_add.h's add of each dtype, as text for the device */
-static const char *const ki_add[KL_NUM_DTYPES] = {
-    [KL_F32] = KI_STR(KE_SADD_F32(a, b)), [KL_F64] = KI_STR(KE_SADD_F64(a, b)),
-    [KL_F16] = KI_STR(KE_SADD_F16(a, b)), [KL_BF16] = KI_STR(KE_SADD_BF16(a, b)),
-    [KL_I32] = KI_STR(KE_SADD_I32(a, b)), [KL_I64] = KI_STR(KE_SADD_I64(a, b)),
-    [KL_U8] = KI_STR(KE_SADD_U8(a, b)),   [KL_BOOL] = KI_STR(KE_SADD_BOOL(a, b)),
+/* scatter_add and scatter_reduce: item i (a position outside the dim) applies
+ * its len entries in order, each an update UPD of the element a and the entry
+ * b (the CPU's KE_SC_ONE); %s: the kernel's name twice, around UPD */
+static const char ki_reduce_kernel[] =
+    "extern \"C\" __global__ void %s(KI_V *__restrict__ out, const KI_IT *__restrict__ ix,\n"
+    "                                 const KI_V *__restrict__ src, kl_idxdims d) {\n"
+    "    KL_LOOP(i) {\n"
+    "        long long o[3];\n"
+    "        kl_offs(d, i, o);\n"
+    "        for (long long k = 0; k < d.len; k++) {\n"
+    "            KI_V *p = out + o[0] + (long long)ix[o[1] + k * d.dst[1]] * d.dst[0];\n"
+    "            const KI_C a = KI_LD(*p), b = KI_LD(src[o[2] + k * d.dst[2]]);\n"
+    "            *p = (KI_V)(KI_ST((KI_C)(%s)));\n"
+    "        }\n"
+    "    }\n"
+    "}\n"
+    "KL_EMU_EXPORT(%s)\n";
+/* the update kernels: scatter_add's and scatter_reduce's sum and mean, prod, amax, amin */
+static const char *const ki_reduce_name[4] = {"kl_scatter", "kl_scatter_prod", "kl_scatter_amax", "kl_scatter_amin"};
+static const char *const ki_reduce_upd[4] = {"KI_ADD(a, b)", "KI_MUL(a, b)", KI_STR(KE_SC_MAX(a, b)),
+                                             KI_STR(KE_SC_MIN(a, b))};
+
+/* index_add.h's per-dtype macros as text for the device: the compute type,
+ * load, store, add, multiply, divide by a count */
+#define KI_DT(D)                                                                                                  \
+    "#define KI_C " KI_STR(KE_SC_C_##D) "\n#define KI_LD(v) " KI_STR(KE_SC_LD_##D(v)) "\n#define KI_ST(v) "       \
+        KI_STR(KE_SC_ST_##D(v)) "\n#define KI_ADD(a, b) " KI_STR(KE_SC_ADD_##D(a, b)) "\n#define KI_MUL(a, b) " \
+            KI_STR(KE_SC_MUL_##D(a, b)) "\n#define KI_DIV(a, n) " KI_STR(KE_SC_DIV_##D(a, n)) "\n"
+static const char *const ki_dt[KL_NUM_DTYPES] = {
+    [KL_F32] = KI_DT(F32), [KL_F64] = KI_DT(F64), [KL_F16] = KI_DT(F16), [KL_BF16] = KI_DT(BF16),
+    [KL_I32] = KI_DT(I32), [KL_I64] = KI_DT(I64), [KL_U8] = KI_DT(U8),   [KL_BOOL] = KI_DT(BOOL),
 };
 
 typedef struct ki_gen {
@@ -144,11 +192,16 @@ typedef struct ki_gen {
 char *cn_index_source(kl_dtype dt, kl_dtype it) {
     static const char *const bits[9] = {[1] = "uint8_t", [2] = "uint16_t", [4] = "uint32_t", [8] = "uint64_t"};
     const char *fmt = "#include \"kiln_cuda.h\"\n#include \"dtype_conv.h\"\n\ntypedef %s kl_idxdims;\n"
-                      "#define KI_B %s\n#define KI_V %s\n#define KI_IT %s\n#define KI_ADD(a, b) %s\n\n%s";
+                      "#define KI_B %s\n#define KI_V %s\n#define KI_IT %s\n%s\n%s";
     const char *dims = KI_STR(KI_DIMS_DEF);
-    size_t n = strlen(fmt) + strlen(dims) + sizeof ki_template + 256;
+    size_t n = strlen(fmt) + strlen(dims) + strlen(ki_dt[dt]) + sizeof ki_template + 4 * (sizeof ki_reduce_kernel + 64) + 256;
     char *s = malloc(n);
-    if (s) snprintf(s, n, fmt, dims, bits[ke_dtypes[dt].size], cn_ctype(dt), cn_ctype(it), ki_add[dt], ki_template);
+    if (!s) return NULL;
+    size_t len = (size_t)snprintf(s, n, fmt, dims, bits[ke_dtypes[dt].size], cn_ctype(dt), cn_ctype(it), ki_dt[dt],
+                                  ki_template);
+    for (int k = 0; k < 4 && len < n; k++)
+        len += (size_t)snprintf(s + len, n - len, ki_reduce_kernel, ki_reduce_name[k], ki_reduce_upd[k],
+                                ki_reduce_name[k]);
     return s;
 }
 
@@ -174,8 +227,13 @@ static int ki_function(const char *op, int dev, kl_dtype dt, kl_dtype it, int wh
     ki_gen g = {dt, it, entry};
     return cn_eager_fn(op, &key, ki_generate, &g, fn);
 }
-enum { KI_CHECK, KI_SELECT, KI_SCATTER, KI_ONE_HOT, KI_SCATTER_SET };
-static const char *const ki_entry[] = {"kl_idx_check", "kl_select", "kl_scatter", "kl_one_hot", "kl_scatter_set"};
+enum {
+    KI_CHECK, KI_SELECT, KI_ONE_HOT, KI_SCATTER_SET, KI_SCATTER_FILL, KI_SCATTER_COUNT, KI_SCATTER_DIV,
+    KI_SCATTER /* + 0..3: ki_reduce_name's order */
+};
+static const char *const ki_entry[] = {"kl_idx_check",    "kl_select",        "kl_one_hot",     "kl_scatter_set",
+                                       "kl_scatter_fill", "kl_scatter_count", "kl_scatter_div", "kl_scatter",
+                                       "kl_scatter_prod", "kl_scatter_amax",  "kl_scatter_amin"};
 
 /* Launches kernel `which` of (dt, it) over d.n items, grid-stride. */
 static int ki_launch(const char *op, int dev, kl_dtype dt, kl_dtype it, int which, void **args, int64_t n) {
@@ -307,15 +365,36 @@ int ku_cuda_embedding(ke_call *c) {
     return run_select(c, op, out, w, ix, &d);
 }
 
-/* scatter_add and scatter (assignment): one thread per position outside dim */
+/* scatter_add, scatter (assignment) and scatter_reduce: one thread per
+ * position outside dim, applying its entries in order (the CPU's partition
+ * and order, so the bits are the CPU's). scatter_reduce without self first
+ * writes the reduction's identity where an entry points (the CPU's scatter of
+ * it); mean sums, then divides every element by its count (plus one with
+ * self; 0 taken as 1), as the CPU's scatter_mean_divide. */
 int ku_cuda_scatter_add(ke_call *c) {
     const char *op = ke_opname(c);
     const kl_tensor *x = c->in[0], *ix = c->in[1], *src = c->in[2];
     kl_tensor *out = c->out[0];
-    const int set = c->op == KE_OP_scatter;
-    if (c->op != KE_OP_scatter_add && !set)
-        return ke_err(KL_ERR_UNSUPPORTED, op, "no CUDA kernel for this op (on %s)", ke_device_name(c->device));
-    const int dim = ke_wrap_dim(op, set ? ke_attr_scatter_dim(&c->a) : ke_attr_scatter_add_dim(&c->a), x->ndim);
+    int which = KI_SCATTER, self = 1, mean = 0, dim_attr;
+    int64_t reduce = KL_SCATTER_SUM;
+    switch (c->op) {
+    case KE_OP_scatter: which = KI_SCATTER_SET, dim_attr = (int)ke_attr_scatter_dim(&c->a); break;
+    case KE_OP_scatter_add: dim_attr = (int)ke_attr_scatter_add_dim(&c->a); break;
+    case KE_OP_scatter_reduce:
+        dim_attr = (int)ke_attr_scatter_reduce_dim(&c->a);
+        self = (int)ke_attr_scatter_reduce_include_self(&c->a);
+        switch (reduce = ke_attr_scatter_reduce_reduce(&c->a)) {
+        case KL_SCATTER_SUM: break;
+        case KL_SCATTER_MEAN: mean = 1; break;
+        case KL_SCATTER_PROD: which = KI_SCATTER + 1; break;
+        case KL_SCATTER_AMAX: which = KI_SCATTER + 2; break;
+        case KL_SCATTER_AMIN: which = KI_SCATTER + 3; break;
+        default: return ke_err(KL_ERR_ARG, op, "reduce %lld is not a kl_scatter_reduction", (long long)reduce);
+        }
+        break;
+    default: return ke_err(KL_ERR_UNSUPPORTED, op, "no CUDA kernel for this op (on %s)", ke_device_name(c->device));
+    }
+    const int dim = ke_wrap_dim(op, dim_attr, x->ndim);
     if (dim < 0) return -1;
     const int64_t n = ke_numel(ix->ndim, ix->shape);
     /* every index is checked before anything is written (in place included) */
@@ -333,8 +412,49 @@ int ku_cuda_scatter_add(ke_call *c) {
         d.dst[k] = stride_ne(bufs[k], dim);
     }
     d.len = size_ne(ix, dim);
-    void *po = ke_data(out), *pi = ke_data(ix), *ps = ke_data(src), *args[] = {&po, &pi, &ps, &d};
-    return ki_launch(op, c->device.index, (kl_dtype)out->dtype, KL_I64, set ? KI_SCATTER_SET : KI_SCATTER, args, d.n);
+    const int dev = c->device.index;
+    const kl_dtype dt = (kl_dtype)out->dtype;
+    void *po = ke_data(out), *pi = ke_data(ix), *ps = ke_data(src);
+    if (!self) {
+        uint64_t id = 0; /* the identity's bits, passed by value as one element */
+        ke_scatter_identity((int)reduce, dt, (char *)&id);
+        uint8_t v1;
+        uint16_t v2;
+        uint32_t v4;
+        void *pv = &id;
+        switch (ke_dtypes[dt].size) {
+        case 1: memcpy(&v1, &id, 1), pv = &v1; break;
+        case 2: memcpy(&v2, &id, 2), pv = &v2; break;
+        case 4: memcpy(&v4, &id, 4), pv = &v4; break;
+        default: break;
+        }
+        void *args[] = {&po, &pi, pv, &d};
+        if (ki_launch(op, dev, dt, KL_I64, KI_SCATTER_FILL, args, d.n)) return -1;
+    }
+    void *args[] = {&po, &pi, &ps, &d};
+    if (ki_launch(op, dev, dt, KL_I64, which, args, d.n)) return -1;
+    if (!mean) return 0;
+    /* the counts, in out's (contiguous: a new result) layout */
+    const int64_t no = ke_numel(out->ndim, out->shape);
+    if (!cn_is_contiguous(out))
+        return ke_err(KL_ERR_INTERNAL, op, "scatter_reduce mean expects a contiguous result");
+    const ku_driver *drv = ku_driver_get(op);
+    if (!drv || ku_device_enter(op, dev)) return -1;
+    CUstream s = ku_current_stream(dev);
+    CUdeviceptr cnt = ku_malloc(op, dev, (size_t)no * sizeof(int64_t), s);
+    if (!cnt) return -1;
+    void *pc = (void *)(uintptr_t)cnt, *cargs[] = {&pc, &pi, &d};
+    int rc = KU_CALL(op, drv, MemsetD8Async, cnt, 0, (size_t)no * sizeof(int64_t), s) ||
+             ki_launch(op, dev, dt, KL_I64, KI_SCATTER_COUNT, cargs, d.n);
+    if (!rc) {
+        struct kl_idxdims e;
+        ki_domain(&e, 1, &no);
+        e.size = self;
+        void *dargs[] = {&po, &pc, &e};
+        rc = ki_launch(op, dev, dt, KL_I64, KI_SCATTER_DIV, dargs, no);
+    }
+    ku_free(op, cnt);
+    return rc ? -1 : 0;
 }
 
 int ku_cuda_one_hot(ke_call *c) {

@@ -14,6 +14,7 @@
 
 #include "alloc.h"
 #include "dtype_conv.h"
+#include "index_add.h"
 
 #include <math.h>
 #include "threadpool.h"
@@ -361,40 +362,29 @@ typedef void (*scatter_div_fn)(char *o, const double *cnt, int64_t n);
             *p = ST(UPD);                                                                                     \
         }                                                                                                     \
     }
-#define KE_SC_ID(v) (v)
-#define KE_SC_MAX(a, b) ((a) != (a) || (a) > (b) ? (a) : (b))
-#define KE_SC_MIN(a, b) ((a) != (a) || (a) < (b) ? (a) : (b))
-/* n: the count as a double (exact); integers floor-divide in int64 (a u8
- * element may take more than 255 entries) */
-#define KE_SC_FDIV(a, n) ((a) / (__typeof__(a))(n))
-#define KE_SC_IDIV(a, n) ke_sc_floordiv((int64_t)(a), (int64_t)(n))
-static inline int64_t ke_sc_floordiv(int64_t a, int64_t n) { return a / n - (a % n != 0 && (a < 0) != (n < 0)); }
-/* the five updates and the division of one dtype: sfx names them, ADD/MUL
- * combine a and b in C, DIV(a, n) divides a by the C count n */
-#define KE_SC_DTYPE(sfx, T, C, LD, ST, ADD, MUL, DIV)                                                         \
-    KE_SC_ONE(sc_assign_##sfx, T, C, LD, ST, b)                                                               \
-    KE_SC_ONE(sc_sum_##sfx, T, C, LD, ST, ADD)                                                                \
-    KE_SC_ONE(sc_prod_##sfx, T, C, LD, ST, MUL)                                                               \
-    KE_SC_ONE(sc_amax_##sfx, T, C, LD, ST, KE_SC_MAX(a, b))                                                   \
-    KE_SC_ONE(sc_amin_##sfx, T, C, LD, ST, KE_SC_MIN(a, b))                                                   \
-    static void sc_div_##sfx(char *o, const double *cnt, int64_t n) {                                         \
-        T *O = (T *)o;                                                                                        \
-        for (int64_t k = 0; k < n; k++) {                                                                     \
-            C a = LD(O[k]);                                                                                   \
-            O[k] = ST((C)DIV(a, cnt[k]));                                                                     \
-        }                                                                                                     \
+/* the five updates and the division of one dtype D (index_add.h's
+ * KE_SC_*_D, which the CUDA program pastes too): sfx names them */
+#define KE_SC_DTYPE(sfx, T, D)                                                                               \
+    KE_SC_ONE(sc_assign_##sfx, T, KE_SC_C_##D, KE_SC_LD_##D, KE_SC_ST_##D, b)                                  \
+    KE_SC_ONE(sc_sum_##sfx, T, KE_SC_C_##D, KE_SC_LD_##D, KE_SC_ST_##D, KE_SC_ADD_##D(a, b))                   \
+    KE_SC_ONE(sc_prod_##sfx, T, KE_SC_C_##D, KE_SC_LD_##D, KE_SC_ST_##D, KE_SC_MUL_##D(a, b))                  \
+    KE_SC_ONE(sc_amax_##sfx, T, KE_SC_C_##D, KE_SC_LD_##D, KE_SC_ST_##D, KE_SC_MAX(a, b))                      \
+    KE_SC_ONE(sc_amin_##sfx, T, KE_SC_C_##D, KE_SC_LD_##D, KE_SC_ST_##D, KE_SC_MIN(a, b))                      \
+    static void sc_div_##sfx(char *o, const double *cnt, int64_t n) {                                        \
+        T *O = (T *)o;                                                                                       \
+        for (int64_t k = 0; k < n; k++) {                                                                    \
+            KE_SC_C_##D a = KE_SC_LD_##D(O[k]);                                                              \
+            O[k] = KE_SC_ST_##D((KE_SC_C_##D)KE_SC_DIV_##D(a, cnt[k]));                                      \
+        }                                                                                                    \
     }
-KE_SC_DTYPE(f32, float, float, KE_SC_ID, KE_SC_ID, a + b, a * b, KE_SC_FDIV)
-KE_SC_DTYPE(f64, double, double, KE_SC_ID, KE_SC_ID, a + b, a * b, KE_SC_FDIV)
-KE_SC_DTYPE(f16, uint16_t, float, ke_f16_to_f32, ke_f32_to_f16, a + b, a * b, KE_SC_FDIV)
-KE_SC_DTYPE(bf16, uint16_t, float, ke_bf16_to_f32, ke_f32_to_bf16, a + b, a * b, KE_SC_FDIV)
-KE_SC_DTYPE(i32, int32_t, int32_t, KE_SC_ID, KE_SC_ID, KE_WRAP_ADD(int32_t, uint32_t, a, b),
-            KE_WRAP_MUL(int32_t, uint32_t, a, b), KE_SC_IDIV)
-KE_SC_DTYPE(i64, int64_t, int64_t, KE_SC_ID, KE_SC_ID, KE_WRAP_ADD(int64_t, uint64_t, a, b),
-            KE_WRAP_MUL(int64_t, uint64_t, a, b), KE_SC_IDIV)
-KE_SC_DTYPE(u8, uint8_t, uint8_t, KE_SC_ID, KE_SC_ID, KE_WRAP_ADD(uint8_t, uint32_t, a, b),
-            KE_WRAP_MUL(uint8_t, uint32_t, a, b), KE_SC_IDIV)
-KE_SC_DTYPE(bool, uint8_t, uint8_t, KE_SC_ID, KE_SC_ID, (a | b) != 0, (a & b) != 0, KE_SC_IDIV) /* mean refused */
+KE_SC_DTYPE(f32, float, F32)
+KE_SC_DTYPE(f64, double, F64)
+KE_SC_DTYPE(f16, uint16_t, F16)
+KE_SC_DTYPE(bf16, uint16_t, BF16)
+KE_SC_DTYPE(i32, int32_t, I32)
+KE_SC_DTYPE(i64, int64_t, I64)
+KE_SC_DTYPE(u8, uint8_t, U8)
+KE_SC_DTYPE(bool, uint8_t, BOOL) /* mean refused */
 #define KE_SC_ROW(k)                                                                                          \
     {[KL_F32] = sc_##k##_f32, [KL_F64] = sc_##k##_f64, [KL_F16] = sc_##k##_f16, [KL_BF16] = sc_##k##_bf16,      \
      [KL_I32] = sc_##k##_i32, [KL_I64] = sc_##k##_i64, [KL_U8] = sc_##k##_u8,   [KL_BOOL] = sc_##k##_bool}
@@ -422,6 +412,11 @@ static void scatter_identity(int kind, kl_dtype dt, char *buf) {
     case KL_I64: *(int64_t *)buf = lo ? INT64_MIN : INT64_MAX; break;
     default: *(uint8_t *)buf = lo ? 0 : (dt == KL_BOOL ? 1 : UINT8_MAX); break; /* u8, bool */
     }
+}
+void ke_scatter_identity(int reduce, kl_dtype dt, char *buf) {
+    ke_call c = {.op = KE_OP_scatter_reduce};
+    ke_attr_set_scatter_reduce_reduce(&c.a, reduce);
+    scatter_identity(scatter_kind(&c), dt, buf);
 }
 
 /* The index space is split as [outer dims] x dim d x [run dim]: the run dim

@@ -81,5 +81,10 @@ int ke_one_hot_range_error(const char *op, int64_t v, int64_t nc);
  * gather (its attribute caller) (index.c). */
 struct ke_call;
 const char *ke_gather_name(const struct ke_call *c);
+/* The value an element scatter_reduce reduces without itself (include_self
+ * false) starts from, as one element of dt written into buf (8 bytes): the
+ * reduction's identity (PyTorch's; lowest / highest for integer amax / amin).
+ * reduce is a kl_scatter_reduction (index.c). */
+void ke_scatter_identity(int reduce, kl_dtype dt, char *buf);
 
 #endif

@@ -12,10 +12,15 @@
  * replacement each category gets the key log(1 - u) / p (Efraimidis and
  * Spirakis: the categories in decreasing key order are a draw without
  * replacement), and the first num_samples keys win; a zero-probability
- * category has key -inf and is never drawn. Every row is checked before any
+ * category has key -inf and is never drawn. log(1 - u) is philox_xf.h's
+ * in-house one, not libm's log1p, so the CUDA kernel (cn_multinomial.c),
+ * which runs this per-row algorithm in the same order and precision, draws
+ * the same indices bit for bit. Every row is checked before any
  * sampling: negative, infinite or NaN probabilities, an all-zero row, or
  * fewer non-zero categories than samples without replacement are errors.
  */
+#include "multinomial.h"
+
 #include "alloc.h"
 #include "optable.h"
 #include "philox.h"
@@ -43,10 +48,7 @@ int ke_infer_multinomial(ke_call *c, ke_outspec *out) {
     return 1;
 }
 
-/* Row r's probabilities as doubles, checked; -1 with the error recorded. */
-static int load_row(const char *op, const kl_tensor *p, int64_t r, int64_t n, int repl, int64_t ns, double *w) {
-    const char *row = ke_data(p) + (p->ndim == 2 ? r * p->stride[0] : 0) * (int64_t)ke_dtypes[p->dtype].size;
-    ke_convert_strided(w, KL_F64, 1, row, (kl_dtype)p->dtype, p->stride[p->ndim - 1], n);
+int ke_multinomial_check_row(const char *op, const double *w, int64_t r, int64_t n, int repl, int64_t ns) {
     double total = 0;
     int64_t nonzero = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -64,6 +66,13 @@ static int load_row(const char *op, const kl_tensor *p, int64_t r, int64_t n, in
                       "row %lld: only %lld categories have non-zero probability, too few for %lld samples without "
                       "replacement", (long long)r, (long long)nonzero, (long long)ns);
     return 0;
+}
+
+/* Row r's probabilities as doubles, checked; -1 with the error recorded. */
+static int load_row(const char *op, const kl_tensor *p, int64_t r, int64_t n, int repl, int64_t ns, double *w) {
+    const char *row = ke_data(p) + (p->ndim == 2 ? r * p->stride[0] : 0) * (int64_t)ke_dtypes[p->dtype].size;
+    ke_convert_strided(w, KL_F64, 1, row, (kl_dtype)p->dtype, p->stride[p->ndim - 1], n);
+    return ke_multinomial_check_row(op, w, r, n, repl, ns);
 }
 
 typedef struct mn_key {
@@ -118,7 +127,8 @@ int ke_cpu_multinomial(ke_call *c) {
                 yr[s] = lo < n ? lo : last;
             }
         } else {
-            for (int64_t i = 0; i < n; i++) keys[i] = (mn_key){wr[i] > 0 ? log1p(-ur[i]) / wr[i] : -INFINITY, i};
+            for (int64_t i = 0; i < n; i++)
+                keys[i] = (mn_key){wr[i] > 0 ? ke_philox_log1m_f64(ur[i]) / wr[i] : -INFINITY, i};
             qsort(keys, (size_t)n, sizeof *keys, key_cmp);
             for (int64_t s = 0; s < ns; s++) yr[s] = keys[s].i;
         }

@@ -102,6 +102,11 @@ void ke_philox_uniform_f64(uint64_t seed, uint64_t offset, double *dst,
 #undef XF
 }
 
+double ke_philox_log1m_f64(double u)
+{
+    return ke_log1m_f64(u);
+}
+
 void ke_philox_normal_f32(uint64_t seed, uint64_t offset, float *dst,
                           int64_t begin, int64_t end, float mean, float std)
 {

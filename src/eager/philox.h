@@ -91,6 +91,10 @@ void ke_philox_normal_f64(uint64_t seed, uint64_t offset, double *dst,
 void ke_philox_randint_i64(uint64_t seed, uint64_t offset, int64_t *dst,
                            int64_t begin, int64_t end, int64_t low, int64_t high);
 
+/* ln(1 - u) for u drawn by ke_philox_uniform_f64 over [0, 1) (philox_xf.h's
+ * ke_log1m_f64, the same bits on the CUDA device): multinomial's keys. */
+double ke_philox_log1m_f64(double u);
+
 typedef enum {
     KE_PHILOX_UNIFORM_F32 = 0, /* 4 elements per counter */
     KE_PHILOX_UNIFORM_F64 = 1, /* 2 elements per counter */

@@ -251,6 +251,17 @@ KE_INLINE double ke_neg2log_f64(double x)
     return -2.0 * (fe * KE_LN2_HI + (2.0 * s * p + fe * KE_LN2_LO));
 }
 
+/* ln(1 - u) for u a uniform of ke_xf_uniform_f64 over [0, 1): u is a
+ * multiple of 2^-53 below 1, so 1 - u is exact, in [2^-53, 1], where
+ * ke_neg2log_f64 works, and the halving is exact. multinomial's keys without
+ * replacement use it on both devices: libm's log1p (glibc's on the CPU,
+ * libdevice's on a GPU) may differ in the last bit and so swap two close
+ * keys, this gives the same bits everywhere. */
+KE_INLINE double ke_log1m_f64(double u)
+{
+    return -0.5 * ke_neg2log_f64(1.0 - u);
+}
+
 KE_INLINE void ke_sincos2pi_f64(double u, double *c, double *s)
 {
     double t = u * 4.0 + 0x1.8p52;
