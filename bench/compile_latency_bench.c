@@ -40,6 +40,13 @@ static double cpu_ms(void) {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
+/* CPU time of the calling thread alone, ms: what a tiered first call itself does,
+ * apart from the background compile and the pool's helpers. */
+static double thread_cpu_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
 
 /* The "compile time:" line of entry e of f's explanation: trace, passes, codegen, LLVM. */
 static void phases(const kl_fn *f, int e, double out[4]) {
@@ -93,29 +100,34 @@ static void digits(void) {
         in[0][3 + 2 * l] = in[1][3 + 2 * l] = kl_zeros(KL_SHAPE(sizes[l + 1]), KL_F32);
     }
     kl_tensor *out[7];
-    /* eager step time (median of 9) for the async comparison */
-    double eager[2];
+    /* eager step time (median of 9) for the async comparison; and the calling thread's
+     * CPU time of the step (median) */
+    double eager[2], eager_cpu[2];
     for (int b = 0; b < 2; b++) {
-        double t[9];
+        double t[9], c[9];
         for (int r = 0; r < 9; r++) {
             kl_scope_begin();
-            double t0 = kb_now_s();
+            double t0 = kb_now_s(), c0 = thread_cpu_ms();
             check(loss_and_grads(NULL, in[b], 8, out, 7), "eager step");
             t[r] = ms_since(t0);
+            c[r] = thread_cpu_ms() - c0;
             kl_scope_end();
         }
         eager[b] = kb_summarize(t, 9).median;
+        eager_cpu[b] = kb_summarize(c, 9).median;
     }
     kl_fn *f = kl_compile(loss_and_grads, NULL, NULL);
     int async = getenv("KL_COMPILE_ASYNC") && strcmp(getenv("KL_COMPILE_ASYNC"), "0");
     double worst[2] = {0, 0};
-    double first[2], first_cpu[2];
+    int worst_at[2] = {0, 0}; /* which call: 0 the first, r + 1 the r-th after it */
+    double first[2], first_cpu[2], first_tcpu[2];
     for (int b = 0; b < 2; b++) {
         kl_scope_begin();
-        double t0 = kb_now_s(), c0 = cpu_ms();
+        double t0 = kb_now_s(), c0 = cpu_ms(), tc0 = thread_cpu_ms();
         check(kl_fn_call(f, in[b], 8, out, 7), "compiled step");
         first[b] = ms_since(t0);
         first_cpu[b] = cpu_ms() - c0;
+        first_tcpu[b] = thread_cpu_ms() - tc0;
         kl_scope_end();
     }
     double cached[2];
@@ -126,10 +138,10 @@ static void digits(void) {
             double t0 = kb_now_s();
             check(kl_fn_call(f, in[b], 8, out, 7), "compiled step");
             t[r] = ms_since(t0);
-            if (t[r] > worst[b]) worst[b] = t[r];
+            if (t[r] > worst[b]) worst[b] = t[r], worst_at[b] = r + 1;
             kl_scope_end();
         }
-        if (first[b] > worst[b]) worst[b] = first[b];
+        if (first[b] > worst[b]) worst[b] = first[b], worst_at[b] = 0;
         cached[b] = kb_summarize(t, 50).median;
     }
     kl_fn_stats st;
@@ -143,9 +155,15 @@ static void digits(void) {
            "digits step, first call CPU", first_cpu[0], first_cpu[1]);
     printf("%-34s %8.3f ms b64, %.3f ms b256 (eager %.3f, %.3f)\n", "digits step, cached call", cached[0], cached[1],
            eager[0], eager[1]);
-    if (async)
+    if (async) {
         printf("%-34s %8.3f ms b64, %.3f ms b256 (%.2fx, %.2fx eager)\n", "async: slowest of first 51 calls",
                worst[0], worst[1], worst[0] / eager[0], worst[1] / eager[1]);
+        printf("%-34s %8d b64, %d b256 (0: the first call)\n", "async: slowest call was call", worst_at[0], worst_at[1]);
+        printf("%-34s %8lld (calls that ran eagerly while the kernels compiled)\n", "async: eager calls",
+               (long long)st.async_eager_calls);
+        printf("%-34s %8.3f ms b64, %.3f ms b256 (the eager step's: %.3f, %.3f)\n", "async: first call, caller's CPU",
+               first_tcpu[0], first_tcpu[1], eager_cpu[0], eager_cpu[1]);
+    }
     kl_fn_release(f);
     kl_scope_end();
 }
@@ -225,6 +243,69 @@ static void setup(void) {
     kl_scope_end();
 }
 
+/* ---- variants of the code generator (KL_LLVM_X): compile CPU and kernel speed ---------- */
+
+static void variants(int nv, char **xs) {
+    static const int64_t sizes[4] = {64, 256, 256, 10};
+    kl_manual_seed(0);
+    kl_scope_begin();
+    kl_tensor *in[2][8];
+    for (int b = 0; b < 2; b++) {
+        int64_t batch = b ? 256 : 64;
+        in[b][0] = kl_randn(KL_SHAPE(batch, 64), KL_F32);
+        in[b][1] = kl_randint(0, 10, KL_SHAPE(batch), KL_I64);
+    }
+    for (int l = 0; l < 3; l++) {
+        in[0][2 + 2 * l] = in[1][2 + 2 * l] = kl_mul_scalar(kl_randn(KL_SHAPE(sizes[l + 1], sizes[l]), KL_F32), 0.1);
+        in[0][3 + 2 * l] = in[1][3 + 2 * l] = kl_zeros(KL_SHAPE(sizes[l + 1]), KL_F32);
+    }
+    setup(); /* the process's one-time LLVM setup, out of the way */
+    kl_fn *f[16];
+    kl_tensor *out[7], *ref[2][7];
+    for (int b = 0; b < 2; b++) {
+        check(loss_and_grads(NULL, in[b], 8, ref[b], 7), "eager step");
+    }
+    for (int v = 0; v < nv; v++) {
+        setenv("KL_LLVM_X", xs[v], 1);
+        f[v] = kl_compile(loss_and_grads, NULL, NULL);
+        double c0 = cpu_ms();
+        for (int b = 0; b < 2; b++) check(kl_fn_call(f[v], in[b], 8, out, 7), "compiled step");
+        double c = cpu_ms() - c0;
+        double ph[4];
+        phases(f[v], 0, ph);
+        double dmax = 0;
+        for (int b = 0; b < 2; b++) {
+            check(kl_fn_call(f[v], in[b], 8, out, 7), "compiled step");
+            for (int i = 0; i < 7; i++) {
+                kl_tensor *d = kl_amax(kl_abs(kl_sub(out[i], ref[b][i])), 0, NULL, false);
+                double x = kl_item(d);
+                if (x > dmax) dmax = x;
+            }
+        }
+        printf("variant KL_LLVM_X=%-4s compile CPU (both batch sizes) %8.2f ms, LLVM %.2f ms at b64, max |compiled - eager| %.3g\n",
+               xs[v], c, ph[3], dmax);
+    }
+    double t[16][2][60];
+    for (int r = 0; r < 60; r++)
+        for (int v = 0; v < nv; v++)
+            for (int b = 0; b < 2; b++) {
+                kl_scope_begin();
+                double t0 = kb_now_s();
+                check(kl_fn_call(f[v], in[b], 8, out, 7), "compiled step");
+                t[v][b][r] = ms_since(t0);
+                kl_scope_end();
+            }
+    double m0[2] = {kb_summarize(t[0][0], 60).median, kb_summarize(t[0][1], 60).median};
+    for (int v = 0; v < nv; v++) {
+        double m[2] = {kb_summarize(t[v][0], 60).median, kb_summarize(t[v][1], 60).median};
+        printf("variant KL_LLVM_X=%-4s cached call %.3f ms b64 (%.3fx), %.3f ms b256 (%.3fx)\n", xs[v], m[0],
+               m[0] / m0[0], m[1], m[1] / m0[1]);
+        kl_fn_release(f[v]);
+    }
+    unsetenv("KL_LLVM_X");
+    kl_scope_end();
+}
+
 int main(int argc, char **argv) {
     setenv("KL_CACHE_DIR", "off", 0);
     int threads = argc > 1 ? atoi(argv[1]) : 2;
@@ -232,6 +313,10 @@ int main(int argc, char **argv) {
     kl_set_num_threads(threads);
     printf("compile_latency_bench: %d threads, Kiln %s, KL_CACHE_DIR=%s, KL_COMPILE_ASYNC=%s\n", kl_get_num_threads(),
            kl_version(), getenv("KL_CACHE_DIR"), getenv("KL_COMPILE_ASYNC") ? getenv("KL_COMPILE_ASYNC") : "unset");
+    if (!strcmp(which, "variants")) {
+        variants(argc - 3 > 16 ? 16 : argc - 3, argv + 3);
+        return 0;
+    }
     if (!strcmp(which, "setup")) {
         setup();
         return 0;
