@@ -243,69 +243,6 @@ static void setup(void) {
     kl_scope_end();
 }
 
-/* ---- variants of the code generator (KL_LLVM_X): compile CPU and kernel speed ---------- */
-
-static void variants(int nv, char **xs) {
-    static const int64_t sizes[4] = {64, 256, 256, 10};
-    kl_manual_seed(0);
-    kl_scope_begin();
-    kl_tensor *in[2][8];
-    for (int b = 0; b < 2; b++) {
-        int64_t batch = b ? 256 : 64;
-        in[b][0] = kl_randn(KL_SHAPE(batch, 64), KL_F32);
-        in[b][1] = kl_randint(0, 10, KL_SHAPE(batch), KL_I64);
-    }
-    for (int l = 0; l < 3; l++) {
-        in[0][2 + 2 * l] = in[1][2 + 2 * l] = kl_mul_scalar(kl_randn(KL_SHAPE(sizes[l + 1], sizes[l]), KL_F32), 0.1);
-        in[0][3 + 2 * l] = in[1][3 + 2 * l] = kl_zeros(KL_SHAPE(sizes[l + 1]), KL_F32);
-    }
-    setup(); /* the process's one-time LLVM setup, out of the way */
-    kl_fn *f[16];
-    kl_tensor *out[7], *ref[2][7];
-    for (int b = 0; b < 2; b++) {
-        check(loss_and_grads(NULL, in[b], 8, ref[b], 7), "eager step");
-    }
-    for (int v = 0; v < nv; v++) {
-        setenv("KL_LLVM_X", xs[v], 1);
-        f[v] = kl_compile(loss_and_grads, NULL, NULL);
-        double c0 = cpu_ms();
-        for (int b = 0; b < 2; b++) check(kl_fn_call(f[v], in[b], 8, out, 7), "compiled step");
-        double c = cpu_ms() - c0;
-        double ph[4];
-        phases(f[v], 0, ph);
-        double dmax = 0;
-        for (int b = 0; b < 2; b++) {
-            check(kl_fn_call(f[v], in[b], 8, out, 7), "compiled step");
-            for (int i = 0; i < 7; i++) {
-                kl_tensor *d = kl_amax(kl_abs(kl_sub(out[i], ref[b][i])), 0, NULL, false);
-                double x = kl_item(d);
-                if (x > dmax) dmax = x;
-            }
-        }
-        printf("variant KL_LLVM_X=%-4s compile CPU (both batch sizes) %8.2f ms, LLVM %.2f ms at b64, max |compiled - eager| %.3g\n",
-               xs[v], c, ph[3], dmax);
-    }
-    double t[16][2][60];
-    for (int r = 0; r < 60; r++)
-        for (int v = 0; v < nv; v++)
-            for (int b = 0; b < 2; b++) {
-                kl_scope_begin();
-                double t0 = kb_now_s();
-                check(kl_fn_call(f[v], in[b], 8, out, 7), "compiled step");
-                t[v][b][r] = ms_since(t0);
-                kl_scope_end();
-            }
-    double m0[2] = {kb_summarize(t[0][0], 60).median, kb_summarize(t[0][1], 60).median};
-    for (int v = 0; v < nv; v++) {
-        double m[2] = {kb_summarize(t[v][0], 60).median, kb_summarize(t[v][1], 60).median};
-        printf("variant KL_LLVM_X=%-4s cached call %.3f ms b64 (%.3fx), %.3f ms b256 (%.3fx)\n", xs[v], m[0],
-               m[0] / m0[0], m[1], m[1] / m0[1]);
-        kl_fn_release(f[v]);
-    }
-    unsetenv("KL_LLVM_X");
-    kl_scope_end();
-}
-
 int main(int argc, char **argv) {
     setenv("KL_CACHE_DIR", "off", 0);
     int threads = argc > 1 ? atoi(argv[1]) : 2;
@@ -313,10 +250,6 @@ int main(int argc, char **argv) {
     kl_set_num_threads(threads);
     printf("compile_latency_bench: %d threads, Kiln %s, KL_CACHE_DIR=%s, KL_COMPILE_ASYNC=%s\n", kl_get_num_threads(),
            kl_version(), getenv("KL_CACHE_DIR"), getenv("KL_COMPILE_ASYNC") ? getenv("KL_COMPILE_ASYNC") : "unset");
-    if (!strcmp(which, "variants")) {
-        variants(argc - 3 > 16 ? 16 : argc - 3, argv + 3);
-        return 0;
-    }
     if (!strcmp(which, "setup")) {
         setup();
         return 0;
