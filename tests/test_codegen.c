@@ -889,6 +889,118 @@ static void debug_ll_reads_like_the_kernel_ir(void **state) {
     assert_true(statements >= 12);
 }
 
+/* Element loops fold their tail into the vector loop by masking (cg_bitcode.cpp's
+ * cg_mark_parallel; a compile-latency measure: one copy of the loop body instead of three).
+ * Every f32 math op, at lengths around the vector width, gives eager's and the
+ * interpreter's bits in every element, the masked last iteration included; integer
+ * division (which must not run on masked-off lanes) raises only for a real zero; and the
+ * optimized IR of a flat kernel has a masked store and no epilogue loop. */
+static void folded_tails_bitwise(void **state) {
+    (void)state;
+    static const int64_t lens[] = {1, 2, 7, 15, 16, 17, 31, 33, 100, 1031};
+    int64_t nall, ntrig;
+    kl_tensor *xall = sweep_f32(&nall);
+    ntrig = nall;
+    kl_tensor *xtrig = trig_domain(xall, &ntrig);
+    int64_t bad = 0, runs = 0;
+    for (size_t o = 0; o < N_MATH_ALL; o++) {
+        const mathop *m = o < N_MATH_OPS ? &math_ops[o] : &math_ops_attr[o - N_MATH_OPS].m;
+        int trig = m->op == KE_OP_sin || m->op == KE_OP_cos || m->op == KE_OP_tan;
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int64_t n = lens[li];
+            /* specials first, then values spread over the sweep */
+            kl_tensor *src = trig ? xtrig : xall;
+            int64_t step = ((trig ? ntrig : nall) - 40) / n;
+            kl_tensor *x = kl_contiguous(kl_cat(2, (kl_tensor *[]){kl_slice(src, 0, 0, 40 < n ? 40 : n, 1),
+                                                                   kl_slice(src, 0, 40, 40 + (n - 40 > 0 ? n - 40 : 0) * step, step)}, 0));
+            assert_int_equal(kl_numel(x), n);
+            kbuild b;
+            kb_init(&b, 1, (int64_t[]){n});
+            kb_buf(&b, KL_F32, 0);
+            kb_buf(&b, KL_F32, 1);
+            int l = kb_stmt(&b, (ir_kstmt){.kind = IR_K_LOAD, .dtype = KL_F32, .buf = 0, .op = -1});
+            ir_kstmt os = {.kind = IR_K_OP, .dtype = KL_F32, .compute = KL_F32, .op = m->op, .nargs = 1, .args = {l}};
+            if (o >= N_MATH_OPS) os.a.f[0] = math_ops_attr[o - N_MATH_OPS].f0, os.a.f[1] = math_ops_attr[o - N_MATH_OPS].f1;
+            int r = kb_stmt(&b, os);
+            kb_stmt(&b, (ir_kstmt){.kind = IR_K_STORE, .dtype = KL_F32, .buf = 1, .nargs = 1, .args = {r}, .op = -1});
+            kl_tensor *y = run_backend(&cg_llvm_backend, &b.k, &x, KL_F32);
+            kl_tensor *yi = run_backend(&ir_interp_backend, &b.k, &x, KL_F32);
+            kl_tensor *in1[1] = {x};
+            ke_call ec = {.op = m->op, .nin = 1, .in = in1};
+            ec.a.f[0] = os.a.f[0], ec.a.f[1] = os.a.f[1];
+            kl_tensor *ye = ke_call1(&ec);
+            assert_non_null(ye);
+            int64_t be = eager_mismatches(kl_data_ptr(y), kl_data_ptr(ye), n),
+                    bi = eager_mismatches(kl_data_ptr(y), kl_data_ptr(yi), n);
+            if (be || bi)
+                print_message("%s at length %lld: differs from eager at %lld, from interp at %lld\n", ke_ops[m->op].name,
+                              (long long)n, (long long)be, (long long)bi);
+            bad += be + bi;
+            runs++;
+        }
+    }
+    assert_int_equal(bad, 0);
+    assert_true(runs >= 400);
+    /* integer remainder at tail lengths: no division by a masked-off lane */
+    kl_compile_options o = kl_compile_options_default();
+    o.backend = "llvm";
+    kl_fn *f = kl_compile(int_remainder, NULL, &o);
+    static const int64_t ilens[] = {3, 17, 33, 1001};
+    for (int i = 0; i < 4; i++) {
+        kl_tensor *a = seq(ilens[i], 1, KL_I32), *d = kl_add_scalar(kl_abs(a), 3), *y = NULL, *want = NULL;
+        assert_int_equal(kl_fn_call(f, (kl_tensor *[]){a, d}, 2, &y, 1), 0);
+        assert_int_equal(int_remainder(NULL, (kl_tensor *[]){a, d}, 2, &want, 1), 0);
+        assert_int_equal(kl_equal(y, want), 1);
+        /* a zero divisor in the last element only */
+        kl_tensor *dz = kl_clone(d);
+        ((int32_t *)kl_data_ptr(dz))[ilens[i] - 1] = 0;
+        assert_int_equal(kl_fn_call(f, (kl_tensor *[]){a, dz}, 2, &y, 1), -1);
+        KT_EXPECT_ERROR(KL_ERR_ARG, "kl_remainder: integer division by zero");
+    }
+    kl_fn_release(f);
+    /* the IR: one vector loop with a masked store, no epilogue */
+    const char *dir = kt_tmp_path("dbgtail");
+    setenv("KL_DEBUG_DIR", dir, 1);
+    kbuild b;
+    kb_init(&b, 1, (int64_t[]){1000});
+    kb_buf(&b, KL_F32, 0);
+    kb_buf(&b, KL_F32, 1);
+    int l = kb_stmt(&b, (ir_kstmt){.kind = IR_K_LOAD, .dtype = KL_F32, .buf = 0, .op = -1});
+    ir_kstmt c = {.kind = IR_K_OP, .dtype = KL_F32, .compute = KL_F32, .op = KE_OP_clamp, .nargs = 1, .args = {l}};
+    c.a.f[0] = -0.5, c.a.f[1] = (double)getpid() / 7e6; /* not loaded already */
+    int r = kb_stmt(&b, c);
+    int e = kb_stmt(&b, (ir_kstmt){.kind = IR_K_OP, .dtype = KL_F32, .compute = KL_F32, .op = KE_OP_exp, .nargs = 1, .args = {r}});
+    kb_stmt(&b, (ir_kstmt){.kind = IR_K_STORE, .dtype = KL_F32, .buf = 1, .nargs = 1, .args = {e}, .op = -1});
+    kl_tensor *x = seq(1000, 0.01, KL_F32);
+    kl_tensor *y = run_backend(&cg_llvm_backend, &b.k, &x, KL_F32);
+    assert_int_equal(kl_allclose(y, kl_exp(kl_clamp(x, -0.5, c.a.f[1])), 0, 0, true), 1);
+    unsetenv("KL_DEBUG_DIR");
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *ent;
+    char path[700];
+    int checked = 0;
+    while ((ent = readdir(d))) {
+        size_t len = strlen(ent->d_name);
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        if (len > 7 && !strcmp(ent->d_name + len - 7, ".opt.ll")) {
+            char *ll = slurp(path);
+            assert_non_null(ll);
+            if (!strstr(ll, "llvm.masked.store") || strstr(ll, "vec.epilog"))
+                print_message("%s: the tail is not folded into the vector loop\n", ent->d_name);
+            assert_non_null(strstr(ll, "llvm.masked.store"));
+            assert_null(strstr(ll, "vec.epilog"));
+            assert_non_null(strstr(ll, "x float>"));
+            free(ll);
+            checked++;
+        }
+        if (ent->d_name[0] != '.') unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+    assert_int_equal(checked, 1);
+}
+
 #endif /* KL_HAVE_LLVM */
 
 int main(void) {
@@ -908,6 +1020,7 @@ int main(void) {
         KT_TEST(objects_come_back_from_the_cache),
         KT_TEST(debug_dir_gets_llvm_ir_and_assembly),
         KT_TEST(debug_ll_reads_like_the_kernel_ir),
+        KT_TEST(folded_tails_bitwise),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     kt_tmp_cleanup();

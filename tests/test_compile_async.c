@@ -169,6 +169,38 @@ static void parallel_compile_equals_serial(void **state) {
     ke_cache_reset();
 }
 
+/* h = matmul(tanh(clamp(h, -1, 1 + salt)), w), n times: n identical kernels. */
+static int same_chain(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const chain_args *a = u;
+    kl_tensor *h = in[0];
+    for (int i = 0; i < a->n; i++) h = kl_matmul(kl_tanh(kl_clamp(h, -1, 1 + a->salt)), in[1]);
+    return (out[0] = h) ? 0 : -1;
+}
+
+/* A graph holding the same kernel several times compiles it once, also on two threads
+ * (a thread whose kernel another thread is compiling waits for it instead of compiling
+ * it too: the claim order puts copies last, and the LLVM backend compiles a key once). */
+static void identical_kernels_compile_once(void **state) {
+    (void)state;
+    kl_tensor *in[2] = {seqf(4, 8, 0.29), kl_mul_scalar(seqf(8, 8, 0.13), 0.5)};
+    for (int rep = 0; rep < 4; rep++) {
+        chain_args a = {8, (double)(getpid() % 1000) / 1e4 + rep / 7.0 + 0.01};
+        kl_tensor *want = NULL, *y = NULL;
+        assert_int_equal(same_chain(&a, in, 2, &want, 1), 0);
+        kl_set_num_threads(2);
+        kl_fn *f = kl_compile(same_chain, &a, NULL);
+        int64_t c0 = cg_llvm_compiles();
+        assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+        assert_int_equal(cg_llvm_compiles() - c0, 1);
+        assert_int_equal(kl_equal(y, want), 1);
+        kl_fn_stats st;
+        assert_int_equal(kl_fn_get_stats(f, &st), 0);
+        assert_int_equal(st.kernels - st.library_calls, a.n);
+        kl_fn_release(f);
+    }
+}
+
 /* Kernels LLVM refuses inside a parallel compile (cg_llvm_fail_next, on whichever
  * thread claims them) run on the interpreter; the call still equals eager. */
 static void parallel_compile_failures_fall_back(void **state) {
@@ -470,6 +502,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         KT_TEST(parallel_compile_equals_serial),
         KT_TEST(parallel_compile_failures_fall_back),
+        KT_TEST(identical_kernels_compile_once),
         KT_TEST(concurrent_compiles_from_threads),
         KT_TEST(async_first_calls_eager_then_compiled),
         KT_TEST(async_dynamic_retrace_tiered),

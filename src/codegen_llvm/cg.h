@@ -69,9 +69,11 @@ const char *cg_cpu_name(void);
 const char *cg_cpu_features(void);
 /* Optimizes m (O2 with vectorizers), dumping to dbg_prefix (or NULL) the IR
  * before/after and the assembly; emits an object (malloc'd) into *obj.
- * ms[0], ms[1]: time spent optimizing and generating code. */
+ * ms[0], ms[1]: wall time spent optimizing and generating code; ms[2], ms[3]:
+ * the same as this thread's CPU time (what a loaded machine does not inflate). */
 int cg_jit_optimize_emit(LLVMModuleRef m, const char *name, const char *dbg_prefix, void **obj, size_t *size,
-                         int *ninstr_before, int *ninstr_after, double ms[2]);
+                         int *ninstr_before, int *ninstr_after, double ms[4]);
+double cg_thread_cpu_ms(void); /* this thread's CPU time, ms */
 /* Adds an object to the JIT under a new resource tracker and looks up sym. */
 int cg_jit_add(const void *obj, size_t size, const char *sym, void **rt, void **fn);
 void cg_jit_remove(void *rt);

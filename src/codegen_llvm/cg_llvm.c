@@ -37,7 +37,7 @@
 #include <time.h>
 
 #define GRAIN 32768         /* elements per thread, at least (as interp) */
-#define CG_FORMAT "kiln-cg-3" /* the object layout; 2: own pass pipeline; 3: outer size out of the key */
+#define CG_FORMAT "kiln-cg-4" /* the object layout; 2: own pass pipeline; 3: outer size out of the key; 4: tails folded */
 
 extern const unsigned char cg_bitcode_sha256[32]; /* computed at build time (embed_bitcode.py) */
 extern const char cg_generator_digest[];          /* of the code generator's sources, likewise */
@@ -52,9 +52,61 @@ typedef struct cg_code {
 } cg_code;
 
 static cg_code *codes; /* under cg_lock */
-static _Atomic int64_t fallbacks;
+
+/* Keys being compiled now, one entry per compiling thread (its own, thread-local, so
+ * that guarded() can take it out after LLVM threw through get_code's frame). A graph
+ * often holds identical kernels (the digits step's GELU backward for both hidden
+ * layers, a graph specialised per size): compiled in parallel, each was compiled by two
+ * threads at once and one result thrown away (2 of 8 compiles of the digits step). A
+ * thread whose key is in flight waits for it instead, then shares the loaded code. */
+typedef struct inflight {
+    ke_cache_key key;
+    struct inflight *next;
+    int on; /* linked */
+} inflight;
+static pthread_mutex_t inflight_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t inflight_cv = PTHREAD_COND_INITIALIZER;
+static inflight *inflights;
+static _Thread_local inflight tl_inflight;
+
+static int inflight_has(const ke_cache_key *key) {
+    for (inflight *f = inflights; f; f = f->next)
+        if (!memcmp(f->key.b, key->b, sizeof key->b)) return 1;
+    return 0;
+}
+/* Waits while another thread compiles key, then claims it for this thread. 1 if it waited. */
+static int inflight_claim(const ke_cache_key *key) {
+    int waited = 0;
+    pthread_mutex_lock(&inflight_mu);
+    while (inflight_has(key)) {
+        waited = 1;
+        pthread_cond_wait(&inflight_cv, &inflight_mu);
+    }
+    tl_inflight.key = *key;
+    tl_inflight.next = inflights;
+    tl_inflight.on = 1;
+    inflights = &tl_inflight;
+    pthread_mutex_unlock(&inflight_mu);
+    return waited;
+}
+/* This thread's claim is over (compiled and loaded, or failed): wakes the waiters. */
+static void inflight_done(void) {
+    pthread_mutex_lock(&inflight_mu);
+    if (tl_inflight.on) {
+        for (inflight **pp = &inflights; *pp; pp = &(*pp)->next)
+            if (*pp == &tl_inflight) {
+                *pp = tl_inflight.next;
+                break;
+            }
+        tl_inflight.on = 0;
+        pthread_cond_broadcast(&inflight_cv);
+    }
+    pthread_mutex_unlock(&inflight_mu);
+}
+static _Atomic int64_t fallbacks, compiles;
 
 int64_t cg_llvm_fallbacks(void) { return atomic_load(&fallbacks); }
+int64_t cg_llvm_compiles(void) { return atomic_load(&compiles); }
 
 static _Atomic int fail_next; /* cg_llvm_fail_next: a test's forced failures left */
 void cg_llvm_fail_next(int n) { atomic_store(&fail_next, n > 0 ? n : 0); }
@@ -242,10 +294,13 @@ static cg_code *install(const ke_cache_key *key, const void *obj, size_t size, c
     return c;
 }
 
+static cg_code *compile_claimed(const ir_kernel *k, const cg_plan *plan, const ke_cache_key *keyp, const char *hex,
+                                const char *sym, double t0, double c0);
+
 /* Finds or makes the code of k. Called without cg_lock: the LLVM work runs in
  * this thread's compile slot, concurrently with other threads' compiles. */
 static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
-    double t0 = now_ms();
+    double t0 = now_ms(), c0 = cg_thread_cpu_ms();
     cg_lock();
     int bad = cg_jit_init();
     cg_unlock();
@@ -272,14 +327,32 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
     cg_code *c = find_code(&key);
     if (c) c->refs++;
     cg_unlock();
+    int waited = 0;
+    if (!c && (waited = inflight_claim(&key))) { /* another thread compiled it meanwhile (or failed: this one tries) */
+        cg_lock();
+        if ((c = find_code(&key))) c->refs++;
+        cg_unlock();
+        if (c) inflight_done();
+    }
     if (c) {
-        ke_log(KE_LOG_CODEGEN, "kernel %.16s: %d statements, loaded already (%.3f ms)", hex, k->nstmts, now_ms() - t0);
+        ke_log(KE_LOG_CODEGEN, "kernel %.16s: %d statements, %s (%.3f ms)", hex, k->nstmts,
+               waited ? "compiled by another thread while this one waited" : "loaded already", now_ms() - t0);
         return c;
     }
+    c = compile_claimed(k, plan, &key, hex, sym, t0, c0);
+    inflight_done();
+    return c;
+}
+
+/* get_code's compile of a key this thread has claimed (inflight_claim). */
+static cg_code *compile_claimed(const ir_kernel *k, const cg_plan *plan, const ke_cache_key *keyp, const char *hex,
+                                const char *sym, double t0, double c0) {
+    ke_cache_key key = *keyp;
+    cg_code *c = NULL;
     void *obj = NULL;
     size_t size = 0;
     int n0 = 0, n1 = 0, shared = 0;
-    double ms[3] = {0, 0, 0};
+    double ms[5] = {0, 0, 0, 0, 0}; /* optimize, codegen (wall, then CPU), IR */
     if (ke_cache_load(KE_CACHE_OBJ, &key, &obj, &size)) {
         c = install(&key, obj, size, sym, &shared);
         free(obj);
@@ -299,10 +372,11 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
     LLVMModuleRef m = NULL;
     double t1 = now_ms();
     int rc = cg_emit_kernel(k, plan, sym, &m);
-    ms[2] = now_ms() - t1;
+    ms[4] = now_ms() - t1;
     if (!rc) {
         rc = cg_jit_optimize_emit(m, sym, dbg, &obj, &size, &n0, &n1, ms);
         ir_backend_add_llvm_ms(ms[0] + ms[1]);
+        if (!rc) atomic_fetch_add(&compiles, 1);
         LLVMDisposeModule(m);
     }
     cg_slot_release();
@@ -314,10 +388,10 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
     if (!c) return NULL;
     ke_log(KE_LOG_CODEGEN,
            "kernel %.16s: %d statements, %d -> %d LLVM instructions, %s in %.2f ms (IR %.2f, optimize %.2f, "
-           "codegen %.2f), %zu-byte object",
+           "codegen %.2f; thread CPU %.2f: optimize %.2f, codegen %.2f), %zu-byte object",
            hex, k->nstmts, n0, n1,
            shared ? "compiled (another thread loaded it meanwhile)" : ke_cache_dir() ? "cache miss, compiled" : "compiled",
-           now_ms() - t0, ms[2], ms[0], ms[1], size);
+           now_ms() - t0, ms[4], ms[0], ms[1], cg_thread_cpu_ms() - c0, ms[2], ms[3], size);
     return c;
 }
 
@@ -347,6 +421,7 @@ static void put_code(cg_code *c) {
 static int guarded(void (*fn)(void *), void *arg, char *why, size_t cap) {
     int g = cg_guard(fn, arg, why, cap);
     if (g) {
+        inflight_done(); /* the unwound get_code did not */
         cg_slot_abandon();
         if (!cg_lock_held()) cg_lock();
         if (g == 2) cg_jit_disable(why);

@@ -14,6 +14,7 @@ extern const ir_backend cg_llvm_backend;
 void *cg_llvm_compile_strict(const ir_kernel *k);
 int cg_llvm_is_compiled(const void *handle); /* 1 if the handle runs LLVM code */
 int64_t cg_llvm_fallbacks(void);             /* kernels handed to the interpreter so far */
+int64_t cg_llvm_compiles(void);              /* objects LLVM generated so far (cache hits and shared code not counted) */
 /* Tests: the most compiles that ran at once (compile slots in use) since the last
  * reset; reset != 0 starts a new count from those running now. */
 int cg_llvm_peak_compiles(int reset);

@@ -416,6 +416,8 @@ typedef struct par_compile {
     ir_graph *g;
     const ir_backend *cpu;
     const _Atomic int *cancel; /* set: stop before the next kernel (tiered compile of a released function) */
+    const int32_t *order;      /* the kernels to claim, in claim order (compile_order) */
+    int32_t n;
     _Atomic int32_t next;
     _Atomic int failed;
     pthread_mutex_t mu; /* err, llvm_ms */
@@ -432,8 +434,9 @@ static void par_compile_range(void *ctx, int64_t begin, int64_t end) {
     par_compile *p = ctx;
     double l0 = ir_backend_llvm_ms();
     for (;;) {
-        int32_t i = atomic_fetch_add(&p->next, 1);
-        if (i >= p->g->nkernels || atomic_load(&p->failed)) break;
+        int32_t at = atomic_fetch_add(&p->next, 1);
+        if (at >= p->n || atomic_load(&p->failed)) break;
+        int32_t i = p->order[at];
         if (p->cancel && atomic_load(p->cancel)) {
             pthread_mutex_lock(&p->mu);
             if (!atomic_exchange(&p->failed, 1)) {
@@ -445,7 +448,6 @@ static void par_compile_range(void *ctx, int64_t begin, int64_t end) {
         }
         ir_kernel *k = p->g->kernels[i];
         const ir_backend *b = backend_of(k, p->cpu);
-        if (!b || !b->concurrent) continue; /* compiled serially before */
         if (ir_kernel_compile(k, b)) {
             pthread_mutex_lock(&p->mu);
             if (!atomic_exchange(&p->failed, 1)) ke_error_set_aside(&p->err);
@@ -485,6 +487,62 @@ static int compile_groups(ir_graph *g, const ir_backend *cpu) {
     return rc ? -1 : 0;
 }
 
+/* A kernel's compile cost, roughly (for the claim order): its statements, a row kernel's
+ * counted twice (several loops per row, each vectorized on its own). */
+static int64_t compile_cost(const ir_kernel *k) { return (int64_t)k->nstmts * (k->row ? 2 : 1); }
+
+typedef struct order_item {
+    int32_t i;
+    int32_t dup;   /* the same kernel as an earlier one (compiles once; the copy waits or shares) */
+    int32_t twins; /* copies of it later in the graph */
+    int64_t cost;
+} order_item;
+static int order_cmp(const void *a_, const void *b_) {
+    const order_item *a = a_, *b = b_;
+    if (a->dup != b->dup) return a->dup - b->dup;
+    if (!a->twins != !b->twins) return b->twins ? 1 : -1;
+    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+    return a->i - b->i;
+}
+
+/* The order in which the threads claim g's n concurrent kernels (ids[0..n)): the most
+ * expensive first, so that the last one to finish is a small one (with 6 kernels on 2
+ * threads, the order decided how long the second thread sat idle); but a kernel that
+ * is the same as an earlier one (printed alike: the digits step's GELU backward of both
+ * hidden layers) last, and the one it copies before the others, so that the copy finds
+ * its code loaded (claimed at once, the two would run side by side and one thread wait
+ * for the other: the LLVM backend compiles a key once). Returns a malloc'd array, or
+ * NULL (then graph order). */
+static int32_t *compile_order(const ir_graph *g, const int32_t *ids, int32_t n) {
+    order_item *it = malloc(sizeof *it * (size_t)n);
+    char **txt = calloc((size_t)n, sizeof *txt);
+    int32_t *order = malloc(sizeof *order * (size_t)n);
+    if (!it || !txt || !order) {
+        free(it), free(txt), free(order);
+        return NULL;
+    }
+    for (int32_t a = 0; a < n; a++) {
+        const ir_kernel *k = g->kernels[ids[a]];
+        it[a] = (order_item){.i = ids[a], .cost = compile_cost(k)};
+        txt[a] = ir_kernel_to_string(k);
+        for (int32_t b = 0; b < a && txt[a]; b++)
+            if (!it[b].dup && txt[b] && !strcmp(txt[a], txt[b])) {
+                it[a].dup = 1;
+                it[b].twins++;
+                break;
+            }
+    }
+    kl_clear_error(); /* a kernel that could not be printed is just not matched */
+    qsort(it, (size_t)n, sizeof *it, order_cmp);
+    for (int32_t a = 0; a < n; a++) {
+        order[a] = it[a].i;
+        free(txt[a]);
+    }
+    free(it);
+    free(txt);
+    return order;
+}
+
 /* spare: threads left to the callers (tiered compiles leave one, so a call running eagerly
  * meanwhile keeps a core: with two threads a background compile on both made an eager
  * digits step wait ~100 ms for OpenBLAS's starved helper). */
@@ -502,7 +560,15 @@ static int compile_kernels(ir_graph *g, const ir_backend *cpu, const _Atomic int
     if (ngroup && compile_groups(g, cpu)) return -1;
     if (!nconc) return 0;
     int threads = kl_get_num_threads() - spare;
-    par_compile p = {.g = g, .cpu = cpu, .cancel = cancel};
+    int32_t *ids = malloc(sizeof *ids * (size_t)nconc);
+    if (!ids) return ke_err(KL_ERR_OOM, "compile", "out of memory");
+    int32_t n = 0;
+    for (int32_t i = 0; i < g->nkernels; i++) {
+        const ir_backend *b = backend_of(g->kernels[i], cpu);
+        if (b->concurrent && !g->kernels[i]->handle) ids[n++] = i;
+    }
+    int32_t *order = threads > 1 && n > 1 ? compile_order(g, ids, n) : NULL;
+    par_compile p = {.g = g, .cpu = cpu, .cancel = cancel, .order = order ? order : ids, .n = n};
     pthread_mutex_init(&p.mu, NULL);
     double l0 = ir_backend_llvm_ms();
     /* n = threads, grain 1: one range per thread (inline, i.e. serial, with one
@@ -510,6 +576,8 @@ static int compile_kernels(ir_graph *g, const ir_backend *cpu, const _Atomic int
     if (threads > 1 && nconc > 1) ke_parallel_for(threads < nconc ? threads : nconc, 1, par_compile_range, &p);
     else par_compile_range(&p, 0, 1);
     pthread_mutex_destroy(&p.mu);
+    free(order);
+    free(ids);
     /* the caller's own share is in its running total already */
     ir_backend_add_llvm_ms(p.llvm_ms - (ir_backend_llvm_ms() - l0));
     if (atomic_load(&p.failed)) {
