@@ -884,6 +884,52 @@ static void conv2d_weight_grad_kernel(void **s) {
         }
 }
 
+/* relu's derivative is the internal op threshold_backward(g, y): g where y
+ * > threshold, else 0, a NaN y passing g (PyTorch's threshold_backward),
+ * against that definition for a threshold of 0 (relu's) and 0.5, f32 and f64,
+ * a broadcast y; and relu's gradient is what the two-pass
+ * masked_fill(g, y <= 0, 0) gave, bit for bit. */
+static kl_tensor *threshold_backward(kl_tensor *g, kl_tensor *y, double t) {
+    kl_tensor *in[2] = {g, y};
+    ke_call c = {.op = KE_OP_threshold_backward, .nin = 2, .in = in};
+    ke_attr_set_threshold_backward_threshold(&c.a, t);
+    return ke_call1(&c);
+}
+
+static void threshold_backward_op(void **s) {
+    (void)s;
+    static const double yv[8] = {-1, -0.0, 0, 0.25, 0.5, 0.75, NAN, INFINITY}, gv[8] = {1, 2, -3, 4, -5, 6, 7, -8};
+    for (int dt = 0; dt < 2; dt++)
+        for (int k = 0; k < 2; k++) {
+            kl_scope_begin();
+            kl_dtype t = dt ? KL_F64 : KL_F32;
+            double th = k ? 0.5 : 0;
+            kl_tensor *y = kl_to_dtype(kl_from_data(yv, KL_SHAPE(8), KL_F64), t);
+            kl_tensor *g = kl_to_dtype(kl_from_data(gv, KL_SHAPE(8), KL_F64), t);
+            kl_tensor *r = threshold_backward(g, y, th);
+            assert_non_null(r);
+            assert_int_equal(kl_dtype_of(r), t);
+            kl_tensor *want = kl_to_dtype(kl_from_data((const double[]){0, 0, 0, k ? 0 : 4, k ? 0 : -5, 6, 7, -8}, KL_SHAPE(8),
+                                                       KL_F64), t);
+            assert_int_equal(kl_allclose(r, want, 0, 0, false), 1);
+            /* y broadcast over g's rows */
+            kl_tensor *g2 = kl_reshape(kl_arange(1, 17, 1, t), KL_SHAPE(2, 8));
+            kl_tensor *r2 = threshold_backward(g2, y, th);
+            kt_assert_shape(r2, KL_SHAPE(2, 8));
+            assert_int_equal(kl_allclose(r2, kl_masked_fill(g2, kl_le_scalar(y, th), 0.0), 0, 0, false), 1);
+            kl_scope_end();
+        }
+    /* relu's gradient, against the formula it replaced */
+    kl_manual_seed(4);
+    kl_tensor *x = kl_where(kl_gt_scalar(kl_rand(KL_SHAPE(5, 7), KL_F32), 0.9), kl_full(KL_SHAPE(1), NAN, KL_F32),
+                            kl_randn(KL_SHAPE(5, 7), KL_F32));
+    assert_int_equal(kl_set_requires_grad(x, true), 0);
+    kl_tensor *y = kl_relu(x), *w = kl_randn(KL_SHAPE(5, 7), KL_F32), *dx;
+    kl_tensor *l = kl_sum(kl_mul(y, w), KL_ALL_DIMS, false);
+    assert_int_equal(kl_autograd_grad(1, &l, NULL, 1, &x, &dx, NULL), 0);
+    assert_int_equal(kl_allclose(dx, kl_masked_fill(w, kl_le_scalar(kl_detach(y), 0.0), 0.0), 0, 0, true), 1);
+}
+
 static void conv2d_errors(void **s) {
     (void)s;
     kl_tensor *x = kl_ones(KL_SHAPE(1, 2, 5, 5), KL_F32), *w = kl_ones(KL_SHAPE(4, 3, 3, 3), KL_F32);
@@ -1297,6 +1343,7 @@ int main(void) {
         KT_TEST(conv2d_batched_columns),
         KT_TEST(max_pool2d_fused_backward),
         KT_TEST(conv2d_weight_grad_kernel),
+        KT_TEST(threshold_backward_op),
         KT_TEST(conv2d_errors),
         KT_TEST(pool2d_values),
         KT_TEST(pool2d_errors),
