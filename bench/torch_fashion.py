@@ -8,12 +8,14 @@ Kiln's kl_params_add_* reproduce), AdamW (lr 2e-3, weight decay 0.01) with a
 cosine decay to 0 over the run, mean cross-entropy.
 
     /usr/bin/python3 bench/torch_fashion.py [--threads T] [--batch B] [--steps N]
-                                             [--data DIR] [--epochs E] [--limit N]
+                                             [--data DIR] [--epochs E] [--limit N] [--profile]
 
 Default: times N training steps (zero_grad, forward, backward, AdamW step)
 after 3 warm-up steps on random batches of the training images (DIR,
 default data/fashion; random images without it) and prints the median per
-step in the format of `fashion --bench-steps N`. --epochs E trains E epochs
+step in the format of `fashion --bench-steps N`; with --profile, the N steps
+run under torch.profiler (CPU) and its key_averages table by self CPU time
+follows (where PyTorch's step goes: bench/RESULTS.md). --epochs E trains E epochs
 on the real data (the first --limit images) instead and prints the train
 loss, test accuracy and images/s of each, as the Kiln demo does.
 """
@@ -30,6 +32,7 @@ ap.add_argument("--data", default=None)
 ap.add_argument("--epochs", type=int, default=0)
 ap.add_argument("--limit", type=int, default=0)
 ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--profile", action="store_true")
 args = ap.parse_args()
 # Debian's torch calls the system OpenBLAS (pthread build), which reads its
 # thread count from the environment when it loads: set it before the import.
@@ -116,15 +119,25 @@ def bench():
     model.train()
     rng = np.random.default_rng(args.seed + 1)
     ms = []
+    prof = None
     for s in range(-3, args.steps):
+        if s == 0 and args.profile:
+            from torch.profiler import profile, ProfilerActivity
+            prof = profile(activities=[ProfilerActivity.CPU])
+            prof.__enter__()
         idx = torch.from_numpy(rng.integers(0, xtr.shape[0], args.batch))
         t0 = time.perf_counter()
         step(model, opt, sched, xtr[idx], ytr[idx])
         if s >= 0:
             ms.append(1e3 * (time.perf_counter() - t0))
+    if prof is not None:
+        prof.__exit__(None, None, None)
     ms.sort()
     print(f"torch eager    batch {args.batch}, {torch.get_num_threads()} threads: median {ms[len(ms) // 2]:.2f} ms/step "
           f"over {args.steps} steps (min {ms[0]:.2f}, max {ms[-1]:.2f}){'' if have else ' [random images]'}")
+    if prof is not None:
+        print(f"torch.backends.mkldnn.is_available(): {torch.backends.mkldnn.is_available()}")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
 
 
 def train():

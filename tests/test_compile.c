@@ -749,6 +749,54 @@ static void cpu_fused_composites_stay_whole(void **state) {
     kl_fn_release(f);
 }
 
+/* conv -> relu -> max_pool step: in = {x, w, y}; out = {dL/dx, dL/dw, loss}.
+ * Its backward calls the internal composites conv2d_input_grad and
+ * conv2d_weight_grad and relu's threshold_backward. */
+static int conv_relu_pool_step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    kl_tensor *p[2] = {kl_detach(in[0]), kl_detach(in[1])};
+    if (!p[0] || !p[1] || kl_set_requires_grad(p[0], true) < 0 || kl_set_requires_grad(p[1], true) < 0) return -1;
+    kl_pool2d_options po = kl_pool2d_options_default(2);
+    kl_conv2d_options co = kl_conv2d_options_default();
+    co.padding[0] = co.padding[1] = 1;
+    kl_tensor *h = kl_max_pool2d(kl_relu(kl_conv2d(p[0], p[1], NULL, &co)), &po);
+    kl_tensor *loss = kl_sum(kl_mul(h, in[2]), KL_ALL_DIMS, false);
+    if (!loss || kl_autograd_grad(1, &loss, NULL, 2, p, out, NULL) < 0) return -1;
+    out[2] = kl_detach(loss);
+    return out[2] ? 0 : -1;
+}
+
+/* conv2d's two gradients stay whole in FUSE graphs on the CPU too (GEMM +
+ * col2im, im2col + GEMM, not conv_transpose2d's flipped-kernel conv2d over a
+ * padded gradient), and agree with eager. */
+static void cpu_conv_gradients_stay_whole(void **state) {
+    (void)state;
+    kl_manual_seed(92);
+    kl_tensor *in[3] = {kl_randn(KL_SHAPE(4, 3, 9, 8), KL_F32), kl_randn(KL_SHAPE(5, 3, 3, 3), KL_F32),
+                        kl_randn(KL_SHAPE(4, 5, 4, 4), KL_F32)};
+    kl_tensor *e[3], *c[3];
+    assert_int_equal(conv_relu_pool_step(NULL, in, 3, e, 3), 0);
+    kl_fn *f = kl_compile(conv_relu_pool_step, NULL, mode(KL_COMPILE_FUSE));
+    for (int call = 0; call < 2; call++) {
+        assert_int_equal(kl_fn_call(f, in, 3, c, 3), 0);
+        assert_grads_match(KL_COMPILE_FUSE, "conv relu pool step", 3, c, e);
+    }
+    static char text[65536];
+    assert_true(kl_fn_graph_text(f, text, sizeof text) > 0);
+    assert_non_null(strstr(text, "= conv2d_input_grad("));
+    assert_non_null(strstr(text, "= conv2d_weight_grad("));
+    assert_null(strstr(text, "index_select(")); /* conv_transpose2d's kernel flip */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    assert_non_null(m);
+    assert_int_equal(kl_fn_explain(f, m), 0);
+    fclose(m);
+    assert_non_null(strstr(buf, "conv2d_input_grad[4,3,9,8]: kept whole on cpu"));
+    free(buf);
+    kl_fn_release(f);
+}
+
 static int dropout2d_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
     (void)u, (void)n_in, (void)n_out;
     out[0] = kl_dropout2d(kl_exp(in[0]), 0.5, true);
@@ -1018,6 +1066,7 @@ int main(void) {
         KT_TEST(compiled_forwards_with_composites_differentiate),
         KT_TEST(batch_norm_buffers_are_written_back),
         KT_TEST(cpu_fused_composites_stay_whole),
+        KT_TEST(cpu_conv_gradients_stay_whole),
         KT_TEST(dropout2d_compiled_matches_eager),
         KT_TEST(kernels_write_updates_in_place),
         KT_TEST(compile_check_catches_baked_side_effects),

@@ -698,6 +698,10 @@ static const struct {
                             "test_nn.c)"},
     {"conv2d_weight_grad", "internal op of conv2d's derivative: checked through conv2d's gradients (the conv2d "
                            "fixtures' torch gradients, grad_nn.c, test_nn.c)"},
+    {"conv2d_input_grad", "internal op of conv2d's derivative: checked through conv2d's gradients (the conv2d "
+                          "fixtures' torch gradients, grad_nn.c, test_nn.c)"},
+    {"threshold_backward", "internal op of relu's derivative: checked through relu's gradients (the relu fixtures' "
+                           "torch gradients are torch's threshold_backward; grad_ew.c, test_ew.c)"},
 };
 
 static const fx_op *fx_find_op(const char *name) {
@@ -1305,6 +1309,11 @@ static const struct {
     {"conv2d_weight_grad", "internal op of conv2d's derivative (no torch counterpart to call): its own "
                            "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of conv2d "
                            "checks"},
+    {"conv2d_input_grad", "internal op of conv2d's derivative (no torch counterpart to call): its own "
+                          "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of conv2d "
+                          "checks"},
+    {"threshold_backward", "internal op of relu's derivative (no public function to call): its own derivative "
+                           "is what grad_ew.c's gradgradcheck of relu checks"},
 };
 
 /* Every differentiable row has a gradient-checked case unless allowlisted. */

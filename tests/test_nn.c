@@ -762,12 +762,15 @@ static void conv2d_batched_columns(void **s) {
 /* max_pool2d's gradient from the fused max_pool2d_backward (first order,
  * f32/f64 CPU) equals the one its create_graph formula builds from
  * max_pool2d_indices and scatter_add, bit for bit: ties, NaNs, overlapping
- * windows, padding, dilation, ceil_mode windows past the input, 3-D input. */
+ * windows, padding, dilation, ceil_mode windows past the input, 3-D input;
+ * the disjoint 2x2 windows of the vectorized paths (cfg 0 and 4: odd sizes
+ * leave a row and a column outside every window, NaNs, -inf, -0 gradients),
+ * whose forward is also the amax of each 2x2 block. */
 static void max_pool2d_fused_backward(void **s) {
     (void)s;
     kl_manual_seed(9);
     for (int dt = 0; dt < 2; dt++)
-        for (int cfg = 0; cfg < 4; cfg++) {
+        for (int cfg = 0; cfg < 5; cfg++) {
             kl_scope_begin();
             kl_dtype t = dt ? KL_F64 : KL_F32;
             kl_pool2d_options o = kl_pool2d_options_default(2);
@@ -775,13 +778,25 @@ static void max_pool2d_fused_backward(void **s) {
             if (cfg == 2) o.kernel[0] = 3, o.dilation[1] = 2, o.stride[1] = 1, o.ceil_mode = true;
             if (cfg == 3) o.stride[0] = o.stride[1] = 3, o.ceil_mode = true;
             /* values in {-2, ..., 2}: many ties */
-            static const int64_t shape[4] = {2, 3, 7, 8};
+            static const int64_t shape[4] = {2, 3, 7, 8}, shape4[4] = {3, 5, 9, 11};
             int nd = cfg == 3 ? 3 : 4;
-            kl_tensor *x = kl_round(kl_mul_scalar(kl_randn(nd, shape + 4 - nd, t), 1.5));
-            if (cfg == 1) x = kl_where(kl_gt_scalar(kl_rand(4, kl_shape(x), t), 0.9), kl_full(KL_SHAPE(1), NAN, t), x);
+            kl_tensor *x = kl_round(kl_mul_scalar(kl_randn(nd, (cfg == 4 ? shape4 : shape) + 4 - nd, t), 1.5));
+            if (cfg == 1 || cfg == 4)
+                x = kl_where(kl_gt_scalar(kl_rand(4, kl_shape(x), t), 0.9), kl_full(KL_SHAPE(1), NAN, t), x);
+            if (cfg == 4)
+                x = kl_where(kl_lt_scalar(kl_rand(4, kl_shape(x), t), 0.1), kl_full(KL_SHAPE(1), -INFINITY, t), x);
             assert_int_equal(kl_set_requires_grad(x, true), 0);
             kl_tensor *y = kl_max_pool2d(x, &o);
-            kl_tensor *l = kl_sum(kl_mul(y, kl_randn(kl_ndim(y), kl_shape(y), t)), KL_ALL_DIMS, false);
+            if (cfg == 0 || cfg == 4) {
+                const int64_t *xs = kl_shape(x);
+                int64_t OH = xs[2] / 2, OW = xs[3] / 2;
+                kl_tensor *blocks = kl_reshape(kl_narrow(kl_narrow(kl_detach(x), 2, 0, 2 * OH), 3, 0, 2 * OW), 6,
+                                               (int64_t[]){xs[0], xs[1], OH, 2, OW, 2});
+                assert_int_equal(kl_allclose(y, kl_amax(blocks, KL_DIMS(3, 5), false), 0, 0, true), 1);
+            }
+            kl_tensor *gy = kl_randn(kl_ndim(y), kl_shape(y), t);
+            if (cfg == 4) gy = kl_where(kl_gt_scalar(kl_rand(kl_ndim(y), kl_shape(y), t), 0.8), kl_full(KL_SHAPE(1), -0.0, t), gy);
+            kl_tensor *l = kl_sum(kl_mul(y, gy), KL_ALL_DIMS, false);
             kl_backward_options bo = kl_backward_options_default();
             bo.retain_graph = true;
             kl_tensor *fused, *formula;
@@ -789,6 +804,8 @@ static void max_pool2d_fused_backward(void **s) {
             bo.create_graph = true;
             assert_int_equal(kl_autograd_grad(1, &l, NULL, 1, &x, &formula, &bo), 0);
             assert_int_equal(kl_allclose(fused, formula, 0, 0, true), 1);
+            kl_tensor *one = kl_ones(KL_SHAPE(1), t); /* and the signs of zeros */
+            assert_int_equal(kl_allclose(kl_copysign(one, fused), kl_copysign(one, formula), 0, 0, false), 1);
             assert_true(kl_item(kl_sum(kl_abs(fused), KL_ALL_DIMS, false)) > 0);
             kl_scope_end();
         }
@@ -882,6 +899,150 @@ static void conv2d_weight_grad_kernel(void **s) {
             }
             kl_scope_end();
         }
+}
+
+/* conv2d's input gradient by its definition, in double: dx[n, c, ih, iw] =
+ * sum over o in c's group, i, j of g[n, o, oh, ow] * w[o, c - group start,
+ * i, j] where ih = oh*sh - ph + i*dh, iw = ow*sw - pw + j*dw. g contiguous
+ * [N, O, OH, OW]. */
+static kl_tensor *conv_input_grad_ref(kl_tensor *g, kl_tensor *w, const int64_t *hw, const kl_conv2d_options *o) {
+    g = kl_contiguous(kl_to_dtype(g, KL_F64)), w = kl_contiguous(kl_to_dtype(w, KL_F64));
+    const int64_t *gs = kl_shape(g), *ws = kl_shape(w);
+    int64_t N = gs[0], O = gs[1], OH = gs[2], OW = gs[3], G = o->groups, Cg = ws[1], C = Cg * G, Og = O / G;
+    kl_tensor *dx = kl_zeros(KL_SHAPE(N, C, hw[0], hw[1]), KL_F64);
+    const double *gp = kl_data_ptr(g), *wp = kl_data_ptr(w);
+    double *d = kl_data_ptr(dx);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t oc = 0; oc < O; oc++)
+            for (int64_t c = 0; c < Cg; c++)
+                for (int64_t i = 0; i < ws[2]; i++)
+                    for (int64_t j = 0; j < ws[3]; j++)
+                        for (int64_t oh = 0; oh < OH; oh++)
+                            for (int64_t ow = 0; ow < OW; ow++) {
+                                int64_t ih = oh * o->stride[0] - o->padding[0] + i * o->dilation[0],
+                                        iw = ow * o->stride[1] - o->padding[1] + j * o->dilation[1];
+                                if (ih < 0 || ih >= hw[0] || iw < 0 || iw >= hw[1]) continue;
+                                d[((n * C + oc / Og * Cg + c) * hw[0] + ih) * hw[1] + iw] +=
+                                    gp[((n * O + oc) * OH + oh) * OW + ow] * wp[((oc * Cg + c) * ws[2] + i) * ws[3] + j];
+                            }
+    return dx;
+}
+
+/* conv2d's input gradient from the CPU kernel conv2d_input_grad (one GEMM
+ * w^T g per chunk of samples, then col2im) against its definition and
+ * against the op's decomposition (conv_transpose2d: what other devices and
+ * double backward run), to rounding: strides with rows and columns no window
+ * reaches, padding, dilation, groups, 1x1, the fashion CNN's conv2 shape,
+ * outputs wide enough for the per-sample path, a batch large enough for
+ * several chunks, 3-D input, f32 and f64; and the op's shape rule. */
+static void conv2d_input_grad_kernel(void **s) {
+    (void)s;
+    static const struct {
+        int64_t x[4], w[4], st[2], pad[2], dil[2], groups;
+    } cases[] = {
+        {{4, 3, 9, 8}, {5, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
+        {{3, 32, 13, 13}, {64, 32, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1}, /* conv2 of examples/fashion */
+        {{3, 4, 9, 10}, {6, 2, 3, 2}, {2, 3}, {1, 2}, {2, 1}, 2},
+        {{2, 2, 8, 7}, {4, 2, 2, 3}, {3, 2}, {0, 1}, {1, 2}, 1}, /* last rows never reached */
+        {{2, 3, 4, 5}, {2, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+        {{1, 3, 7, 7}, {3, 1, 2, 3}, {2, 2}, {1, 2}, {2, 2}, 3},
+        {{2, 3, 40, 36}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},   /* P = 1440: one sample per GEMM */
+        {{300, 8, 12, 12}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1}, /* > 16 MiB of columns: chunks */
+    };
+    kl_manual_seed(13);
+    for (int dt = 0; dt < 2; dt++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            kl_scope_begin();
+            kl_dtype t = dt ? KL_F64 : KL_F32;
+            int nd = i == 4 && dt ? 3 : 4; /* one unbatched case */
+            kl_tensor *x = kl_randn(nd, cases[i].x + 4 - nd, t), *w = kl_randn(4, cases[i].w, t);
+            assert_int_equal(kl_set_requires_grad(x, true), 0);
+            kl_conv2d_options o = {.stride = {cases[i].st[0], cases[i].st[1]}, .padding = {cases[i].pad[0], cases[i].pad[1]},
+                                   .dilation = {cases[i].dil[0], cases[i].dil[1]}, .groups = cases[i].groups};
+            kl_tensor *y = kl_conv2d(x, w, NULL, &o);
+            assert_non_null(y);
+            kl_tensor *g = kl_randn(kl_ndim(y), kl_shape(y), t);
+            kl_tensor *l = kl_sum(kl_mul(y, g), KL_ALL_DIMS, false), *dx;
+            assert_int_equal(kl_autograd_grad(1, &l, NULL, 1, &x, &dx, NULL), 0);
+            kt_assert_shape(dx, nd, cases[i].x + 4 - nd);
+            kl_tensor *g4 = nd == 4 ? g : kl_unsqueeze(g, 0), *dx4 = nd == 4 ? dx : kl_unsqueeze(dx, 0);
+            kl_tensor *ref = conv_input_grad_ref(g4, w, cases[i].x + 2, &o);
+            double scale = kl_item(kl_amax(kl_abs(ref), KL_ALL_DIMS, false)), tol = dt ? 1e-12 : 4e-6;
+            int ok = kl_allclose(kl_to_dtype(dx4, KL_F64), ref, tol, tol * scale, false);
+            if (ok != 1)
+                print_error("case %zu, dtype %d: kernel differs from the definition by %g (|ref| up to %g)\n", i, dt,
+                            kl_item(kl_amax(kl_abs(kl_sub(kl_to_dtype(dx4, KL_F64), ref)), KL_ALL_DIMS, false)), scale);
+            assert_int_equal(ok, 1);
+            assert_true(scale > 0);
+            /* the decomposition, called as the dispatcher calls it on devices without the kernel */
+            kl_tensor *in[2] = {kl_contiguous(g4), w};
+            ke_call c = {.op = KE_OP_conv2d_input_grad, .nin = 2, .in = in};
+            int64_t list[8] = {o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1],
+                               cases[i].x[2], cases[i].x[3]};
+            assert_int_equal(ke_set_list(&c, 8, list), 0);
+            ke_attr_set_conv2d_input_grad_groups(&c.a, o.groups);
+            assert_int_equal(ke_ops[KE_OP_conv2d_input_grad].decomp(&c), 0);
+            assert_int_equal(kl_allclose(kl_to_dtype(c.out[0], KL_F64), ref, tol, tol * scale, false), 1);
+            kl_scope_end();
+        }
+    /* the shape rule: g must be conv2d's output for the input size */
+    kl_tensor *in[2] = {kl_zeros(KL_SHAPE(2, 4, 5, 5), KL_F32), kl_zeros(KL_SHAPE(4, 3, 3, 3), KL_F32)};
+    ke_call c = {.op = KE_OP_conv2d_input_grad, .nin = 2, .in = in};
+    assert_int_equal(ke_set_list(&c, 8, (int64_t[]){1, 1, 0, 0, 1, 1, 8, 7}), 0);
+    ke_attr_set_conv2d_input_grad_groups(&c.a, 1);
+    assert_null(ke_call1(&c));
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_conv2d_input_grad: gradient [2,4,5,5] float32 cpu does not have conv2d's output "
+                                  "shape [2,4,6,5] for input [2,3,8,7]");
+    in[1] = kl_zeros(KL_SHAPE(4, 3, 3, 3), KL_F64);
+    assert_null(ke_call1(&c));
+    KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_conv2d_input_grad: gradient [2,4,5,5] float32 cpu and weight [4,3,3,3] float64 cpu "
+                                  "must have one dtype");
+}
+
+/* relu's derivative is the internal op threshold_backward(g, y): g where y
+ * > threshold, else 0, a NaN y passing g (PyTorch's threshold_backward),
+ * against that definition for a threshold of 0 (relu's) and 0.5, f32 and f64,
+ * a broadcast y; and relu's gradient is what the two-pass
+ * masked_fill(g, y <= 0, 0) gave, bit for bit. */
+static kl_tensor *threshold_backward(kl_tensor *g, kl_tensor *y, double t) {
+    kl_tensor *in[2] = {g, y};
+    ke_call c = {.op = KE_OP_threshold_backward, .nin = 2, .in = in};
+    ke_attr_set_threshold_backward_threshold(&c.a, t);
+    return ke_call1(&c);
+}
+
+static void threshold_backward_op(void **s) {
+    (void)s;
+    static const double yv[8] = {-1, -0.0, 0, 0.25, 0.5, 0.75, NAN, INFINITY}, gv[8] = {1, 2, -3, 4, -5, 6, 7, -8};
+    for (int dt = 0; dt < 2; dt++)
+        for (int k = 0; k < 2; k++) {
+            kl_scope_begin();
+            kl_dtype t = dt ? KL_F64 : KL_F32;
+            double th = k ? 0.5 : 0;
+            kl_tensor *y = kl_to_dtype(kl_from_data(yv, KL_SHAPE(8), KL_F64), t);
+            kl_tensor *g = kl_to_dtype(kl_from_data(gv, KL_SHAPE(8), KL_F64), t);
+            kl_tensor *r = threshold_backward(g, y, th);
+            assert_non_null(r);
+            assert_int_equal(kl_dtype_of(r), t);
+            kl_tensor *want = kl_to_dtype(kl_from_data((const double[]){0, 0, 0, k ? 0 : 4, k ? 0 : -5, 6, 7, -8}, KL_SHAPE(8),
+                                                       KL_F64), t);
+            assert_int_equal(kl_allclose(r, want, 0, 0, false), 1);
+            /* y broadcast over g's rows */
+            kl_tensor *g2 = kl_reshape(kl_arange(1, 17, 1, t), KL_SHAPE(2, 8));
+            kl_tensor *r2 = threshold_backward(g2, y, th);
+            kt_assert_shape(r2, KL_SHAPE(2, 8));
+            assert_int_equal(kl_allclose(r2, kl_masked_fill(g2, kl_le_scalar(y, th), 0.0), 0, 0, false), 1);
+            kl_scope_end();
+        }
+    /* relu's gradient, against the formula it replaced */
+    kl_manual_seed(4);
+    kl_tensor *x = kl_where(kl_gt_scalar(kl_rand(KL_SHAPE(5, 7), KL_F32), 0.9), kl_full(KL_SHAPE(1), NAN, KL_F32),
+                            kl_randn(KL_SHAPE(5, 7), KL_F32));
+    assert_int_equal(kl_set_requires_grad(x, true), 0);
+    kl_tensor *y = kl_relu(x), *w = kl_randn(KL_SHAPE(5, 7), KL_F32), *dx;
+    kl_tensor *l = kl_sum(kl_mul(y, w), KL_ALL_DIMS, false);
+    assert_int_equal(kl_autograd_grad(1, &l, NULL, 1, &x, &dx, NULL), 0);
+    assert_int_equal(kl_allclose(dx, kl_masked_fill(w, kl_le_scalar(kl_detach(y), 0.0), 0.0), 0, 0, true), 1);
 }
 
 static void conv2d_errors(void **s) {
@@ -1297,6 +1458,8 @@ int main(void) {
         KT_TEST(conv2d_batched_columns),
         KT_TEST(max_pool2d_fused_backward),
         KT_TEST(conv2d_weight_grad_kernel),
+        KT_TEST(conv2d_input_grad_kernel),
+        KT_TEST(threshold_backward_op),
         KT_TEST(conv2d_errors),
         KT_TEST(pool2d_values),
         KT_TEST(pool2d_errors),

@@ -67,8 +67,14 @@ UNARY(cos, kl_mul(g, kl_neg(kl_sin(x))))
 UNARY(tan, kl_mul(g, kl_add_scalar(kl_square(wide(y)), 1.0)))
 UNARY(tanh, kl_mul(g, kl_rsub_scalar(kl_square(wide(y)), 1.0)))
 UNARY(sigmoid, kl_mul(g, kl_mul(kl_rsub_scalar(wide(y), 1.0), wide(y))))
-/* threshold_backward(g, result, 0): zero where result <= 0, so NaN passes */
-UNARY(relu, kl_masked_fill(g, kl_le_scalar(y, 0.0), 0.0))
+/* threshold_backward(g, result, 0): zero where result <= 0, so NaN passes;
+ * one pass (ops_ew_other.def) */
+static kl_tensor *threshold_backward(kl_tensor *g, kl_tensor *y, double threshold) {
+    ke_attrs a = {0};
+    ke_attr_set_threshold_backward_threshold(&a, threshold);
+    return ag_call(KE_OP_threshold_backward, 2, (kl_tensor *[]){g, y}, &a);
+}
+UNARY(relu, threshold_backward(g, y, 0.0))
 UNARY(erf, kl_mul(g, kl_mul_scalar(kl_exp(kl_neg(kl_square(wide(x)))), TWO_OVER_SQRTPI)))
 
 /* Piecewise constant: PyTorch's gradient is zeros (not an error). */
@@ -369,6 +375,15 @@ int ag_d_lerp_scalar(ag_ctx *c) {
     double w = ke_attr_lerp_scalar_weight(c->a);
     if (c->need[0] && put(c, 0, kl_mul_scalar(g, 1.0 - w))) return -1;
     if (c->need[1] && put(c, 1, kl_mul_scalar(g, w))) return -1;
+    return 0;
+}
+
+/* threshold_backward(g, y) is linear in g (the same mask again: relu's
+ * double backward) and piecewise constant in y (PyTorch: zeros). */
+int ag_d_threshold_backward(ag_ctx *c) {
+    if (c->need[0] && put(c, 0, threshold_backward(c->gout[0], c->in[1], ke_attr_threshold_backward_threshold(c->a))))
+        return -1;
+    if (c->need[1] && put(c, 1, ag_zeros(&c->in_meta[1]))) return -1;
     return 0;
 }
 

@@ -4,8 +4,9 @@
  *
  * Every formula is written with kl_ ops, so it runs on any backend and is
  * itself recorded under create_graph: double backward goes through the ops a
- * formula uses (conv2d's input gradient is a conv2d, its weight gradient the
- * internal composite conv2d_weight_grad whose decomposition is a conv2d;
+ * formula uses (conv2d's input and weight gradients are the internal
+ * composites conv2d_input_grad and conv2d_weight_grad, whose decompositions
+ * are conv2d;
  * max_pool2d's a scatter_add whose own derivative is a gather). Formulas leave a gradient with its
  * broadcast shape where that is natural; the engine sums it down to the
  * input's shape. Composites get formulas rather than their decompositions
@@ -399,21 +400,28 @@ typedef struct conv_params {
 } conv_params;
 
 /* dL/dx of conv2d for g [N, O, OH, OW] and w [O, C/G, kh, kw] (x [N, C, H, W]):
- * the transposed convolution, with the output padding that gives back H x W
- * (rows no window reached get 0). avg_pool2d's ceil_mode windows may end
- * past the input: that transposed output is cropped instead. */
+ * the internal composite conv2d_input_grad (ops_nn.def; its decomposition is
+ * the formula, the transposed convolution; its CPU kernel one GEMM + col2im
+ * per chunk of samples). avg_pool2d's ceil_mode windows may end past the
+ * input: the gradient is then taken for the input those windows span and
+ * cropped to H x W. */
 static kl_tensor *conv_input_grad(kl_tensor *g, kl_tensor *w, const conv_params *cp, const int64_t *in_hw) {
     const int64_t *gs = kl_shape(g), *ws = kl_shape(w);
     if (!gs || !ws) return NULL;
-    kl_conv_transpose2d_options o = kl_conv_transpose2d_options_default();
+    ke_call call = {.op = KE_OP_conv2d_input_grad};
+    int64_t span[2];
     int crop = 0;
     for (int d = 0; d < 2; d++) {
-        o.stride[d] = cp->st[d], o.padding[d] = cp->pad[d], o.dilation[d] = cp->dil[d];
-        o.output_padding[d] = in_hw[d] - ((gs[2 + d] - 1) * cp->st[d] - 2 * cp->pad[d] + cp->dil[d] * (ws[2 + d] - 1) + 1);
-        if (o.output_padding[d] < 0) o.output_padding[d] = 0, crop = 1;
+        span[d] = (gs[2 + d] - 1) * cp->st[d] - 2 * cp->pad[d] + cp->dil[d] * (ws[2 + d] - 1) + 1;
+        if (span[d] > in_hw[d]) crop = 1;
+        else span[d] = in_hw[d];
     }
-    o.groups = cp->groups;
-    kl_tensor *r = kl_conv_transpose2d(g, w, NULL, &o);
+    int64_t list[8] = {cp->st[0], cp->st[1], cp->pad[0], cp->pad[1], cp->dil[0], cp->dil[1], span[0], span[1]};
+    if (ke_set_list(&call, 8, list)) return NULL;
+    ke_attr_set_conv2d_input_grad_groups(&call.a, cp->groups);
+    kl_tensor *in[2] = {g, w};
+    if (kl_dtype_of(g) != kl_dtype_of(w) && !(in[0] = kl_to_dtype(g, kl_dtype_of(w)))) return NULL;
+    kl_tensor *r = ag_call(KE_OP_conv2d_input_grad, 2, in, &call.a);
     if (crop) r = kl_narrow(kl_narrow(r, 2, 0, in_hw[0]), 3, 0, in_hw[1]);
     return r;
 }

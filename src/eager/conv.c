@@ -474,6 +474,189 @@ int ke_decomp_conv2d_weight_grad(ke_call *c) {
     return r ? ke_set_out1(c, r) : -1;
 }
 
+/* ---- conv2d_input_grad -----------------------------------------------------------------
+ * dx[N, C, H, W] of conv2d from the output gradient g [N, O, OH, OW] and the
+ * weight w [O, C/G, kh, kw] (autograd's conv2d derivative; the row in
+ * ops_nn.def). Per group, the columns cols[Kc, P] = w_g^T [Kc, Og] @ g_g
+ * [Og, P] are what each output position's gradient sends back to its
+ * receptive field, and col2im adds them into dx: one GEMM of depth Og, the
+ * adjoint of the forward's im2col + GEMM. Samples with small outputs (P <=
+ * KE_CONV_BATCH_MAX_P) sit side by side as in the forward: one GEMM of width
+ * nb*P per chunk. The decomposition (conv_transpose2d: conv2d over g with
+ * zeros inserted between its elements, padded, and the kernel flipped) does
+ * about (kh*kw)x the multiply-adds per output element when g is padded by
+ * k - 1, and an im2col of the padded gradient besides. */
+
+static void convi_geom_of(const ke_call *c, const kl_tensor *g, const kl_tensor *w, conv_geom *q) {
+    const int64_t *st = ke_attr_conv2d_input_grad_stride(&c->a), *pad = ke_attr_conv2d_input_grad_padding(&c->a),
+                  *dil = ke_attr_conv2d_input_grad_dilation(&c->a), *hw = ke_attr_conv2d_input_grad_input_size(&c->a);
+    q->G = ke_attr_conv2d_input_grad_groups(&c->a);
+    q->N = g->shape[0], q->O = g->shape[1], q->OH = g->shape[2], q->OW = g->shape[3], q->P = q->OH * q->OW;
+    q->C = w->shape[1] * q->G, q->H = hw[0], q->W = hw[1], q->kh = w->shape[2], q->kw = w->shape[3];
+    q->sh = st[0], q->sw = st[1], q->ph = pad[0], q->pw = pad[1], q->dh = dil[0], q->dw = dil[1];
+    q->Cg = q->C / q->G, q->Og = q->O / q->G, q->Kc = q->Cg * q->kh * q->kw;
+}
+
+int ke_infer_conv2d_input_grad(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    char b1[256], b2[256], b3[256];
+    const kl_tensor *g = c->in[0], *w = c->in[1];
+    if (c->a.nlist != 8) return ke_err(KL_ERR_INTERNAL, op, "expected 8 option values");
+    if (g->dtype != w->dtype)
+        return ke_err(KL_ERR_DTYPE, op, "gradient %s and weight %s must have one dtype", ke_fmt_tensor(b1, sizeof b1, g),
+                      ke_fmt_tensor(b2, sizeof b2, w));
+    const int64_t *hw = ke_attr_conv2d_input_grad_input_size(&c->a), groups = ke_attr_conv2d_input_grad_groups(&c->a);
+    int64_t C;
+    if (g->ndim != 4 || w->ndim != 4 || g->shape[1] != w->shape[0] || groups < 1 ||
+        ke_mul_ov(w->shape[1], groups, &C) || hw[0] < 0 || hw[1] < 0)
+        return ke_err(KL_ERR_SHAPE, op,
+                      "expects a 4-D gradient [N,O,OH,OW], a 4-D weight [O,C/groups,kh,kw], groups >= 1 and a "
+                      "non-negative input size, got %s, %s, groups %lld, input size %lldx%lld",
+                      ke_fmt_tensor(b1, sizeof b1, g), ke_fmt_tensor(b2, sizeof b2, w), (long long)groups,
+                      (long long)hw[0], (long long)hw[1]);
+    /* g must have the shape conv2d gives an [N, C, H, W] input with this
+     * weight (its rule checks the rest; x stands in: shape and dtype only) */
+    kl_tensor x = {.ndim = 4, .dtype = g->dtype, .shape = {g->shape[0], C, hw[0], hw[1]}};
+    kl_tensor *fin[2] = {&x, c->in[1]};
+    ke_call fwd = {.op = KE_OP_conv2d, .nin = 2, .in = fin};
+    const int64_t *st = ke_attr_conv2d_input_grad_stride(&c->a), *pad = ke_attr_conv2d_input_grad_padding(&c->a),
+                  *dil = ke_attr_conv2d_input_grad_dilation(&c->a);
+    int64_t list[6] = {st[0], st[1], pad[0], pad[1], dil[0], dil[1]};
+    if (ke_set_list(&fwd, 6, list)) return -1;
+    ke_attr_set_conv2d_groups(&fwd.a, groups);
+    ke_outspec y;
+    if (ke_infer_conv2d(&fwd, &y) < 0) return -1;
+    if (memcmp(y.shape, g->shape, sizeof(int64_t) * 4))
+        return ke_err(KL_ERR_SHAPE, op, "gradient %s does not have conv2d's output shape %s for input %s",
+                      ke_fmt_tensor(b1, sizeof b1, g), ke_fmt_shape(b2, sizeof b2, 4, y.shape),
+                      ke_fmt_shape(b3, sizeof b3, 4, x.shape));
+    out[0].dtype = (kl_dtype)g->dtype;
+    out[0].ndim = 4;
+    memcpy(out[0].shape, x.shape, sizeof(int64_t) * 4);
+    c->compute = ke_compute_dtype(out[0].dtype);
+    return 1;
+}
+
+/* Adds rows [r0, r1) of one sample's group columns (row r, ld elements apart:
+ * (channel, ki, kj), as im2col lays them out) into its planes dx: the
+ * adjoint of im2col, skipping the padding. */
+#define KE_COL2IM(T, sfx)                                                                                 \
+    static void col2im_##sfx(const conv_geom *g, const T *col, int64_t ld, T *dx, int64_t r0, int64_t r1) { \
+        for (int64_t r = r0; r < r1; r++) {                                                                \
+            int64_t kj = r % g->kw, ki = (r / g->kw) % g->kh, ch = r / (g->kw * g->kh);                    \
+            T *xp = dx + ch * g->H * g->W;                                                                 \
+            int64_t off = kj * g->dw - g->pw;                                                              \
+            int64_t lo = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;                                        \
+            int64_t hi = g->W - 1 - off < 0 ? 0 : (g->W - 1 - off) / g->sw + 1;                            \
+            if (hi > g->OW) hi = g->OW;                                                                    \
+            if (lo > hi) lo = hi;                                                                          \
+            for (int64_t oh = 0; oh < g->OH; oh++) {                                                       \
+                int64_t ih = oh * g->sh - g->ph + ki * g->dh;                                              \
+                if (ih < 0 || ih >= g->H) continue;                                                        \
+                const T *restrict row = col + r * ld + oh * g->OW;                                         \
+                T *restrict xr = xp + ih * g->W;                                                           \
+                if (g->sw == 1)                                                                            \
+                    for (int64_t ow = lo; ow < hi; ow++) xr[ow + off] += row[ow];                          \
+                else                                                                                       \
+                    for (int64_t ow = lo; ow < hi; ow++) xr[ow * g->sw + off] += row[ow];                  \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+KE_COL2IM(float, f32)
+KE_COL2IM(double, f64)
+
+typedef struct convi_ctx {
+    conv_geom g;
+    kl_dtype dt;
+    int64_t es, n0, ld, grp;
+    const char *col;
+    char *dx;
+} convi_ctx;
+
+/* Items t in [t0, t1) are (sample s = t / Cg, channel ch = t % Cg) of the
+ * chunk: a channel's kh*kw rows land in its own plane, so items never share
+ * an element of dx. */
+static void col2im_range(void *ctx, int64_t t0, int64_t t1) {
+    const convi_ctx *p = ctx;
+    const conv_geom *q = &p->g;
+    int64_t taps = q->kh * q->kw;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t s = t / q->Cg, ch = t % q->Cg;
+        size_t plane = (size_t)(((p->n0 + s) * q->C + p->grp * q->Cg) * q->H * q->W);
+        if (p->dt == KL_F64)
+            col2im_f64(q, (const double *)p->col + s * q->P, p->ld, (double *)p->dx + plane, ch * taps, (ch + 1) * taps);
+        else
+            col2im_f32(q, (const float *)p->col + s * q->P, p->ld, (float *)p->dx + plane, ch * taps, (ch + 1) * taps);
+    }
+}
+
+static int convi_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
+    convi_ctx p = {.dt = (kl_dtype)y->dtype, .es = (int64_t)ke_dtypes[y->dtype].size, .dx = ke_data(y)};
+    convi_geom_of(c, xs[0], xs[1], &p.g);
+    const conv_geom *q = &p.g;
+    const char *g = ke_data(xs[0]), *w = ke_data(xs[1]);
+    size_t es = (size_t)p.es;
+    memset(p.dx, 0, (size_t)(q->N * q->C * q->H * q->W) * es);
+    if (q->N * q->P == 0 || q->Kc == 0 || q->Og == 0) return 0;
+    /* a chunk of nb samples: g's planes side by side when P is small (as the
+     * forward's batched path), else one sample at a time read in place */
+    int64_t nb_max = 1;
+    if (q->P <= KE_CONV_BATCH_MAX_P) {
+        nb_max = (int64_t)(KE_CONV_BATCH_BYTES / ((size_t)((q->Kc + q->Og) * q->P) * es));
+        nb_max = nb_max < 1 ? 1 : nb_max > q->N ? q->N : nb_max;
+    }
+    size_t col_bytes = (size_t)(q->Kc * nb_max * q->P) * es, g_bytes = nb_max > 1 ? (size_t)(q->Og * nb_max * q->P) * es : 0;
+    char *col = ke_cpu_alloc(col_bytes), *gb = g_bytes ? ke_cpu_alloc(g_bytes) : NULL;
+    if (!col || (g_bytes && !gb)) {
+        ke_cpu_free(col, col_bytes);
+        ke_cpu_free(gb, g_bytes);
+        return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for the column buffers");
+    }
+    conv_ctx gather = {.g = *q, .es = p.es};
+    p.col = col;
+    int64_t per = q->kh * q->kw * q->P; /* elements one item adds */
+    for (int64_t n0 = 0; n0 < q->N; n0 += nb_max) {
+        int64_t nb = q->N - n0 < nb_max ? q->N - n0 : nb_max, ld = nb * q->P;
+        for (int64_t grp = 0; grp < q->G; grp++) {
+            const char *src = g + (size_t)((n0 * q->O + grp * q->Og) * q->P) * es;
+            if (nb > 1) {
+                gather.n0 = n0, gather.nb = nb, gather.grp = grp;
+                gather_g(&gather, g, gb);
+                src = gb;
+            }
+            if (p.dt == KL_F32 || p.dt == KL_F64) ke_blas_prepare();
+            /* cols[Kc, ld] = w_g^T [Kc, Og] @ src [Og, ld] */
+            ke_gemm(p.dt, q->Kc, ld, q->Og, 1, w + (size_t)(grp * q->Og * q->Kc) * es, 1, q->Kc, src, ld, 1, 0, col, ld);
+            p.n0 = n0, p.ld = ld, p.grp = grp;
+            ke_parallel_for(nb * q->Cg, per >= 16384 ? 1 : 16384 / per, col2im_range, &p);
+        }
+    }
+    ke_cpu_free(col, col_bytes);
+    ke_cpu_free(gb, g_bytes);
+    return 0;
+}
+
+int ke_cpu_conv2d_input_grad(ke_call *c) { return ke_with_compute_dtype(c, convi_compute); }
+
+/* The formula: conv_transpose2d with the output padding that gives back H x W
+ * (rows and columns no window reached get 0). */
+int ke_decomp_conv2d_input_grad(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_conv2d_input_grad(c, &spec) < 0) return -1;
+    conv_geom q;
+    convi_geom_of(c, c->in[0], c->in[1], &q);
+    kl_conv_transpose2d_options o = kl_conv_transpose2d_options_default();
+    int64_t in[2] = {q.H, q.W}, out[2] = {q.OH, q.OW}, st[2] = {q.sh, q.sw}, pad[2] = {q.ph, q.pw},
+            dil[2] = {q.dh, q.dw}, k[2] = {q.kh, q.kw};
+    for (int d = 0; d < 2; d++) {
+        o.stride[d] = st[d], o.padding[d] = pad[d], o.dilation[d] = dil[d];
+        o.output_padding[d] = in[d] - ((out[d] - 1) * st[d] - 2 * pad[d] + dil[d] * (k[d] - 1) + 1);
+    }
+    o.groups = q.G;
+    kl_tensor *r = kl_conv_transpose2d(c->in[0], c->in[1], NULL, &o);
+    return r ? ke_set_out1(c, r) : -1;
+}
+
 /* ---- pooling ------------------------------------------------------------------------------ */
 
 /* PyTorch's pooling_output_shape: floor or ceil division, and with ceil_mode
@@ -539,6 +722,12 @@ static inline int64_t pl_end_tap(int64_t base, int64_t d, int64_t n, int64_t k) 
     if (base > n - 1) return 0;
     int64_t e = (n - 1 - base) / d + 1;
     return e < k ? e : k;
+}
+
+int ke_pool_2x2(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+             int64_t H, int64_t W, int64_t OH, int64_t OW) {
+    return kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && dh == 1 && dw == 1 && 2 * OH <= H &&
+           2 * OW <= W;
 }
 
 typedef struct pool_ctx {

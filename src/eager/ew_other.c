@@ -1,6 +1,6 @@
 /*
  * ew_other.c — the elementwise ops that are neither plain unary nor binary
- * (rows in ops_ew_other.def): where, clamp, lerp, masked_fill, and tril/triu
+ * (rows in ops_ew_other.def): where, threshold_backward, clamp, lerp, masked_fill, and tril/triu
  * (a position-dependent mask over the last two dims, with its own kernel).
  * Also the shape rules every elementwise row shares (ke_infer_ew_*).
  */
@@ -91,6 +91,15 @@ int ke_infer_where(ke_call *c, ke_outspec *out) {
 }
 
 #endif /* !KE_DEVICE */
+
+/* ---- threshold_backward(g, y): relu's gradient ------------------------------------ */
+
+/* x = g, y = the saved result: 0 where y <= threshold, else g (PyTorch's
+ * threshold_backward; a NaN y passes g). One pass where masked_fill(g,
+ * le(y, 0), 0) took two and a bool tensor. */
+#define THRESHOLD_BWD_X(T) (y <= (T)ke_attr_threshold_backward_threshold(a) ? (T)0 : x)
+KE_GEN_F(KE_EW_BINARY, threshold_backward, THRESHOLD_BWD_X)
+KE_EW_IMPL(threshold_backward, .loop = {KE_LOOPS_F(threshold_backward)})
 
 /* ---- clamp(x, lo, hi): f0 = lo, f1 = hi; -inf / +inf mean no bound ------------------ */
 

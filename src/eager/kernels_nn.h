@@ -68,6 +68,13 @@ double ke_row_max_f64(const double *x, int64_t n);
 int ke_bn_dims(const kl_tensor *x, int64_t *dims);
 kl_tensor *ke_per_channel(const kl_tensor *x, kl_tensor *t);
 
+/* 1 if max pooling's windows (kernel, stride, padding, dilation; input H x
+ * W, output OH x OW) are the disjoint 2x2 blocks of the input, all inside it:
+ * max_pool2d and its backward (conv.c, nn_backward.c) then take their
+ * vectorized paths. */
+int ke_pool_2x2(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                int64_t H, int64_t W, int64_t OH, int64_t OW);
+
 /* Runs fn(c, xs, y) with xs = the inputs as contiguous tensors of the compute
  * dtype and y = an output of that dtype: out[0] itself, or an f32 temporary
  * copied into out[0] afterwards (f16/bf16). Shared by nn.c and conv.c. */

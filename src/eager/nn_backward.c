@@ -55,12 +55,39 @@ static void window_span(int64_t start, int64_t k, int64_t dil, int64_t n, int64_
                 for (int64_t ow = 0; ow < p->OW; ow++) y[oh * p->OW + ow] = pool_argmax_##sfx(p, x, oh, ow); \
         }                                                                                              \
     }                                                                                                  \
+    /* Disjoint 2x2 windows inside x (ke_pool_2x2): each element of x is in at most one window, so   \
+     * gx is written once, g at the window's maximum (pool_argmax's choice; g + 0 as the zeroed    \
+     * plane plus g would give: -0 becomes +0) and 0 at the others;                                   \
+     * the rows and columns past the last window are zeroed. Vectorizes. */                           \
+    static void pbwd2x2_##sfx(const pidx_ctx *p, const T *x, const T *g, T *gx) {                      \
+        for (int64_t oh = 0; oh < p->OH; oh++) {                                                       \
+            const T *restrict r0 = x + 2 * oh * p->W, *restrict r1 = r0 + p->W;                        \
+            const T *restrict gr = g + oh * p->OW;                                                     \
+            T *restrict d0 = gx + 2 * oh * p->W, *restrict d1 = d0 + p->W;                             \
+            for (int64_t ow = 0; ow < p->OW; ow++) {                                                   \
+                T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1], m = a, gv = gr[ow] + (T)0; \
+                int k = 0;                                                                             \
+                k = b > m || isnan(b) ? 1 : k, m = k == 1 ? b : m;                                     \
+                k = c > m || isnan(c) ? 2 : k, m = k == 2 ? c : m;                                     \
+                k = d > m || isnan(d) ? 3 : k;                                                         \
+                d0[2 * ow] = k == 0 ? gv : 0, d0[2 * ow + 1] = k == 1 ? gv : 0;                        \
+                d1[2 * ow] = k == 2 ? gv : 0, d1[2 * ow + 1] = k == 3 ? gv : 0;                        \
+            }                                                                                          \
+            for (int64_t iw = 2 * p->OW; iw < p->W; iw++) d0[iw] = d1[iw] = 0;                         \
+        }                                                                                              \
+        if (2 * p->OH < p->H) memset(gx + 2 * p->OH * p->W, 0, sizeof(T) * (size_t)((p->H - 2 * p->OH) * p->W)); \
+    }                                                                                                  \
     /* max_pool2d_backward: each plane of gx zeroed, then every window's g added at its maximum. */   \
     static void pbwd_##sfx(void *ctx, int64_t p0, int64_t p1) {                                        \
         const pidx_ctx *p = ctx;                                                                       \
+        int fast = ke_pool_2x2(p->kh, p->kw, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw, p->H, p->W, p->OH, p->OW); \
         for (int64_t pl = p0; pl < p1; pl++) {                                                         \
             const T *x = (const T *)p->x + pl * p->H * p->W, *g = (const T *)p->g + pl * p->OH * p->OW; \
             T *gx = (T *)p->gx + pl * p->H * p->W;                                                     \
+            if (fast) {                                                                                \
+                pbwd2x2_##sfx(p, x, g, gx);                                                            \
+                continue;                                                                              \
+            }                                                                                          \
             memset(gx, 0, sizeof(T) * (size_t)(p->H * p->W));                                          \
             for (int64_t oh = 0; oh < p->OH; oh++)                                                     \
                 for (int64_t ow = 0; ow < p->OW; ow++) {                                               \
