@@ -4,7 +4,8 @@
  * device function (the eager formula compiled for the device); NVRTC +
  * ptxas compile, for sm_80 and sm_90, each op's one-op kernel in every
  * compute dtype (and f16/bf16 storage, broadcast and strided operands), row
- * kernels for every foldable reduction, and the kernels kl_compile makes of
+ * kernels for every foldable reduction (the two-pass var, std and logsumexp
+ * too), and the kernels kl_compile makes of
  * fusion-test style programs (captured by a CPU backend that generates their
  * CUDA C and then runs them with the interpreter, whose results are checked
  * against eager). A compile failure prints the source; a kernel that spills
@@ -204,7 +205,8 @@ static void row_kernel(kbuild *b, int op, kl_dtype in, kl_dtype compute) {
 
 static void row_kernels_compile(void **state) {
     (void)state;
-    static const int ops[] = {KE_OP_sum, KE_OP_mean, KE_OP_prod, KE_OP_amax, KE_OP_amin, KE_OP_all, KE_OP_any};
+    static const int ops[] = {KE_OP_sum, KE_OP_mean, KE_OP_prod, KE_OP_amax, KE_OP_amin, KE_OP_all,
+                              KE_OP_any, KE_OP_var,  KE_OP_std,  KE_OP_logsumexp};
     enum { MAXK = 64 };
     kbuild *kb = calloc(MAXK, sizeof *kb);
     const ir_kernel *ks[MAXK];
@@ -236,11 +238,17 @@ static void row_kernels_compile(void **state) {
         print_message("%d row kernels: no spills, at most %d registers\n", nk, max_registers);
     }
     free(src);
-    /* a two-pass reduction is refused with a clear error */
-    row_kernel(&kb[0], KE_OP_var, KL_F32, KL_F32);
+    /* the two-pass ones fold the row twice, the first pass's value feeding the second */
+    row_kernel(&kb[0], KE_OP_logsumexp, KL_F32, KL_F32);
     cn_kernel_src ksrc;
-    assert_int_equal(cn_emit_kernel(&kb[0].k, "var_row", &ksrc), -1);
-    KT_EXPECT_ERROR(KL_ERR_UNSUPPORTED, "nvrtc backend: cannot fold kl_var in float32 in a row kernel");
+    assert_int_equal(cn_emit_kernel(&kb[0].k, "lse_row", &ksrc), 0);
+    assert_non_null(strstr(ksrc.src, "AMAX_STEP(float, accp1, x)"));
+    assert_non_null(strstr(ksrc.src, "LSE_STEP(float, acc1, x)"));
+    cn_kernel_src_free(&ksrc);
+    /* a reduction with positions (cn_argreduce.c's kernels) is refused with a clear error */
+    row_kernel(&kb[0], KE_OP_max_dim, KL_F32, KL_F32);
+    assert_int_equal(cn_emit_kernel(&kb[0].k, "max_row", &ksrc), -1);
+    KT_EXPECT_ERROR(KL_ERR_UNSUPPORTED, "nvrtc backend: cannot fold kl_max_dim in float32 in a row kernel");
     free(kb);
 }
 

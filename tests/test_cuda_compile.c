@@ -345,6 +345,177 @@ static void data_movement_ops_compiled(void **s) {
     compiled_and_eager_bitwise(pooling, (kl_tensor *[]){img}, 1, 1);
 }
 
+/* ---- every op family, one op at a time ------------------------------------------------ */
+
+/* The inputs every one-op function reads (ops_inputs): x [4,6] f32; a gather
+ * index [4,2]; an index_select / embedding index [3]; a scatter source
+ * [4,2] (gather and scatter: row 1 names one element twice, the last write
+ * wins on both devices); class weights [6]; class targets [4] (one of them 1,
+ * the ignored class of nll); x rounded to halves [4,6] (ties for argmax and sort); an
+ * image [2,3,5,5] and a conv2d weight [4,3,3,3]. */
+enum { OPS_IN = 9 };
+static void ops_inputs(kl_tensor **in) {
+    kl_manual_seed(21);
+    in[0] = kl_randn(KL_SHAPE(4, 6), KL_F32);
+    in[1] = kl_from_data((int64_t[]){0, 5, 1, 1, 2, 3, 4, 0}, KL_SHAPE(4, 2), KL_I64);
+    in[2] = kl_from_data((int64_t[]){3, 0, 2}, KL_SHAPE(3), KL_I64);
+    in[3] = kl_randn(KL_SHAPE(4, 2), KL_F32);
+    in[4] = kl_add_scalar(kl_rand(KL_SHAPE(6), KL_F32), 0.5);
+    in[5] = kl_from_data((int64_t[]){1, 5, 0, 3}, KL_SHAPE(4), KL_I64);
+    in[6] = kl_mul_scalar(kl_round(kl_mul_scalar(kl_randn(KL_SHAPE(4, 6), KL_F32), 2)), 0.5);
+    in[7] = kl_randn(KL_SHAPE(2, 3, 5, 5), KL_F32);
+    in[8] = kl_mul_scalar(kl_randn(KL_SHAPE(4, 3, 3, 3), KL_F32), 0.3);
+}
+
+/* an elementwise kernel in front of the op, so the op reads a kernel's output */
+static kl_tensor *pre(kl_tensor *x) { return kl_add_scalar(kl_mul_scalar(x, 1.5), 0.25); }
+#define OPFN(name, body)                                                                             \
+    static int name(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {       \
+        (void)u, (void)n_in, (void)n_out;                                                        \
+        kl_tensor *h = pre(in[0]), *hr = kl_mul_scalar(in[6], 2);                                \
+        (void)h, (void)hr;                                                                       \
+        body;                                                                                    \
+        for (int i = 0; i < n_out; i++)                                                          \
+            if (!out[i]) return -1;                                                              \
+        return 0;                                                                                \
+    }
+#define D1(d) 1, (int64_t[]){d}
+/* the two-pass reductions over the last dim, kept: one fused row kernel with their neighbours */
+OPFN(op_var_row, out[0] = kl_div(kl_sub(h, kl_mean(h, D1(-1), true)), kl_sqrt(kl_add_scalar(kl_var(h, D1(-1), 1, true), 1e-5))))
+OPFN(op_std_row, out[0] = kl_mul_scalar(kl_std(h, D1(1), 0, true), 2); out[1] = kl_var(kl_exp(h), D1(-1), 2, true))
+OPFN(op_lse_row, out[0] = kl_sub(h, kl_logsumexp(h, D1(-1), true)))
+/* ... over other dims: graph nodes running the eager CUDA reductions */
+OPFN(op_var_dims, out[0] = kl_var(h, D1(0), 1, false); out[1] = kl_std(h, 0, NULL, 1, false);
+     out[2] = kl_logsumexp(h, D1(0), false))
+OPFN(op_norms, out[0] = kl_norm(h, 2, D1(-1), true); out[1] = kl_norm(h, 1, D1(0), false);
+     out[2] = kl_norm(h, INFINITY, 0, NULL, false); out[3] = kl_norm(h, 3, D1(-1), false))
+OPFN(op_argmax, out[0] = kl_argmax(hr, 1, false); out[1] = kl_argmin(hr, KL_DIM_NONE, false);
+     out[2] = kl_argmax(hr, 0, true))
+OPFN(op_max_dim, if (kl_max_dim(hr, 1, true, &out[0], &out[1]) || kl_min_dim(hr, 0, false, &out[2], &out[3])) return -1;
+     out[0] = kl_add_scalar(out[0], 1))
+OPFN(op_gather, out[0] = kl_gather(h, 1, in[1]); out[1] = kl_take_along_dim(h, in[1], 1);
+     out[2] = kl_mul_scalar(kl_gather(h, 1, in[1]), 3))
+OPFN(op_index_select, out[0] = kl_index_select(h, 1, in[2]); out[1] = kl_embedding(h, in[2]);
+     out[2] = kl_index_select(h, 0, in[2]))
+OPFN(op_scatter, out[0] = kl_scatter_add(h, 1, in[1], in[3]);
+     kl_tensor *c = kl_clone(h); out[1] = kl_scatter_add_inplace(c, 1, in[1], kl_exp(in[3]));
+     out[2] = kl_scatter(h, 1, in[1], in[3]))
+OPFN(op_one_hot, out[0] = kl_one_hot(in[5], 6); out[1] = kl_mul(kl_to_dtype(kl_one_hot(in[5], 6), KL_F32), h))
+OPFN(op_losses, kl_cross_entropy_options o = kl_cross_entropy_options_default(); o.weight = in[4];
+     out[0] = kl_cross_entropy_ex(h, in[5], &o); o.ignore_index = 1; o.reduction = KL_REDUCE_SUM;
+     out[1] = kl_nll_loss_ex(kl_log_softmax(h, 1), in[5], &o); o.reduction = KL_REDUCE_NONE;
+     out[2] = kl_cross_entropy_ex(h, in[5], &o))
+OPFN(op_joins, out[0] = kl_cat(2, (kl_tensor *[]){h, hr}, 0); out[1] = kl_stack(2, (kl_tensor *[]){h, hr}, 1);
+     out[2] = kl_roll(h, 1, (int64_t[]){2}, (int64_t[]){1}); out[3] = kl_repeat(h, 2, (int64_t[]){2, 1}))
+OPFN(op_pads, out[0] = kl_pad(h, 2, (int64_t[]){1, 2}, -1.5);
+     out[1] = kl_pad_ex(kl_unsqueeze(h, 0), 2, (int64_t[]){2, 1}, KL_PAD_REFLECT, 0);
+     out[2] = kl_flip(h, 2, (int64_t[]){0, 1}); out[3] = kl_add(kl_tril(h, 1), kl_triu(hr, -1)))
+OPFN(op_sorts, if (kl_sort(hr, 1, true, true, &out[0], &out[1]) || kl_topk(hr, 3, 0, false, true, &out[2], &out[3])) return -1;
+     out[4] = kl_argsort(h, 0, false, true))
+OPFN(op_scans, out[0] = kl_cumsum(h, 1); out[1] = kl_cumprod(kl_mul_scalar(h, 0.5), 0))
+OPFN(op_conv_pool, kl_conv2d_options co = kl_conv2d_options_default(); co.padding[0] = co.padding[1] = 1;
+     kl_pool2d_options po = kl_pool2d_options_default(2);
+     kl_tensor *c = kl_relu(kl_conv2d(pre(in[7]), in[8], NULL, &co));
+     out[0] = kl_max_pool2d(c, &po); out[1] = kl_avg_pool2d(c, &po))
+
+/* One row per op family (docs/GPU.md "What runs on CUDA", compile column).
+ * fuse_tol: FUSE mode against eager CUDA (0: bitwise); TRACE_ONLY and
+ * NO_FUSE run every node through the dispatcher, so they give eager CUDA's
+ * bits. fuse_kernels: launches of the FUSE graph when pinned (> 0), with no
+ * library call among them: the op became part of a generated kernel. */
+static const struct op_case {
+    const char *name;
+    kl_traceable fn;
+    int n_out;
+    double fuse_tol;
+    int fuse_kernels;
+} op_cases[] = {
+    {"var (row kernel)", op_var_row, 1, 1e-5, 1},
+    {"std (row kernel)", op_std_row, 2, 1e-5, 1},
+    {"logsumexp (row kernel)", op_lse_row, 1, 1e-5, 1},
+    {"var, std, logsumexp over other dims", op_var_dims, 3, 0, 0},
+    {"norm", op_norms, 4, 0, 0},
+    {"argmax, argmin", op_argmax, 3, 0, 0},
+    {"max_dim, min_dim", op_max_dim, 4, 0, 0},
+    {"gather, take_along_dim", op_gather, 3, 0, 0},
+    {"index_select, embedding", op_index_select, 3, 0, 0},
+    {"scatter_add, scatter", op_scatter, 3, 0, 0},
+    {"one_hot", op_one_hot, 2, 0, 0},
+    {"cross_entropy, nll_loss with class weights", op_losses, 3, 1e-5, 0},
+    {"cat, stack, roll, repeat", op_joins, 4, 0, 0},
+    {"pad, flip, tril, triu", op_pads, 4, 0, 0},
+    {"sort, topk, argsort", op_sorts, 5, 0, 0},
+    {"cumsum, cumprod", op_scans, 2, 0, 0},
+    {"conv2d, max_pool2d, avg_pool2d", op_conv_pool, 2, 0, 0},
+};
+
+/* got (CUDA) against want (CUDA or CPU): tol 0 the same bytes (NaN where NaN), else within tol relative. */
+static void expect_equal(const char *what, const char *mode, int j, kl_tensor *got, kl_tensor *want, double tol) {
+    assert_non_null(got);
+    assert_int_equal(kl_device_of(got).type, KL_CUDA);
+    kl_tensor *h = host(got), *w = host(want);
+    assert_int_equal(kl_dtype_of(h), kl_dtype_of(w));
+    kt_assert_shape(h, kl_ndim(w), kl_shape(w));
+    int ok = tol == 0 ? kl_allclose(h, w, 0, 0, true) : kl_allclose(kl_to_dtype(h, KL_F64), kl_to_dtype(w, KL_F64), tol, tol, true);
+    if (ok != 1)
+        for (int64_t i = 0; i < kl_numel(h); i++)
+            if (kt_get(h, i) != kt_get(w, i)) {
+                print_error("%s, %s, output %d element %lld: compiled %.9g, eager %.9g\n", what, mode, j, (long long)i,
+                            kt_get(h, i), kt_get(w, i));
+                break;
+            }
+    assert_int_equal(ok, 1);
+}
+
+static void every_op_family_compiles(void **s) {
+    (void)s;
+    NEED_CUDA();
+    static const kl_compile_mode modes[] = {KL_COMPILE_TRACE_ONLY, KL_COMPILE_NO_FUSE, KL_COMPILE_FUSE};
+    static const char *const mode_names[] = {"TRACE_ONLY", "NO_FUSE", "FUSE"};
+    for (size_t c = 0; c < sizeof op_cases / sizeof *op_cases; c++) {
+        const struct op_case *oc = &op_cases[c];
+        kl_scope_begin();
+        kl_tensor *in[OPS_IN], *din[OPS_IN], *ref[6] = {0}, *cpu[6] = {0};
+        ops_inputs(in);
+        for (int i = 0; i < OPS_IN; i++) din[i] = kl_to_device(in[i], CUDA0);
+        int rc = oc->fn(NULL, din, OPS_IN, ref, oc->n_out);
+        if (rc) print_error("%s eagerly on CUDA: %s\n", oc->name, kl_last_error());
+        assert_int_equal(rc, 0);
+        /* eager CUDA against eager CPU, loosely: the reference itself is sound */
+        assert_int_equal(oc->fn(NULL, in, OPS_IN, cpu, oc->n_out), 0);
+        for (int j = 0; j < oc->n_out; j++) expect_equal(oc->name, "eager CPU", j, ref[j], cpu[j], 1e-5);
+        for (int m = 0; m < 3; m++) {
+            kl_compile_options o = kl_compile_options_default();
+            o.mode = modes[m];
+            kl_fn *f = kl_compile(oc->fn, NULL, &o);
+            assert_non_null(f);
+            for (int call = 0; call < 2; call++) {
+                kl_tensor *got[6] = {0};
+                rc = kl_fn_call(f, din, OPS_IN, got, oc->n_out);
+                if (rc) {
+                    skip_without_module_compiler();
+                    print_error("%s, %s: %s\n", oc->name, mode_names[m], kl_last_error());
+                }
+                assert_int_equal(rc, 0);
+                for (int j = 0; j < oc->n_out; j++)
+                    expect_equal(oc->name, mode_names[m], j, got[j], ref[j], modes[m] == KL_COMPILE_FUSE ? oc->fuse_tol : 0);
+            }
+            kl_fn_stats st;
+            assert_int_equal(kl_fn_get_stats(f, &st), 0);
+            assert_int_equal(st.traces, 1);
+            assert_int_equal(st.eager_calls, 0);
+            if (modes[m] == KL_COMPILE_FUSE && oc->fuse_kernels) {
+                assert_int_equal(st.kernels, oc->fuse_kernels);
+                assert_int_equal(st.library_calls, 0);
+            }
+            print_message("%-44s %-10s %lld launches, %lld library calls\n", oc->name, mode_names[m],
+                          (long long)st.kernels, (long long)st.library_calls);
+            kl_fn_release(f);
+        }
+        kl_scope_end();
+    }
+}
+
 /* exp + 0.25 (a kernel), matmul (cuBLAS), a row kernel (softmax spelled out), an
  * elementwise tail: three CUDA kernels around a graph node */
 static int three_kernels(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
@@ -410,6 +581,7 @@ int main(void) {
         KT_TEST(one_program_per_function),
         KT_TEST(data_movement_ops_compiled),
         KT_TEST(cpu_kept_composites_decompose_on_cuda),
+        KT_TEST(every_op_family_compiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

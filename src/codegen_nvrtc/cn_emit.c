@@ -32,6 +32,7 @@
 #include "kernels_reduce.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,24 +121,32 @@ const char *cn_device_fn(int op, kl_dtype compute, const char **file) {
     return e->name;
 }
 
-/* The reductions a row kernel can fold: the one-pass formulas of
- * rd_formulas.h with their accumulator kinds (tmpl/rd_types.h). Two-pass
- * ones (var, std, logsumexp) and the norms are not generated yet. */
-enum { RD_SAME, RD_SUM, RD_BOOL };
+/* The reductions a row kernel can fold: the formulas of rd_formulas.h with
+ * their accumulator kinds (tmpl/rd_types.h). Two-pass ones (var, std,
+ * logsumexp) name their first pass too (var's mean, in double as the CPU's
+ * RK_KIND_MEAN_F32D; logsumexp's max): the row is folded twice, the first
+ * pass's value (`aux` in the formulas) feeding the second. The norms have no
+ * impl of their own (ke_rd_norm_op picks one by p), so they never reach a row
+ * kernel: they stay graph nodes. */
+enum { RD_SAME, RD_SUM, RD_BOOL, RD_DOUBLE };
 static const struct {
     const ke_rd_op *op;
     const char *formula;
     int kind;
+    const char *pre;  /* the first pass's formula, or NULL */
+    int pre_kind;
 } rd_table[] = {
-    {&ke_rd_sum, "SUM", RD_SUM},   {&ke_rd_prod, "PROD", RD_SUM}, {&ke_rd_mean, "MEAN", RD_SAME},
-    {&ke_rd_amax, "AMAX", RD_SAME}, {&ke_rd_amin, "AMIN", RD_SAME}, {&ke_rd_all, "ALL", RD_BOOL},
-    {&ke_rd_any, "ANY", RD_BOOL},
+    {&ke_rd_sum, "SUM", RD_SUM, NULL, 0},   {&ke_rd_prod, "PROD", RD_SUM, NULL, 0},
+    {&ke_rd_mean, "MEAN", RD_SAME, NULL, 0}, {&ke_rd_amax, "AMAX", RD_SAME, NULL, 0},
+    {&ke_rd_amin, "AMIN", RD_SAME, NULL, 0}, {&ke_rd_all, "ALL", RD_BOOL, NULL, 0},
+    {&ke_rd_any, "ANY", RD_BOOL, NULL, 0},  {&ke_rd_var, "VAR", RD_DOUBLE, "MEAN", RD_DOUBLE},
+    {&ke_rd_std, "STD", RD_DOUBLE, "MEAN", RD_DOUBLE}, {&ke_rd_logsumexp, "LSE", RD_SAME, "AMAX", RD_SAME},
 };
 
 static int rd_find(const ir_kstmt *st) {
     const ke_rd_op *ro = st->op >= 0 && st->op < KE_OP_COUNT ? ke_ops[st->op].impl : NULL;
     for (size_t i = 0; i < sizeof rd_table / sizeof *rd_table; i++)
-        if (rd_table[i].op == ro && ro->k[st->compute]) return (int)i;
+        if (rd_table[i].op == ro && ro->k[st->compute] && (!ro->pre || ro->pre->k[st->compute])) return (int)i;
     return ke_err(KL_ERR_UNSUPPORTED, "compile", "nvrtc backend: cannot fold kl_%s in %s in a row kernel",
                   st->op >= 0 && st->op < KE_OP_COUNT ? ke_ops[st->op].name : "?",
                   ke_dtype_valid(st->compute) ? ke_dtypes[st->compute].name : "?");
@@ -146,6 +155,7 @@ static int rd_find(const ir_kstmt *st) {
 /* The accumulator type of a reduction in compute dtype cd. */
 static const char *rd_acc(int kind, int cd) {
     if (kind == RD_BOOL) return "uint8_t";
+    if (kind == RD_DOUBLE) return "double";
     if (kind == RD_SUM && !ke_is_float((kl_dtype)cd)) return "uint64_t";
     return cn_ctype(cd);
 }
@@ -530,8 +540,11 @@ int cn_row_cache(const ir_kernel *k, uint8_t *cached) {
                 }
             if (!outs) break;
         }
+        /* a two-pass reduction (var, logsumexp) reads its operand twice */
+        const ke_rd_op *ro = s < k->nstmts ? ke_ops[k->stmts[s].op].impl : NULL;
+        const int passes = ro && ro->pre ? 2 : 1;
         for (int t = 0; t < k->nstmts; t++)
-            if (need[t] && k->stmts[t].kind == IR_K_LOAD && uses[t] < 255) uses[t]++;
+            if (need[t] && k->stmts[t].kind == IR_K_LOAD) uses[t] = (uint8_t)(uses[t] + passes > 255 ? 255 : uses[t] + passes);
     }
     int words = 0;
     for (int s = 0; s < k->nstmts; s++) {
@@ -582,6 +595,52 @@ static void close_pass(emit *e) {
     e->incache = 0;
 }
 
+/* A double as a C literal that reads back exactly. */
+static void put_double(cn_buf *o, double v) {
+    if (v != v) put(o, "(double)NAN");
+    else if (v == INFINITY || v == -INFINITY) put(o, "%s(double)INFINITY", v < 0 ? "-" : "");
+    else put(o, "%.17g", v);
+}
+
+/* Folds v<s>'s operand over the row into acc<tag><s> with formula F in
+ * accumulator type A (the strided and, with kr, the register-cached form),
+ * then across the block (warp shuffles, the warps' partials in sh<tag><s>):
+ * every thread ends with the row's accumulator. aux: the name prefix of the
+ * first pass's value (aux<s>) when F reads one, else NULL. */
+static void put_fold(emit *e, int s, const char *tag, const char *F, const char *A, const char *aux, int kr,
+                     const uint8_t *need) {
+    const ir_kernel *k = e->k;
+    const ir_kstmt *st = &k->stmts[s];
+    cn_buf *o = e->o;
+    char v[16];
+    snprintf(v, sizeof v, "v%d", st->args[0]);
+    put(o, "        %s acc%s%d = %s_INIT(%s);\n", A, tag, s, F, A);
+    for (int form = kr ? 1 : 0; form >= 0; form--) {
+        if (kr) put(o, form ? "        if (kl_cached) {\n" : "        } else {\n");
+        else put(o, "        {\n");
+        if (aux) put(o, "            const %s aux = %s%d;\n", A, aux, s);
+        put(o, "            const double p = p%d; (void)p;\n", s);
+        open_pass(e, kr, form);
+        put_needed(e, need);
+        put(o, "%sconst %s x = ", e->ind, cn_ctype(st->compute));
+        put_conv(o, st->compute, k->stmts[st->args[0]].dtype, v);
+        put(o, ";\n%sacc%s%d = %s_STEP(%s, acc%s%d, x);\n", e->ind, tag, s, F, A, tag, s);
+        close_pass(e);
+    }
+    put(o, "        }\n");
+    put(o, "        /* the block's fold: warp shuffles, then the warps' partials */\n");
+    put(o, "        for (int m = 16; m > 0; m >>= 1) acc%s%d = %s_MERGE(%s, acc%s%d, kl_shfl_xor(acc%s%d, m));\n", tag, s,
+        F, A, tag, s, tag, s);
+    put(o, "        if (lane == 0) sh%s%d[warp] = acc%s%d;\n        __syncthreads();\n", tag, s, tag, s);
+    put(o, "        if (warp == 0) {\n            acc%s%d = lane < nwarps ? sh%s%d[lane] : %s_INIT(%s);\n", tag, s, tag,
+        s, F, A);
+    put(o, "            for (int m = 16; m > 0; m >>= 1) acc%s%d = %s_MERGE(%s, acc%s%d, kl_shfl_xor(acc%s%d, m));\n", tag,
+        s, F, A, tag, s, tag, s);
+    put(o, "            if (lane == 0) sh%s%d[0] = acc%s%d;\n        }\n        __syncthreads();\n", tag, s, tag, s);
+    put(o, "        acc%s%d = sh%s%d[0];\n        __syncthreads(); /* sh%s%d is read before the next row reuses it */\n",
+        tag, s, tag, s, tag, s);
+}
+
 static int emit_row(emit *e, const char *name, const char *it) {
     const ir_kernel *k = e->k;
     cn_buf *o = e->o;
@@ -603,6 +662,9 @@ static int emit_row(emit *e, const char *name, const char *it) {
         if (k->stmts[s].kind == IR_K_REDUCE) {
             int r = rd_find(&k->stmts[s]);
             put(o, "    __shared__ %s sh%d[32]; /* per-warp partials of v%d */\n", rd_acc(rd_table[r].kind, k->stmts[s].compute), s, s);
+            if (rd_table[r].pre)
+                put(o, "    __shared__ %s shp%d[32]; /* per-warp partials of v%d's first pass */\n",
+                    rd_acc(rd_table[r].pre_kind, k->stmts[s].compute), s, s);
         }
     put(o, "    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;\n");
     if (e->dyn) put(o, "    const int64_t cnt = kl_d.shape[1]; /* elements per row */\n");
@@ -644,37 +706,34 @@ static int emit_row(emit *e, const char *name, const char *it) {
         if (st->kind == IR_K_REDUCE) {
             const int r = rd_find(st);
             const char *F = rd_table[r].formula, *A = rd_acc(rd_table[r].kind, st->compute);
-            const ke_rd_kernel *rk = ((const ke_rd_op *)ke_ops[st->op].impl)->k[st->compute];
+            const ke_rd_op *ro = ke_ops[st->op].impl;
+            const ke_rd_kernel *rk = ro->k[st->compute];
             memset(need, 0, (size_t)k->nstmts);
             mark(k, st->args[0], need);
             put(o, "        /* v%d = REDUCE %s(v%d) over the row, in %s */\n", s, ke_ops[st->op].name, st->args[0],
                 ke_dtypes[st->compute].name);
-            put(o, "        %s acc%d = %s_INIT(%s);\n", A, s, F, A);
-            char v[16];
-            snprintf(v, sizeof v, "v%d", st->args[0]);
-            for (int form = kr ? 1 : 0; form >= 0; form--) {
-                if (kr) put(o, form ? "        if (kl_cached) {\n" : "        } else {\n");
-                else put(o, "        {\n");
-                open_pass(e, kr, form);
-                put_needed(e, need);
-                put(o, "%sconst %s x = ", e->ind, cn_ctype(st->compute));
-                put_conv(o, st->compute, k->stmts[st->args[0]].dtype, v);
-                put(o, ";\n%sacc%d = %s_STEP(%s, acc%d, x);\n", e->ind, s, F, A, s);
-                close_pass(e);
+            /* the formulas' scalar (var's correction) and, for two-pass ones, the first pass's value */
+            put(o, "        const double p%d = ", s);
+            put_double(o, ke_attr_reduce_param(&st->a));
+            put(o, "; (void)p%d;\n", s);
+            if (rd_table[r].pre) {
+                const char *PF = rd_table[r].pre, *PA = rd_acc(rd_table[r].pre_kind, st->compute);
+                const ke_rd_kernel *pk = ro->pre->k[st->compute];
+                put(o, "        /* first pass: %s of the row */\n", PF);
+                put_fold(e, s, "p", PF, PA, NULL, kr, need);
+                put(o, "        %s aux%d = (%s)(%s)%s_FIN(%s, accp%d);\n", A, s, A, cn_ctype(pk->vdt), PF, PA, s);
+                if (ro->pre_inf_to_zero)
+                    put(o, "        if (aux%d == (%s)INFINITY || aux%d == -(%s)INFINITY) aux%d = 0; /* shift an infinite max by 0 */\n",
+                        s, A, s, A, s);
             }
-            put(o, "        }\n");
-            put(o, "        /* the block's fold: warp shuffles, then the warps' partials */\n");
-            put(o, "        for (int m = 16; m > 0; m >>= 1) acc%d = %s_MERGE(%s, acc%d, kl_shfl_xor(acc%d, m));\n", s, F, A, s, s);
-            put(o, "        if (lane == 0) sh%d[warp] = acc%d;\n        __syncthreads();\n", s, s);
-            put(o, "        if (warp == 0) {\n            acc%d = lane < nwarps ? sh%d[lane] : %s_INIT(%s);\n", s, s, F, A);
-            put(o, "            for (int m = 16; m > 0; m >>= 1) acc%d = %s_MERGE(%s, acc%d, kl_shfl_xor(acc%d, m));\n", s, F, A, s, s);
-            put(o, "            if (lane == 0) sh%d[0] = acc%d;\n        }\n        __syncthreads();\n", s, s);
-            put(o, "        acc%d = sh%d[0];\n        __syncthreads(); /* sh%d is read before the next row reuses it */\n", s, s, s);
-            char fin[128];
+            put_fold(e, s, "", F, A, rd_table[r].pre ? "aux" : NULL, kr, need);
+            char fin[160];
             snprintf(fin, sizeof fin, "(%s)%s_FIN(%s, acc%d)", cn_ctype(rk->vdt), F, A, s);
-            put(o, "        const %s v%d = ", cn_ctype(st->dtype), s);
+            put(o, "        %s v%d;\n        {\n            const double p = p%d; (void)p;\n", cn_ctype(st->dtype), s, s);
+            if (rd_table[r].pre) put(o, "            const %s aux = aux%d;\n", A, s);
+            put(o, "            v%d = ", s);
             put_conv(o, st->dtype, rk->vdt, fin);
-            put(o, ";\n");
+            put(o, ";\n        }\n");
         } else if ((st->kind == IR_K_OP || st->kind == IR_K_LOAD) && st->row) {
             /* a row value: once per row, by every thread */
             e->ind = "        ";

@@ -464,9 +464,12 @@ int ke_decomp_sdpa(ke_call *c) {
     kl_tensor *s = kl_mul_scalar(kl_matmul(q, kl_transpose(k, -2, -1)), ke_attr_scaled_dot_product_attention_scale(&c->a));
     kl_tensor *keep = mask && mask->dtype == KL_BOOL ? mask : NULL;
     if (ke_attr_scaled_dot_product_attention_causal(&c->a)) {
+        /* built on the host and moved to q's device (cross_entropy's class ids do the same):
+         * a CPU mask would not join a CUDA where() */
         int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2];
-        keep = kl_ge(kl_unsqueeze(kl_arange(0, (double)L, 1, KL_I64), 1),
-                     kl_unsqueeze(kl_arange(0, (double)S, 1, KL_I64), 0));
+        keep = kl_to_device(kl_ge(kl_unsqueeze(kl_arange(0, (double)L, 1, KL_I64), 1),
+                                  kl_unsqueeze(kl_arange(0, (double)S, 1, KL_I64), 0)),
+                            kl_device_of(q));
     }
     if (keep)
         s = kl_where(keep, s, kl_full(0, NULL, -INFINITY, (kl_dtype)q->dtype));

@@ -268,11 +268,28 @@ static int count_refs(const ir_graph *g, const kl_tensor *t) {
     return n;
 }
 
+/* Whether forward node k is the copy of a move between devices (kl_to_device
+ * is empty_on + copy_: sdpa's causal mask and cross_entropy's class ids made
+ * on the host for a CUDA call): a copy_ into a fresh `empty` that nothing
+ * else reads. No value anyone sees changes, so it is as pure as the move. */
+static int is_move_copy(const ir_graph *J, int32_t split, int32_t k) {
+    const ir_node *n = &J->nodes[k];
+    if (n->op != KE_OP_copy || n->nin != 2) return 0;
+    const ir_value *d = &J->values[n->in[0]];
+    if (d->kind != IR_VAL_NODE || d->base != n->in[0] || J->nodes[d->node].op != KE_OP_empty) return 0;
+    for (int32_t m = 0; m < J->nnodes; m++)
+        for (int i = 0; i < J->nodes[m].nin; i++)
+            if (J->nodes[m].in[i] == n->in[0] && m != k) return 0;
+    for (int o = 0; o < J->noutputs; o++)
+        if (J->outputs[o] == n->in[0]) return 0;
+    return k < split;
+}
+
 /* Why a joint graph cannot be split (NULL: it can). */
 static const char *unsupported(const ir_graph *J, int32_t split, int n_out, int n_in, int nparams, char *why,
                                size_t cap) {
     for (int32_t k = 0; k < split; k++)
-        if (J->nodes[k].inplace) {
+        if (J->nodes[k].inplace && !is_move_copy(J, split, k)) {
             snprintf(why, cap, "fn writes in place (kl_%s_inplace)", ir_op_name(J->nodes[k].op));
             return why;
         }
