@@ -235,7 +235,13 @@ static void bad_calls_are_named(void **state) {
     KT_EXPECT_ERROR(KL_ERR_ARG, "kl_op_call: conv2d: attribute stride: '[1]' is not a pair like [1,2]");
     assert_int_equal(kl_op_call("exp", &x, 1, "alpha=1", &y, 1), -1);
     KT_EXPECT_ERROR(KL_ERR_ARG, "kl_op_call: exp: unknown attribute 'alpha' (in \"alpha=1\"; its attributes: none)");
-    /* the op's own checks, as its kl_ function reports them */
+    /* the op's own checks, as its kl_ function reports them: an input count its flags do not give */
+    assert_int_equal(kl_op_call("layer_norm", &x, 1, "normalized_ndim=1, has_weight=true, has_bias=false, eps=1e-5",
+                                &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_layer_norm: weight/bias flags and the 1 inputs disagree");
+    assert_int_equal(kl_op_call("linear", xy, 2, "has_bias=true", &y, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_ARG, "kl_linear: bias flag and the 2 inputs disagree");
+
     assert_int_equal(kl_op_call("sum", &x, 1, "dims=[5]", &y, 1), -1);
     assert_int_equal(kl_last_status(), KL_ERR_INDEX);
     assert_non_null(strstr(kl_last_error(), "kl_sum"));

@@ -53,7 +53,7 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     char b1[256], b2[256];
     int has_bias = ke_attr_conv2d_has_bias(&c->a);
-    if (c->nin != 2 + has_bias) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
+    if (c->nin != 2 + has_bias) return ke_err(KL_ERR_ARG, op, "bias flag and the %d inputs disagree", c->nin);
     const kl_tensor *x = c->in[0], *w = c->in[1], *bias = has_bias ? c->in[2] : NULL;
     for (int i = 1; i < c->nin; i++)
         if (c->in[i]->dtype != x->dtype)
@@ -650,7 +650,7 @@ int ke_decomp_conv1d(ke_call *c) {
     const char *op = ke_opname(c);
     char b1[256], b2[256];
     int hb = ke_attr_conv1d_has_bias(&c->a);
-    if (c->nin != 2 + hb) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
+    if (c->nin != 2 + hb) return ke_err(KL_ERR_ARG, op, "bias flag and the %d inputs disagree", c->nin);
     kl_tensor *x = c->in[0], *w = c->in[1], *bias = hb ? c->in[2] : NULL;
     int64_t s = ke_attr_conv1d_stride(&c->a), p = ke_attr_conv1d_padding(&c->a), d = ke_attr_conv1d_dilation(&c->a),
             g = ke_attr_conv1d_groups(&c->a);
@@ -710,7 +710,7 @@ int ke_decomp_conv_transpose2d(ke_call *c) {
     const char *op = ke_opname(c);
     char b1[256], b2[256];
     int hb = ke_attr_conv_transpose2d_has_bias(&c->a);
-    if (c->nin != 2 + hb) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
+    if (c->nin != 2 + hb) return ke_err(KL_ERR_ARG, op, "bias flag and the %d inputs disagree", c->nin);
     if (c->a.nlist != 8) return ke_err(KL_ERR_INTERNAL, op, "expected 8 option values");
     kl_tensor *x = c->in[0], *w = c->in[1], *bias = hb ? c->in[2] : NULL;
     const int64_t *st = ke_attr_conv_transpose2d_stride(&c->a), *pad = ke_attr_conv_transpose2d_padding(&c->a),
