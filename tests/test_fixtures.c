@@ -30,6 +30,11 @@
  * public function name without kl_) to the op-table row it exercises and a
  * small runner that reads the attributes and calls the kl_ function.
  *
+ * By name (fixtures_replay_by_name, at the end of the file): every call a case makes
+ * is replayed through kl_op_call from its attribute text (the IR printer's), bitwise,
+ * for every row of the op table; each case's traced graph is replayed node by node by
+ * name; each row is called again with extreme attribute values (results or clean errors).
+ *
  * Every case runs in its own scope; a failing case prints its name, op, the
  * first mismatching element and both values, and the run goes on, so one run
  * lists every failure. Environment: KT_FIXTURES_DIR (where manifest.txt
