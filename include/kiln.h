@@ -1157,7 +1157,10 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
 /* [1,2]. One left out takes its default; one without a default must be     */
 /* given. Random ops (rand, randn, randint, bernoulli, dropout, dropout2d,  */
 /* multinomial) draw the numbers of seed= and offset= (as a graph records   */
-/* them), or fresh ones from the default generator when both are left out.  */
+/* them), or fresh ones from the default generator when both are left out   */
+/* (traced by kl_compile, a seed= and offset= the default generator could   */
+/* still reach, its own seed at or past its offset, count as a fresh draw   */
+/* at each call, as the tracer takes any reservation made while tracing).   */
 /* Ops without inputs (creation) run on the thread's default device.        */
 /* ------------------------------------------------------------------------ */
 
