@@ -1138,6 +1138,51 @@ KL_API int kl_gradgradcheck(kl_grad_fn fn, void *user, int n, kl_tensor *const *
                             const kl_gradcheck_options *opts);
 
 /* ------------------------------------------------------------------------ */
+/* Calling an op by name                                                     */
+/*                                                                          */
+/* Every op of Kiln's op table, by the name a graph prints for its node     */
+/* (KL_LOG=graph, graph.txt of a repro bundle, kl_fn_explain), with its     */
+/* attributes as the same text ("dims=[1], keepdim=true"):                   */
+/*                                                                          */
+/*     kl_tensor *y;                                                        */
+/*     kl_op_call("sum", &x, 1, "dims=[1], keepdim=true", &y, 1);            */
+/*                                                                          */
+/* The call runs through the dispatcher as a graph node run op by op does,  */
+/* so autograd records it, tracing traces it and it runs on the inputs'     */
+/* device. Meant for tools and bindings (one entry point for every op) and  */
+/* for repro bundles' replay.c; the typed kl_ functions read better in C.   */
+/* Attributes, in any order, comma-separated name=value: integers; bools    */
+/* true/false; floats as C reads them (inf, nan); dtypes f32 f64 f16 bf16   */
+/* i32 i64 u8 bool; reductions none/mean/sum; devices cpu/cuda/meta; lists  */
+/* [1,2]. One left out takes its default; one without a default must be     */
+/* given. Random ops (rand, randn, randint, bernoulli, dropout, dropout2d,  */
+/* multinomial) draw the numbers of seed= and offset= (as a graph records   */
+/* them), or fresh ones from the default generator when both are left out   */
+/* (traced by kl_compile, a seed= and offset= the default generator could   */
+/* still reach, its own seed at or past its offset, count as a fresh draw   */
+/* at each call, as the tracer takes any reservation made while tracing).   */
+/* Ops without inputs (creation) run on the thread's default device.        */
+/* ------------------------------------------------------------------------ */
+
+/* Runs op (its table name; a trailing _ is the in-place form, as the graph
+ * prints it: "exp_" writes into inputs[0]) on n_inputs tensors with the
+ * attributes in attrs (NULL or "": none), storing its n_outputs results in
+ * outputs (owned by the current scope, as any op's). Returns 0, or -1 with
+ * the outputs NULL and the error recorded: KL_ERR_ARG for an unknown op
+ * (naming the nearest name), an op without an in-place form, a wrong number
+ * of inputs or outputs, an attribute unknown, repeated, malformed or
+ * missing (naming it and the text); KL_ERR_NULL_ARG for NULL arrays or
+ * tensors; then the op's own errors as its kl_ function reports them. */
+KL_API int kl_op_call(const char *op, kl_tensor *const *inputs, int n_inputs, const char *attrs,
+                      kl_tensor **outputs, int n_outputs);
+/* A C scalar as a 0-dim tensor that takes part in type promotion and device
+ * placement as the scalar operand of kl_add_scalar does (PyTorch's wrapped
+ * number: int64 when value is integral, else float64; f32 + it stays f32,
+ * and it joins a computation on any device). What a graph prints as
+ * i64[]{wrapped} or f64[]{wrapped}. Owned by the current scope; NULL on OOM. */
+KL_API kl_tensor *kl_wrapped_scalar(double value);
+
+/* ------------------------------------------------------------------------ */
 /* Compile mode                                                              */
 /*                                                                          */
 /*     static int step(void *user, kl_tensor *const *in, int n_in,           */

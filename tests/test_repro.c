@@ -228,18 +228,17 @@ static void failed_compile_is_minified_into_a_bundle(void **state) {
 }
 
 /* gelu -> sum over the last dim (a row kernel): the smallest mismatch holds the sum, whose
- * public kl_sum is written by hand (the op table's wrap column is none). */
+ * public kl_sum is written by hand (the op table's wrap column is none): replay.c calls it by
+ * name, kl_op_call("sum", ..., "dims=[-1], keepdim=true", ...). */
 static int gelu_rowsum(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
     (void)user, (void)n_in, (void)n_out;
     out[0] = kl_sum(kl_gelu(in[0]), 1, (const int64_t[]){-1}, true);
     return out[0] ? 0 : -1;
 }
 
-/* replay.c still comes with the bundle: a TODO placeholder for the node it cannot write,
- * named with its IR line in the README and in the file, and a program that refuses to run. */
-static void node_without_public_form_is_named(void **state) {
+static void node_without_typed_form_replays_by_name(void **state) {
     (void)state;
-    const char *debug = bundle_base("noform");
+    const char *debug = bundle_base("rowsum");
     setenv("KL_DEBUG_DIR", debug, 1);
     setenv("KL_COMPILE_CHECK", "1", 1);
     setenv("KL_TEST_BREAK_LOWERING", "gelu", 1);
@@ -258,16 +257,20 @@ static void node_without_public_form_is_named(void **state) {
     bundle_of(msg, debug, dir, sizeof dir);
     char *readme = file_text(dir, "README.txt");
     assert_non_null(readme);
-    assert_non_null(strstr(readme, "replay.c is incomplete"));
-    assert_non_null(strstr(readme, "= sum(%"));
-    assert_non_null(strstr(readme, "dims=[-1], keepdim=true)   (kl_sum has no generated public form"));
+    assert_null(strstr(readme, "incomplete"));
+    assert_null(strstr(readme, "TODO"));
     free(readme);
     char *src = file_text(dir, "replay.c");
     assert_non_null(src);
+    print_message("%s", src);
     assert_non_null(strstr(src, "= kl_gelu(in[0]);"));
-    assert_non_null(strstr(src, "/* TODO: %"));
-    assert_non_null(strstr(src, "#define REPLAY_INCOMPLETE 1"));
-    assert_null(strstr(src, "kl_sum("));
+    /* the graph's line above the call, then the call with the node's attribute text */
+    assert_non_null(strstr(src, "    /* %"));
+    assert_non_null(strstr(src, "= sum(%"));
+    assert_non_null(strstr(src, "if (kl_op_call(\"sum\", (kl_tensor *[]){v"));
+    assert_non_null(strstr(src, "}, 1, \"dims=[-1], keepdim=true\", o"));
+    assert_null(strstr(src, "TODO"));
+    assert_null(strstr(src, "REPLAY_INCOMPLETE"));
     free(src);
     char *explain = file_text(dir, "explain.txt");
     assert_non_null(explain);
@@ -276,6 +279,120 @@ static void node_without_public_form_is_named(void **state) {
     free(explain);
     kl_fn_release(f);
     kl_release(x);
+}
+
+/* gelu -> masked_fill (an elementwise op without a typed form: kl_masked_fill is written by
+ * hand), the mask made from a matmul: the minified bundle holds gelu and masked_fill. */
+static int gelu_masked(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    kl_tensor *h = kl_matmul(in[0], in[1]);
+    out[0] = kl_masked_fill(kl_gelu(h), kl_gt_scalar(h, 0.1), 2.0);
+    return out[0] ? 0 : -1;
+}
+
+/* Every kind of node the placeholders used to stand for: a matmul, views (transpose,
+ * unsqueeze, squeeze), a creation op (full), a wrapped scalar operand of where, a reduction
+ * with two outputs (max_dim), other reductions (mean, sum), to_dtype, an in-place node
+ * (relu_). KL_TEST_REPRO_NO_MINIFY=1 keeps the whole graph in the bundle. */
+static int mixed(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    kl_tensor *h = kl_transpose(kl_matmul(in[0], in[1]), 0, 1);            /* [5,4] */
+    kl_tensor *g = kl_gelu(kl_add(h, kl_full(KL_SHAPE(5, 1), 0.25, KL_F32)));
+    kl_tensor *w = kl_where(kl_gt_scalar(g, 0.0), g, kl_wrapped_scalar(-0.5));
+    kl_tensor *v = NULL, *i = NULL;
+    if (kl_max_dim(w, 1, true, &v, &i)) return -1;
+    kl_tensor *m = kl_sum(kl_mul(g, kl_unsqueeze(kl_mean(g, 1, (int64_t[]){1}, false), 1)), 1, (int64_t[]){0}, false);
+    out[0] = kl_add(kl_squeeze(v, 1), kl_to_dtype(kl_squeeze(i, 1), KL_F32));
+    out[1] = kl_relu_inplace(kl_clone(m));
+    return out[0] && out[1] ? 0 : -1;
+}
+
+/* Runs fn on inputs with KL_TEST_BREAK_LOWERING=gelu and KL_COMPILE_CHECK; returns replay.c of
+ * the bundle named in the error (malloc'd), its folder in dir. */
+static char *broken_bundle(kl_traceable fn, const char *name, kl_tensor **in, int n_in, int n_out, char *dir,
+                           size_t cap) {
+    const char *debug = bundle_base(name);
+    setenv("KL_DEBUG_DIR", debug, 1);
+    setenv("KL_COMPILE_CHECK", "1", 1);
+    setenv("KL_TEST_BREAK_LOWERING", "gelu", 1);
+    kl_fn *f = kl_compile(fn, NULL, NULL);
+    unsetenv("KL_COMPILE_CHECK");
+    kl_tensor *y[4] = {NULL};
+    assert_int_equal(kl_fn_call(f, in, n_in, y, n_out), -1);
+    unsetenv("KL_TEST_BREAK_LOWERING");
+    unsetenv("KL_DEBUG_DIR");
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", kl_last_error());
+    kl_clear_error();
+    print_message("%s\n", msg);
+    bundle_of(msg, debug, dir, cap);
+    kl_fn_release(f);
+    char *src = file_text(dir, "replay.c");
+    assert_non_null(src);
+    assert_null(strstr(src, "TODO"));
+    assert_null(strstr(src, "REPLAY_INCOMPLETE"));
+    return src;
+}
+
+static void masked_fill_replays_by_name(void **state) {
+    (void)state;
+    kl_manual_seed(21);
+    kl_tensor *in[2] = {kl_randn(KL_SHAPE(4, 6), KL_F32), kl_randn(KL_SHAPE(6, 5), KL_F32)};
+    char dir[4096];
+    char *src = broken_bundle(gelu_masked, "masked", in, 2, 1, dir, sizeof dir);
+    assert_non_null(strstr(src, "= kl_gelu(in[0]);"));
+    assert_non_null(strstr(src, "if (kl_op_call(\"masked_fill\", (kl_tensor *[]){v"));
+    assert_non_null(strstr(src, ", in[1]}, 2, \"value=2\", o"));
+    assert_null(strstr(src, "matmul")); /* cut: the mask is an input */
+    free(src);
+}
+
+static void whole_graph_replays_by_name(void **state) {
+    (void)state;
+    kl_manual_seed(22);
+    kl_tensor *in[2] = {kl_randn(KL_SHAPE(4, 6), KL_F32), kl_randn(KL_SHAPE(6, 5), KL_F32)};
+    char dir[4096];
+    setenv("KL_TEST_REPRO_NO_MINIFY", "1", 1);
+    char *src = broken_bundle(mixed, "whole", in, 2, 2, dir, sizeof dir);
+    unsetenv("KL_TEST_REPRO_NO_MINIFY");
+    print_message("%s", src);
+    static const char *const calls[] = {
+        "kl_op_call(\"matmul\", (kl_tensor *[]){in[0], in[1]}, 2, \"\", o",
+        "kl_op_call(\"transpose\", (kl_tensor *[]){v",
+        "}, 1, \"dim0=0, dim1=1\", o",
+        "kl_op_call(\"full\", NULL, 0, \"shape=[5,1], value=0.25, dtype=f32\", o",
+        "kl_op_call(\"where\", (kl_tensor *[]){v",
+        ", kl_wrapped_scalar(-0.5)}, 3, \"\", o",
+        "kl_op_call(\"max_dim\", (kl_tensor *[]){v",
+        "}, 1, \"dim=[1], keepdim=true\", o",
+        "kl_op_call(\"mean\", (kl_tensor *[]){v",
+        "kl_op_call(\"unsqueeze\", (kl_tensor *[]){v",
+        "kl_op_call(\"squeeze\", (kl_tensor *[]){v",
+        "kl_op_call(\"to_dtype\", (kl_tensor *[]){v",
+        "}, 1, \"dtype=f32\", o",
+        "kl_op_call(\"clone\", (kl_tensor *[]){v",
+        "= kl_relu_inplace(v",
+        "= kl_gelu(v",
+    };
+    for (size_t k = 0; k < sizeof calls / sizeof calls[0]; k++)
+        if (!strstr(src, calls[k])) fail_msg("replay.c lacks %s", calls[k]);
+    /* two outputs of one call */
+    const char *md = strstr(src, "kl_op_call(\"max_dim\"");
+    assert_non_null(md);
+    int o = -1;
+    assert_int_equal(sscanf(strstr(md, "keepdim=true\", o") + strlen("keepdim=true\", o"), "%d", &o), 1);
+    char want[64];
+    snprintf(want, sizeof want, " = o%d[1];", o);
+    assert_non_null(strstr(md, want));
+    char *readme = file_text(dir, "README.txt");
+    assert_non_null(readme);
+    int before = 0, after = 0;
+    const char *p = strstr(readme, "had ");
+    assert_non_null(p);
+    assert_int_equal(sscanf(p, "had %d op nodes; the smallest subgraph that still differs has %d", &before, &after), 2);
+    assert_int_equal(before, after); /* not minified */
+    free(readme);
+    free(src);
 }
 
 /* x*3 + 1 -> sin: the forward has no cos; its backward, g*cos(x*3 + 1)*3 (the elementwise
@@ -418,7 +535,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         KT_TEST(mismatch_is_minified_into_a_bundle),
         KT_TEST(failed_compile_is_minified_into_a_bundle),
-        KT_TEST(node_without_public_form_is_named),
+        KT_TEST(node_without_typed_form_replays_by_name),
+        KT_TEST(masked_fill_replays_by_name),
+        KT_TEST(whole_graph_replays_by_name),
         KT_TEST(aot_backward_mismatch_is_minified),
         KT_TEST(aot_forward_mismatch_is_minified),
         KT_TEST(aot_failed_backward_compile_is_minified),

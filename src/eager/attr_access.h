@@ -24,6 +24,9 @@ typedef struct ke_attrs {
 #define KE_ATTR_DTYPE 5     /* i[5] for creation ops and KE_DT_ATTR */
 #define KE_ATTR_SEED 0      /* i[0] of random ops (KE_F_RANDOM) */
 #define KE_ATTR_OFFSET 1    /* i[1] of random ops */
+/* offset == KE_RANDOM_SLOT: seed names a compiled graph's per-call random slot (the
+ * executor reserves fresh counters for it at each call), not a fixed reservation. */
+#define KE_RANDOM_SLOT (-1)
 
 #include "attrs.h"
 

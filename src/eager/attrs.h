@@ -72,6 +72,9 @@ static inline double ke_attr_float_at(const struct ke_attrs *a, const ke_attr_de
 /* Sets FLOAT attribute d of a (the generated wrappers of the _F1/_F2 forms
  * fill an op's declared float attributes in order). */
 static inline void ke_attr_set_float_at(struct ke_attrs *a, const ke_attr_desc *d, double v) { a->f[d->slot] = v; }
+/* Sets integer-like attribute d of a (INT, BOOL, DTYPE, REDUCTION, DEVICE):
+ * the attribute text parser (attr_text.c) writes by descriptor. */
+static inline void ke_attr_set_int_at(struct ke_attrs *a, const ke_attr_desc *d, int64_t v) { a->i[d->slot] = v; }
 static inline const int64_t *ke_attr_list_at(const struct ke_attrs *a, const ke_attr_desc *d, int *n) {
     int len = d->type == KE_AT_LIST2 ? 2 : a->nlist - d->slot;
     *n = d->slot + len <= a->nlist && len > 0 ? len : 0;

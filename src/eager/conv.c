@@ -53,7 +53,7 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     char b1[256], b2[256];
     int has_bias = ke_attr_conv2d_has_bias(&c->a);
-    if (c->nin != 2 + has_bias) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
+    if (c->nin != 2 + has_bias) return ke_err(KL_ERR_ARG, op, "bias flag and the %d inputs disagree", c->nin);
     const kl_tensor *x = c->in[0], *w = c->in[1], *bias = has_bias ? c->in[2] : NULL;
     for (int i = 1; i < c->nin; i++)
         if (c->in[i]->dtype != x->dtype)
@@ -839,7 +839,7 @@ int ke_decomp_conv1d(ke_call *c) {
     const char *op = ke_opname(c);
     char b1[256], b2[256];
     int hb = ke_attr_conv1d_has_bias(&c->a);
-    if (c->nin != 2 + hb) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
+    if (c->nin != 2 + hb) return ke_err(KL_ERR_ARG, op, "bias flag and the %d inputs disagree", c->nin);
     kl_tensor *x = c->in[0], *w = c->in[1], *bias = hb ? c->in[2] : NULL;
     int64_t s = ke_attr_conv1d_stride(&c->a), p = ke_attr_conv1d_padding(&c->a), d = ke_attr_conv1d_dilation(&c->a),
             g = ke_attr_conv1d_groups(&c->a);
@@ -854,13 +854,14 @@ int ke_decomp_conv1d(ke_call *c) {
     if (w->ndim != 3 || w->shape[2] < 1)
         return ke_err(KL_ERR_SHAPE, op, "expects a 3-D weight [O,C/groups,k] with a non-empty kernel, got %s",
                       ke_fmt_tensor(b1, sizeof b1, w));
-    int64_t C = x->shape[x->ndim - 2], L = x->shape[x->ndim - 1], span, padded;
-    if (w->shape[0] % g || C != w->shape[1] * g)
+    int64_t C = x->shape[x->ndim - 2], L = x->shape[x->ndim - 1], span, padded, wc = 0;
+    int wc_ov = ke_mul_ov(w->shape[1], g, &wc); /* (groups comes from the caller) */
+    if (w->shape[0] % g || wc_ov || C != wc)
         return ke_err(KL_ERR_SHAPE, op,
                       "weight %s with groups = %lld expects out channels divisible by groups and an input with "
-                      "%lld channels, got %s",
-                      ke_fmt_tensor(b2, sizeof b2, w), (long long)g, (long long)(w->shape[1] * g),
-                      ke_fmt_tensor(b1, sizeof b1, x));
+                      "%s%lld channels, got %s",
+                      ke_fmt_tensor(b2, sizeof b2, w), (long long)g, wc_ov ? "more than " : "",
+                      (long long)(wc_ov ? INT64_MAX : wc), ke_fmt_tensor(b1, sizeof b1, x));
     if (ke_mul_ov(d, w->shape[2] - 1, &span) || ke_add_ov(span, 1, &span) || ke_mul_ov(p, 2, &padded) ||
         ke_add_ov(padded, L, &padded) || span > padded)
         return ke_err(KL_ERR_SHAPE, op, "padded input length is smaller than the dilated kernel (input %s, weight %s)",
@@ -899,7 +900,7 @@ int ke_decomp_conv_transpose2d(ke_call *c) {
     const char *op = ke_opname(c);
     char b1[256], b2[256];
     int hb = ke_attr_conv_transpose2d_has_bias(&c->a);
-    if (c->nin != 2 + hb) return ke_err(KL_ERR_INTERNAL, op, "bias flag and input count disagree");
+    if (c->nin != 2 + hb) return ke_err(KL_ERR_ARG, op, "bias flag and the %d inputs disagree", c->nin);
     if (c->a.nlist != 8) return ke_err(KL_ERR_INTERNAL, op, "expected 8 option values");
     kl_tensor *x = c->in[0], *w = c->in[1], *bias = hb ? c->in[2] : NULL;
     const int64_t *st = ke_attr_conv_transpose2d_stride(&c->a), *pad = ke_attr_conv_transpose2d_padding(&c->a),
@@ -1014,7 +1015,8 @@ int ke_infer_adaptive_avg_pool2d(ke_call *c, ke_outspec *out) {
                       ke_fmt_tensor(b1, sizeof b1, x));
     /* o * in must not overflow in the window formula */
     int64_t t;
-    if (os[0] < 0 || os[1] < 0 || ke_mul_ov(os[0] + 1, x->shape[b + 1], &t) || ke_mul_ov(os[1] + 1, x->shape[b + 2], &t))
+    if (os[0] < 0 || os[1] < 0 || os[0] == INT64_MAX || os[1] == INT64_MAX ||
+        ke_mul_ov(os[0] + 1, x->shape[b + 1], &t) || ke_mul_ov(os[1] + 1, x->shape[b + 2], &t))
         return ke_err(KL_ERR_ARG, op, "output size (%lld, %lld) must be non-negative and fit input %s",
                       (long long)os[0], (long long)os[1], ke_fmt_tensor(b1, sizeof b1, x));
     out->shape[b + 1] = os[0];

@@ -21,6 +21,8 @@
 
 #include "core.h"
 
+#include <stdio.h>
+
 /* Op kinds: how the generic machinery treats an op. */
 typedef enum ke_op_kind {
     KE_KIND_EW,        /* elementwise: broadcast inputs, one output of the broadcast shape */
@@ -124,6 +126,21 @@ typedef enum ke_op {
 extern const ke_op_info ke_ops[KE_OP_COUNT];
 /* The declared attributes of each op (n = 0: none), in declaration order. */
 extern const ke_attr_set ke_op_attrs[KE_OP_COUNT];
+
+/* Attributes as text (attr_text.c: the graph IR prints a node's attributes with it,
+ * kl_op_call parses them): "dims=[1], keepdim=true", in declaration order, those at
+ * their declared default left out, lead before the first. random: the op is a
+ * KE_F_RANDOM one (its seed and offset print as slot=N when offset is KE_RANDOM_SLOT). */
+void ke_attrs_print(FILE *f, const ke_attr_set *s, int random, const ke_attrs *a, const char *lead);
+/* The same text, malloc'd (the caller frees it); NULL and KL_ERR_OOM. */
+char *ke_attrs_to_string(const ke_attr_set *s, int random, const ke_attrs *a);
+/* Parses text as ke_attrs_print writes it into *a (cleared first; each attribute
+ * left out takes its declared default). 0; 1 for a random op whose seed and offset
+ * are both left out (the caller reserves fresh counters); -1 and KL_ERR_ARG, the
+ * message "kl_<who>: <op>: ..." naming the attribute and the text, for an unknown,
+ * repeated or malformed attribute or a missing one without a default. */
+int ke_attrs_parse(const ke_attr_set *s, int random, const char *text, ke_attrs *a, const char *who,
+                   const char *op);
 
 /* Handlers per dispatch key. Backends share one generic handler; Trace and
  * Autograd are their layers', installed through ke_hooks (core.h). */

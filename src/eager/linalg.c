@@ -248,7 +248,7 @@ int ke_infer_linear(ke_call *c, ke_outspec *out) {
     const kl_tensor *x = c->in[0], *w = c->in[1];
     char b1[256];
     if (c->nin != 2 + ke_attr_linear_has_bias(&c->a))
-        return ke_err(KL_ERR_INTERNAL, ke_opname(c), "bias flag and input count disagree");
+        return ke_err(KL_ERR_ARG, ke_opname(c), "bias flag and the %d inputs disagree", c->nin);
     if (check_dtypes(c)) return -1;
     if (w->ndim != 1 && w->ndim != 2)
         return ke_err(KL_ERR_SHAPE, ke_opname(c), "weight must have 1 or 2 dims, got %s",

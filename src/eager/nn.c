@@ -178,7 +178,7 @@ int ke_infer_norm(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     int has_b = c->op == KE_OP_layer_norm && ke_attr_layer_norm_has_bias(&c->a);
     if (c->nin != 1 + ke_attr_layer_norm_has_weight(&c->a) + has_b)
-        return ke_err(KL_ERR_INTERNAL, op, "weight/bias flags and input count disagree");
+        return ke_err(KL_ERR_ARG, op, "weight/bias flags and the %d inputs disagree", c->nin);
     if (ke_infer_same(c, out) < 0) return -1;
     const kl_tensor *x = c->in[0];
     int64_t nd = ke_attr_layer_norm_normalized_ndim(&c->a);
@@ -395,7 +395,7 @@ kl_tensor *kl_dropout(kl_tensor *x, double p, bool training) {
 int ke_infer_sdpa(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     if (c->nin != 3 + ke_attr_scaled_dot_product_attention_has_mask(&c->a))
-        return ke_err(KL_ERR_INTERNAL, op, "mask flag and input count disagree");
+        return ke_err(KL_ERR_ARG, op, "mask flag and the %d inputs disagree", c->nin);
     kl_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2], *mask = ke_attr_scaled_dot_product_attention_has_mask(&c->a) ? c->in[3] : NULL;
     char b1[256], b2[256], b3[256];
     if (!ke_is_float((kl_dtype)q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype)
@@ -530,7 +530,7 @@ int ke_infer_batch_norm(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     int training = ke_attr_batch_norm_training(&c->a);
     if (c->nin != 1 + 2 * !training + ke_attr_batch_norm_has_weight(&c->a) + ke_attr_batch_norm_has_bias(&c->a))
-        return ke_err(KL_ERR_INTERNAL, op, "training/weight/bias flags and input count disagree");
+        return ke_err(KL_ERR_ARG, op, "training/weight/bias flags and the %d inputs disagree", c->nin);
     if (ke_infer_same(c, out) < 0) return -1;
     const kl_tensor *x = c->in[0];
     if (check_channels_input(op, x)) return -1;
@@ -708,7 +708,7 @@ static void gn_inputs(const ke_call *c, kl_tensor *const *in, kl_tensor **w, kl_
 int ke_infer_group_norm(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     if (c->nin != 1 + ke_attr_group_norm_has_weight(&c->a) + ke_attr_group_norm_has_bias(&c->a))
-        return ke_err(KL_ERR_INTERNAL, op, "weight/bias flags and input count disagree");
+        return ke_err(KL_ERR_ARG, op, "weight/bias flags and the %d inputs disagree", c->nin);
     if (ke_infer_same(c, out) < 0) return -1;
     const kl_tensor *x = c->in[0];
     if (check_channels_input(op, x)) return -1;

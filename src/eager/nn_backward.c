@@ -276,7 +276,7 @@ int ke_infer_batch_norm_backward(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     char b1[256], b2[256];
     int kw;
-    if (c->nin != bnb_layout(c, &kw)) return ke_err(KL_ERR_INTERNAL, op, "training/weight flags and input count disagree");
+    if (c->nin != bnb_layout(c, &kw)) return ke_err(KL_ERR_ARG, op, "training/weight flags and the %d inputs disagree", c->nin);
     const kl_tensor *g = c->in[0], *x = c->in[1];
     if (x->ndim < 2 || g->ndim != x->ndim || memcmp(g->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim))
         return ke_err(KL_ERR_SHAPE, op, "expects a gradient %s of the input's shape %s (at least 2 dims)",

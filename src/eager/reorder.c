@@ -81,7 +81,7 @@ int ke_decomp_roll(ke_call *c) {
     int64_t nd = ke_attr_roll_ndims(&c->a);
     if (nd == 0 && nl != 1)
         return ke_err(KL_ERR_ARG, op, "without dims, shifts must have one element (the flattened tensor), got %d", nl);
-    if (nd != 0 && (nd < 0 || nl != 2 * nd))
+    if (nd != 0 && (nd < 0 || nd > KE_MAX_LIST / 2 || nl != 2 * nd))
         return ke_err(KL_ERR_ARG, op, "shifts and dims must have the same length (%lld dims)", (long long)nd);
     for (int i = 0; i < nd; i++)
         if (ke_wrap_dim(op, l[nd + i], x->ndim) < 0) return -1;

@@ -50,7 +50,7 @@ const ke_attr_set *ir_op_attrs(int op);
  * same numbers (dropout's backward regenerates its forward's mask that way,
  * as eager does from the same attributes). Otherwise seed and offset are a fixed
  * seed and offset reserved before tracing (a mask made outside the function). */
-#define IR_RANDOM_SLOT (-1)
+#define IR_RANDOM_SLOT KE_RANDOM_SLOT
 
 typedef enum ir_value_kind {
     IR_VAL_INPUT,   /* graph input number `index` */

@@ -13,7 +13,8 @@
  * Strides are printed only where a value is not contiguous. Attributes follow
  * the inputs by name (the attrs column of optable.def, ir_attrs.def), in
  * declaration order, except where they hold their declared default; floats in
- * the shortest form that reads back exactly.
+ * the shortest form that reads back exactly (src/eager/attr_text.c writes them,
+ * and kl_op_call reads the same text back).
  */
 #include "ir.h"
 
@@ -39,84 +40,11 @@ static void print_type(FILE *f, const ir_value *v) {
     if (v->wrapped) fputs("{wrapped}", f);
 }
 
-/* The shortest %g form that reads back as the same double. */
-static void print_double(FILE *f, double v) {
-    char b[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(b, sizeof b, "%.*g", prec, v);
-        if (strtod(b, NULL) == v) break;
-    }
-    fputs(b, f);
-}
-
-static const char *const reduction_names[] = {[KL_REDUCE_NONE] = "none", [KL_REDUCE_MEAN] = "mean",
-                                              [KL_REDUCE_SUM] = "sum"};
-static const char *const device_names[] = {[KL_CPU] = "cpu", [KL_CUDA] = "cuda", [KL_META] = "meta"};
-
-/* One attribute's value, by its declared type. */
-static void print_attr_value(FILE *f, const ke_attrs *a, const ke_attr_desc *d) {
-    int64_t i = d->type == KE_AT_FLOAT || d->type >= KE_AT_LIST ? 0 : ke_attr_int_at(a, d);
-    switch ((ke_attr_type)d->type) {
-    case KE_AT_INT: fprintf(f, "%lld", (long long)i); break;
-    case KE_AT_BOOL: fputs(i ? "true" : "false", f); break;
-    case KE_AT_FLOAT: print_double(f, ke_attr_float_at(a, d)); break;
-    case KE_AT_DTYPE:
-        if (ke_dtype_valid((kl_dtype)i)) fputs(ke_dtypes[i].short_name, f);
-        else fprintf(f, "%lld", (long long)i);
-        break;
-    case KE_AT_REDUCTION:
-        if (i >= 0 && i <= KL_REDUCE_SUM) fputs(reduction_names[i], f);
-        else fprintf(f, "%lld", (long long)i);
-        break;
-    case KE_AT_DEVICE:
-        if (i >= 0 && i <= KL_META) fputs(device_names[i], f);
-        else fprintf(f, "%lld", (long long)i);
-        break;
-    case KE_AT_LIST:
-    case KE_AT_LIST2: {
-        int n;
-        const int64_t *l = ke_attr_list_at(a, d, &n);
-        fputc('[', f);
-        for (int k = 0; k < n; k++) fprintf(f, "%s%lld", k ? "," : "", (long long)l[k]);
-        fputc(']', f);
-        break;
-    }
-    }
-}
-
-/* 1 if attribute d of a is at its default (so the text leaves it out). */
-static int attr_is_default(const ke_attrs *a, const ke_attr_desc *d) {
-    if (d->def == KE_HIDDEN) return 1;
-    if (d->def == KE_NODEF) return 0;
-    if (d->type >= KE_AT_LIST) { /* a list with a default: empty is the default */
-        int n;
-        ke_attr_list_at(a, d, &n);
-        return n == 0;
-    }
-    double v = d->type == KE_AT_FLOAT ? ke_attr_float_at(a, d) : (double)ke_attr_int_at(a, d);
-    return v == d->def;
-}
-
-/* The node's declared attributes as name=value after its inputs, in
- * declaration order, leaving out those at their defaults. A random op's
- * seed and offset print as slot=N when they name a slot (IR_RANDOM_SLOT). */
+/* The node's declared attributes as name=value after its inputs (src/eager/attr_text.c,
+ * the text kl_op_call reads back). */
 static void print_attrs(FILE *f, const ir_node *n) {
-    const ke_attrs *a = &n->a;
-    const ke_attr_set *s = ir_op_attrs(n->op);
-    int slot = n->op < KE_OP_COUNT && (ke_ops[n->op].flags & KE_F_RANDOM) && ke_attr_offset(a) == IR_RANDOM_SLOT;
-    int first = n->nin == 0;
-    for (int k = 0; k < s->n; k++) {
-        const ke_attr_desc *d = &s->attr[k];
-        if (slot && (!strcmp(d->name, "seed") || !strcmp(d->name, "offset"))) {
-            if (!strcmp(d->name, "seed")) fprintf(f, "%sslot=%lld", first ? "" : ", ", (long long)ke_attr_seed(a));
-            first = 0;
-            continue;
-        }
-        if (attr_is_default(a, d)) continue;
-        fprintf(f, "%s%s=", first ? "" : ", ", d->name);
-        print_attr_value(f, a, d);
-        first = 0;
-    }
+    ke_attrs_print(f, ir_op_attrs(n->op), n->op < KE_OP_COUNT && (ke_ops[n->op].flags & KE_F_RANDOM), &n->a,
+                   n->nin == 0 ? "" : ", ");
 }
 
 int ir_print(const ir_graph *g, FILE *f) {

@@ -21,12 +21,11 @@
  * compiled kernel, the inputs as .npy, and replay.c, a C program that
  * rebuilds the subgraph with public kl_ calls and compares compiled against
  * eager with only the installed library (exit 1: reproduced). replay.c calls
- * the public forms the op table generates (its wrap column: unary, unary with
- * float attributes, binary); a node of another op (reductions, views,
- * matmul, ...: their public functions are written by hand, with signatures
- * the table does not describe) is written as a marked placeholder, the
- * program refuses to run until it is filled in, and README.txt names each
- * such node with its IR line.
+ * the typed public forms the op table generates where a node has one (its wrap
+ * column: unary, unary with float attributes, binary), and every other node
+ * (reductions, views, matmul, creation, composites, several outputs, ...)
+ * through kl_op_call with its name and its attribute text exactly as the graph
+ * prints it, so every subgraph replays without editing.
  */
 #include "trace.h"
 
@@ -35,6 +34,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,6 +284,13 @@ static const char *dtype_enum(kl_dtype d, char *buf, size_t cap) {
     return buf;
 }
 
+/* v as a C expression of type double, exact ("0x1.8p+1" would do too; %.17g reads back exactly). */
+static void c_double(double v, char *buf, size_t cap) {
+    if (isnan(v)) snprintf(buf, cap, "NAN");
+    else if (isinf(v)) snprintf(buf, cap, "%sINFINITY", v < 0 ? "-" : "");
+    else snprintf(buf, cap, "%.17g", v);
+}
+
 /* The C expression of value v in replay.c. */
 static void value_expr(const rp_set *s, int32_t v, char *buf, size_t cap) {
     for (int i = 0; i < s->nin; i++)
@@ -293,9 +300,10 @@ static void value_expr(const rp_set *s, int32_t v, char *buf, size_t cap) {
         }
     if (is_scalar_value(s->g, v)) {
         const ir_node *n = &s->g->nodes[s->g->values[v].node];
-        char dt[16];
-        snprintf(buf, cap, "kl_scalar_tensor(%.17g, %s)", ir_attr_scalar_value(&n->a),
-                 dtype_enum(ir_attr_scalar_dtype(&n->a), dt, sizeof dt));
+        char dt[16], num[40];
+        c_double(ir_attr_scalar_value(&n->a), num, sizeof num);
+        if (ir_attr_scalar_wrapped(&n->a)) snprintf(buf, cap, "kl_wrapped_scalar(%s)", num);
+        else snprintf(buf, cap, "kl_scalar_tensor(%s, %s)", num, dtype_enum(ir_attr_scalar_dtype(&n->a), dt, sizeof dt));
         return;
     }
     snprintf(buf, cap, "v%d", v);
@@ -317,13 +325,42 @@ static void node_line(const rp_set *s, const char *text, const ir_node *n, char 
     (void)s;
 }
 
-/* replay.c's text (malloc'd), or NULL (out of memory). A node without a generated public form
- * is written as a placeholder marked TODO and named in missing[] (one line each), and the
- * program then refuses to run until it is filled in. */
-static char *replay_source(const rp_set *s, const rp_state *r, const char *what, char *missing, size_t missing_cap) {
+/* Node n as a kl_op_call in replay.c: its name (a trailing _ in place), its inputs, its attribute
+ * text as the graph prints it, its outputs; the graph's line above it. */
+static int write_op_call(FILE *f, const rp_set *s, const char *gtext, const ir_node *n) {
+    char line[512];
+    node_line(s, gtext, n, line, sizeof line);
+    char *attrs = ke_attrs_to_string(&ke_op_attrs[n->op], (ke_ops[n->op].flags & KE_F_RANDOM) != 0, &n->a);
+    if (!attrs) return -1;
+    fprintf(f, "    /* %s */\n", line);
+    /* a creation node runs on the device it was recorded on (kl_op_call: the default device) */
+    int dev = n->nin == 0 && n->device.type != KL_CPU;
+    if (dev) fprintf(f, "    kl_set_default_device((kl_device){%d, %d});\n", (int)n->device.type, n->device.index);
+    fprintf(f, "    kl_tensor *o%d[%d];\n", n->out[0], n->nout);
+    fprintf(f, "    if (kl_op_call(\"%s%s\", ", ke_ops[n->op].name, n->inplace ? "_" : "");
+    if (n->nin == 0) {
+        fprintf(f, "NULL, 0");
+    } else {
+        fprintf(f, "(kl_tensor *[]){");
+        for (int i = 0; i < n->nin; i++) {
+            char e[96];
+            value_expr(s, n->in[i], e, sizeof e);
+            fprintf(f, "%s%s", i ? ", " : "", e);
+        }
+        fprintf(f, "}, %d", n->nin);
+    }
+    fprintf(f, ", \"%s\", o%d, %d))\n        return -1;\n", attrs, n->out[0], n->nout);
+    if (dev) fprintf(f, "    kl_set_default_device(KL_DEVICE_CPU);\n");
+    for (int j = 0; j < n->nout; j++) fprintf(f, "    kl_tensor *v%d = o%d[%d];\n", n->out[j], n->out[0], j);
+    free(attrs);
+    return 0;
+}
+
+/* replay.c's text (malloc'd), or NULL (out of memory). */
+static char *replay_source(const rp_set *s, const rp_state *r, const char *what) {
     const kl_compile_options *o = &r->o;
     char *text = NULL, *gtext = ir_to_string(s->g);
-    size_t len = 0, mused = 0;
+    size_t len = 0;
     kl_clear_error(); /* ir_to_string's, if it failed: the lines then name the op only */
     FILE *f = open_memstream(&text, &len);
     if (!f) {
@@ -340,15 +377,15 @@ static char *replay_source(const rp_set *s, const rp_state *r, const char *what,
                " * or the compiled call failed, or compiled and eager differ); 0: compiled and eager agree; 2: the\n"
                " * program itself failed. */\n",
             r->fname, r->fail_code ? "failed to compile" : "compiled to other values than eager", what);
-    fprintf(f, "#include <kiln.h>\n\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\n");
+    fprintf(f, "#include <kiln.h>\n\n#include <math.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\n");
     fprintf(f, "#define N_IN %d\n#define N_OUT %d\n\n", s->nin, s->nout);
     fprintf(f, "static const double tolerance[N_OUT + 1] = {");
     for (int j = 0; j < s->nout; j++) fprintf(f, "%s%g", j ? ", " : "", tr_tolerance((kl_dtype)s->g->values[s->out_ids[j]].dtype));
     fprintf(f, "};\n\n");
     fprintf(f, "static int subgraph(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {\n"
                "    (void)user, (void)n_in, (void)n_out;\n");
-    int todo = 0;
-    for (int k = 0; k < s->n; k++) {
+    int rc = 0;
+    for (int k = 0; k < s->n && !rc; k++) {
         const ir_node *n = &s->g->nodes[s->nodes[k]];
         const char *name = ke_ops[n->op].name;
         int form = wrap_form[n->op];
@@ -360,42 +397,32 @@ static char *replay_source(const rp_set *s, const rp_state *r, const char *what,
             fprintf(f, "    kl_tensor *v%d = kl_%s%s(%s", n->out[0], name, n->inplace ? "_inplace" : "", a);
             const ke_attr_set *as = ir_op_attrs(n->op);
             for (int d = 0; d < as->n; d++)
-                if (as->attr[d].type == KE_AT_FLOAT) fprintf(f, ", %.17g", ke_attr_float_at(&n->a, &as->attr[d]));
+                if (as->attr[d].type == KE_AT_FLOAT) {
+                    char num[40];
+                    c_double(ke_attr_float_at(&n->a, &as->attr[d]), num, sizeof num);
+                    fprintf(f, ", %s", num);
+                }
             fprintf(f, ");\n");
         } else if (form == W_BINARY && n->nin == 2 && !is_scalar_value(s->g, n->in[0])) {
             int32_t v1 = n->in[1];
             if (is_scalar_value(s->g, v1) && ir_attr_scalar_wrapped(&s->g->nodes[s->g->values[v1].node].a)) {
-                fprintf(f, "    kl_tensor *v%d = kl_%s_scalar%s(%s, %.17g);\n", n->out[0], name,
-                        n->inplace ? "_inplace" : "", a, ir_attr_scalar_value(&s->g->nodes[s->g->values[v1].node].a));
+                char num[40];
+                c_double(ir_attr_scalar_value(&s->g->nodes[s->g->values[v1].node].a), num, sizeof num);
+                fprintf(f, "    kl_tensor *v%d = kl_%s_scalar%s(%s, %s);\n", n->out[0], name,
+                        n->inplace ? "_inplace" : "", a, num);
             } else {
                 value_expr(s, v1, b, sizeof b);
                 fprintf(f, "    kl_tensor *v%d = kl_%s%s(%s, %s);\n", n->out[0], name, n->inplace ? "_inplace" : "", a, b);
             }
         } else {
-            /* the op's public function is written by hand: its signature is not in the op table */
-            char line[512];
-            node_line(s, gtext, n, line, sizeof line);
-            const char *why = form == W_none ? "has no generated public form (the op table's wrap column is none)"
-                                             : "is called here with operands its generated form does not take";
-            fprintf(f, "    /* TODO: %s\n     * kl_%s %s: write this call by hand, then delete REPLAY_INCOMPLETE */\n",
-                    line, name, why);
-            for (int j = 0; j < n->nout; j++) fprintf(f, "    kl_tensor *v%d = NULL;\n", n->out[j]);
-            if (mused < missing_cap)
-                mused += (size_t)snprintf(missing + mused, missing_cap - mused, "  %s   (kl_%s %s)\n", line, name, why);
-            todo++;
+            /* no typed form the table generates (or not for these operands): by name */
+            rc = write_op_call(f, s, gtext, n);
         }
     }
     for (int j = 0; j < s->nout; j++) fprintf(f, "    out[%d] = v%d;\n", j, s->out_ids[j]);
     fprintf(f, "    for (int j = 0; j < N_OUT; j++)\n        if (!out[j]) return -1;\n    return 0;\n}\n\n");
-    if (todo) fprintf(f, "#define REPLAY_INCOMPLETE %d /* nodes marked TODO in subgraph() */\n\n", todo);
     fprintf(f, "int main(int argc, char **argv) {\n"
                "    const char *dir = argc > 1 ? argv[1] : \".\";\n");
-    if (todo)
-        fprintf(f, "#ifdef REPLAY_INCOMPLETE\n"
-                   "    fprintf(stderr, \"replay: %%d nodes of subgraph() are TODO placeholders: write them by hand "
-                   "first (README.txt)\\n\", REPLAY_INCOMPLETE);\n"
-                   "    return 2;\n"
-                   "#endif\n");
     fprintf(f, "    kl_tensor *in[N_IN + 1], *eager[N_OUT], *compiled[N_OUT];\n"
                "    for (int i = 0; i < N_IN; i++) {\n"
                "        char path[4096];\n"
@@ -436,8 +463,12 @@ static char *replay_source(const rp_set *s, const rp_state *r, const char *what,
                "    kl_fn_release(f);\n"
                "    return bad;\n"
                "}\n");
-    fclose(f);
+    if (fclose(f)) rc = -1;
     free(gtext);
+    if (rc) {
+        free(text);
+        return NULL;
+    }
     return text;
 }
 
@@ -564,8 +595,7 @@ static int write_bundle(rp_state *r, const rp_set *s, kl_fn *f, const char *what
         if (!rc) rc = tr_fn_dump_kernels(f, dir);
     }
     ir_graph_free(sub);
-    char missing[2048] = "";
-    char *src = rc ? NULL : replay_source(s, r, what, missing, sizeof missing);
+    char *src = rc ? NULL : replay_source(s, r, what);
     if (!rc && !src) rc = ke_err(KL_ERR_OOM, "fn_call", "out of memory");
     if (src) rc = write_text(dir, "replay.c", src);
     free(src);
@@ -581,16 +611,11 @@ static int write_bundle(rp_state *r, const rp_set *s, kl_fn *f, const char *what
                  "kernelN.ll     LLVM IR the backend emits for it (LLVM builds%s)\n"
                  "in*.npy        the subgraph's inputs, from the eager run of the whole graph\n"
                  "replay.c       cc replay.c $(pkg-config --cflags --libs kiln) -o replay && ./replay .\n"
-                 "               exit 1: reproduced, 0: not reproduced, 2: the program failed\n"
-                 "%s%s",
+                 "               exit 1: reproduced, 0: not reproduced, 2: the program failed\n",
                  r->fname, what, n_before, r->fail_code ? "fails to compile the same way" : "differs", s->n, r->tests,
                  r->fail_code ? "the compile's error, and the graph after the passes as far as they got"
                               : "kl_fn_explain of the compiled subgraph: graph after the passes, kernels",
-                 r->fail_code ? " that lowered before the failure" : "", r->fail_code ? ", kernels that compiled" : "",
-                 missing[0] ? "\nreplay.c is incomplete: these nodes have no generated public form, so replay.c holds a\n"
-                              "TODO placeholder for each (and exits 2 until REPLAY_INCOMPLETE is removed):\n"
-                            : "",
-                 missing);
+                 r->fail_code ? " that lowered before the failure" : "", r->fail_code ? ", kernels that compiled" : "");
         rc = write_text(dir, "README.txt", readme);
     }
     return rc;
@@ -641,7 +666,10 @@ int tr_repro(const ir_graph *traced, kl_tensor *const *inputs, int n_in, const k
             rc = ke_err(KL_ERR_STATE, "fn_call", "repro: the graph replayed node by node %s",
                         fail_code ? "compiles (or fails another way)" : "does not differ");
     }
-    if (!rc) rc = ddmin(&r, cand, &n);
+    /* KL_TEST_REPRO_NO_MINIFY (tests only): the bundle of the whole graph, so a test's replay.c
+     * holds every node the function made */
+    const char *keep_all = getenv("KL_TEST_REPRO_NO_MINIFY");
+    if (!rc && !(keep_all && *keep_all == '1')) rc = ddmin(&r, cand, &n);
     if (!rc && still_fails(&r, cand, n, &f) != 1) rc = ke_err(KL_ERR_STATE, "fn_call", "repro: the minimized graph stopped failing");
     if (!rc) {
         rp_set s = {.g = g, .nodes = malloc(sizeof(int32_t) * (size_t)(n + 1)), .n = n};
