@@ -258,7 +258,9 @@ static int emit_pieces(ke_call *c, kl_tensor *x, int d, int64_t step, int64_t to
     if (total > INT_MAX) return ke_err(KL_ERR_OVERFLOW, op, "%lld pieces are more than an int counts", (long long)total);
     int64_t first = ke_attr_split_first(&c->a), lim = ke_attr_split_count(&c->a), size = x->shape[d];
     if (first < 0 || lim < 0 || lim > KE_MAX_OUT)
-        return ke_err(KL_ERR_INTERNAL, op, "bad piece window %lld + %lld", (long long)first, (long long)lim);
+        /* reachable from kl_op_call's attribute text, so the caller's mistake, not ours */
+        return ke_err(KL_ERR_ARG, op, "piece window first=%lld count=%lld: first must be >= 0 and count in 0..%d",
+                      (long long)first, (long long)lim, KE_MAX_OUT);
     int k = 0;
     for (; k < lim && first + k < total; k++) {
         int64_t i = first + k, start = i * step, len = i < total - 1 ? step : size - start;
