@@ -130,7 +130,31 @@ static void shutdown_jit(void) {
     snprintf(G.why, sizeof G.why, "the JIT was shut down at exit");
     cg_unlock();
 }
-static void register_shutdown(void) { atexit(shutdown_jit); }
+/* fork: only the forking thread lives on in the child, so the slots other threads were
+ * using or making are gone with them. Left counted, exit_gate and shutdown_jit waited for
+ * them forever (found in test_hardening: a child forked while the background prepare
+ * thread was making the first slot hung at exit). The child drops them (leaked: their
+ * owners may have left LLVM half-updated) and gets a fresh lock; the prepare holds the
+ * lock so the counts are consistent at the fork. */
+static void fork_prepare(void) { pthread_mutex_lock(&lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&lock); }
+static void fork_child(void) {
+    for (int i = 0; i < G.nslots; i++)
+        if (G.slots[i]->busy && G.slots[i] != tl_slot) {
+            G.slots[i--] = G.slots[--G.nslots];
+            G.nbusy--;
+        }
+    int mine = tl_making ? 1 : 0;
+    G.nbusy -= G.making - mine;
+    G.making = mine;
+    pthread_mutex_init(&lock, NULL);
+    pthread_cond_init(&slot_cond, NULL);
+    tl_locked = 0;
+}
+static void register_shutdown(void) {
+    atexit(shutdown_jit);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
 void cg_jit_register_shutdown(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_shutdown);

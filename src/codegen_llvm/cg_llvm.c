@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -612,12 +613,16 @@ static void *prep_main(void *u) {
     kl_clear_error(); /* a failure stays in the backend's state; the first compile reports it */
     return NULL;
 }
-static void prep_join(void) { pthread_join(prep_thread, NULL); }
+static pid_t prep_pid; /* a forked child has no prepare thread to join */
+static void prep_join(void) {
+    if (getpid() == prep_pid) pthread_join(prep_thread, NULL);
+}
 static void prep_start(void) {
     cg_jit_register_shutdown(); /* first: background compiles' exit handlers come after it */
     cg_arm_exit_gate();
     const char *e = getenv("KL_LLVM_PREPARE");
     if (e && !strcmp(e, "0")) return;
+    prep_pid = getpid();
     if (!pthread_create(&prep_thread, NULL, prep_main, NULL)) atexit(prep_join);
 }
 static void cg_prepare(void) {
