@@ -761,6 +761,11 @@ static void limits_dims_and_sizes(void **s) {
     assert_null(kl_zeros(KL_SHAPE(-1, 2), KL_F32));
     assert_int_not_equal(kl_last_status(), KL_OK);
     kl_clear_error();
+    /* an empty tensor reshaped to huge dims beside a 0: its strides would overflow (fuzz_ops) */
+    kl_tensor *e = kl_zeros(KL_SHAPE(0), KL_F32);
+    assert_null(kl_reshape(e, KL_SHAPE(0, 7607190503311287298LL, 30)));
+    KT_EXPECT_ERROR(KL_ERR_OVERFLOW, "kl_reshape: shape [0,7607190503311287298,30] is too large");
+    kt_assert_shape(kl_reshape(e, KL_SHAPE(0, (int64_t)1 << 40, 4)), 3, (int64_t[]){0, (int64_t)1 << 40, 4});
 }
 
 static int limit_fn(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {

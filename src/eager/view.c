@@ -52,7 +52,7 @@ static int view_strides(const kl_tensor *x, int ndim, const int64_t *shape, int6
 
 /* Resolves one -1 in shape against numel; checks the element count. */
 static int infer_size(const char *op, const kl_tensor *x, int ndim, int64_t *shape) {
-    int64_t numel = ke_numel(x->ndim, x->shape), known = 1;
+    int64_t numel = ke_numel(x->ndim, x->shape), known = 1, span = 1; /* span: the product without the 0s */
     int neg = -1;
     char b1[200], b2[256];
     for (int i = 0; i < ndim; i++) {
@@ -63,9 +63,11 @@ static int infer_size(const char *op, const kl_tensor *x, int ndim, int64_t *sha
         } else if (shape[i] < 0) {
             return ke_err(KL_ERR_SHAPE, op, "invalid shape %s", ke_fmt_shape(b1, sizeof b1, ndim, shape));
         } else {
-            if (shape[i] && known > INT64_MAX / shape[i])
+            /* checked without the 0s too: an empty result's strides are products of its other dims */
+            if (shape[i] && span > INT64_MAX / shape[i])
                 return ke_err(KL_ERR_OVERFLOW, op, "shape %s is too large", ke_fmt_shape(b1, sizeof b1, ndim, shape));
             known *= shape[i];
+            if (shape[i]) span *= shape[i];
         }
     }
     if (neg >= 0) {
