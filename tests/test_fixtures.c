@@ -701,6 +701,8 @@ static const struct {
                             "test_nn.c)"},
     {"batch_norm_backward", "internal op of batch_norm's derivative: checked through its gradients (grad_nn.c, "
                             "test_nn.c)"},
+    {"layer_norm_backward", "internal op of layer_norm's derivative: checked through layer_norm's gradients (the "
+                            "layer_norm fixtures' torch gradients, grad_nn.c, test_nn.c)"},
     {"conv2d_weight_grad", "internal op of conv2d's derivative: checked through conv2d's gradients (the conv2d "
                            "fixtures' torch gradients, grad_nn.c, test_nn.c)"},
     {"conv2d_input_grad", "internal op of conv2d's derivative: checked through conv2d's gradients (the conv2d "
@@ -1308,6 +1310,9 @@ static const struct {
     {"batch_norm_backward", "internal op of batch_norm's derivative (no torch counterpart to call): its own "
                             "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
                             "batch_norm checks"},
+    {"layer_norm_backward", "internal op of layer_norm's derivative (no torch counterpart to call): its own "
+                            "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
+                            "layer_norm checks"},
     {"max_pool2d_backward", "internal op of max_pool2d's derivative (no torch counterpart to call): its own "
                             "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
                             "max_pool2d checks"},
