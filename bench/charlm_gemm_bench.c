@@ -22,7 +22,7 @@
  *  - causal attention split into query blocks of 32 and 64 rows, each block
  *    against its key prefix only (issue 16, "Causal attention skipping its
  *    masked half"): the same six products per layer at the smaller shapes.
- * --count runs each product once, untimed, for callgrind
+ * --count runs each product as many times as one step does, untimed, for callgrind
  * (`valgrind --tool=callgrind --toggle-collect=kb_run_once ... --count --list
  * step`: instructions of the listed products alone); --list picks one table
  * (attn: the step's eight attention products alone).
@@ -174,8 +174,9 @@ static double run_list(const kb_cfg *c, kb_gemm *g, int n, int reps, int count_o
             fprintf(stderr, "charlm_gemm_bench: %s: %s\n", g[i].what, kl_last_error());
             exit(1);
         }
-        if (count_only) {
-            if (kb_run_once(&g[i]) < 0) exit(1);
+        if (count_only) { /* as often as the step runs it, so the count is the step's */
+            for (int k = 0; k < g[i].per_step; k++)
+                if (kb_run_once(&g[i]) < 0) exit(1);
         } else {
             g[i].ms = time_one(&g[i], reps);
         }
