@@ -25,7 +25,7 @@
  * --count runs each product as many times as one step does, untimed, for callgrind
  * (`valgrind --tool=callgrind --toggle-collect=kb_run_once ... --count --list
  * step`: instructions of the listed products alone); --list picks one table
- * (attn: the step's eight attention products alone).
+ * (attn: the step's six attention products alone).
  * Timings on a loaded machine are ratios within one run at best.
  */
 #include "kiln.h"
