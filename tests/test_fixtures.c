@@ -357,6 +357,9 @@ static const struct {
     {"batch_norm_backward", "internal op of batch_norm's derivative (no torch counterpart to call): its own "
                             "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
                             "batch_norm checks"},
+    {"layer_norm_backward", "internal op of layer_norm's derivative (no torch counterpart to call): its own "
+                            "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
+                            "layer_norm checks"},
     {"max_pool2d_backward", "internal op of max_pool2d's derivative (no torch counterpart to call): its own "
                             "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
                             "max_pool2d checks"},

@@ -1290,6 +1290,81 @@ static void batch_norm_fused_matches_ops(void **s) {
             }
 }
 
+/* layer_norm's backward (the fused layer_norm_backward kernel for first-order
+ * gradients) against the same math written with kl_ ops and differentiated
+ * by autograd, f32 and f64, over 1 and 2 normalized dims, with and without
+ * weight and bias, with rows not a multiple of the kernel's 64-row blocks
+ * and with no leading dims at all; the formula its derivative uses under
+ * create_graph against it; and dweight the same bits at 1 and 2 threads. */
+static kl_tensor *ln_by_ops(kl_tensor *x, int nd, kl_tensor *w, kl_tensor *b, double eps) {
+    int64_t dims[2] = {-nd, -1};
+    if (nd == 2) dims[1] = -1, dims[0] = -2;
+    kl_tensor *xc = kl_sub(x, kl_mean(x, nd, dims, true));
+    kl_tensor *y = kl_mul(xc, kl_rsqrt(kl_add_scalar(kl_mean(kl_mul(xc, xc), nd, dims, true), eps)));
+    if (w) y = kl_mul(y, w);
+    if (b) y = kl_add(y, b);
+    return y;
+}
+
+static void layer_norm_fused_backward_matches_ops(void **s) {
+    (void)s;
+    kl_manual_seed(9);
+    static const int64_t shapes[4][3] = {{6, 5}, {3, 70, 9}, {130, 4, 3}, {11}};
+    static const int ndims[4] = {2, 3, 3, 1}, nds[4] = {1, 1, 2, 1};
+    for (int dt = 0; dt < 2; dt++)
+        for (int sh = 0; sh < 4; sh++)
+            for (int mode = 0; mode < 3; mode++) { /* +w+b, +w, neither */
+                kl_scope_begin();
+                kl_dtype t = dt ? KL_F64 : KL_F32;
+                double tol = dt ? 1e-10 : 2e-5;
+                int nd = nds[sh], xd = ndims[sh];
+                const int64_t *ns = shapes[sh] + xd - nd;
+                /* an offset mean, so the statistics' shift matters */
+                kl_tensor *x = kl_add_scalar(kl_mul_scalar(kl_randn(xd, shapes[sh], t), 2), 30);
+                kl_tensor *r = kl_randn(xd, shapes[sh], t);
+                kl_tensor *w = mode < 2 ? kl_add_scalar(kl_rand(nd, ns, t), 0.5) : NULL;
+                kl_tensor *b = mode == 0 ? kl_randn(nd, ns, t) : NULL;
+                kl_tensor *leaves[3] = {x, w, b}, *ref[3] = {0}, *fused[3] = {0}, *formula[3] = {0};
+                kl_tensor *req[3];
+                int nl = 0;
+                for (int i = 0; i < 3; i++)
+                    if (leaves[i]) {
+                        assert_int_equal(kl_set_requires_grad(leaves[i], true), 0);
+                        req[nl++] = leaves[i];
+                    }
+                kl_tensor *y = kl_layer_norm(x, nd, w, b, 1e-5), *ye = ln_by_ops(x, nd, w, b, 1e-5);
+                assert_int_equal(kl_allclose(y, ye, tol, tol, false), 1);
+                kl_tensor *ly = kl_sum(kl_mul(y, r), KL_ALL_DIMS, false), *le = kl_sum(kl_mul(ye, r), KL_ALL_DIMS, false);
+                kl_backward_options cg = kl_backward_options_default();
+                cg.retain_graph = true;
+                assert_int_equal(kl_autograd_grad(1, &le, NULL, nl, req, ref, NULL), 0);
+                assert_int_equal(kl_autograd_grad(1, &ly, NULL, nl, req, fused, &cg), 0);
+                cg.create_graph = true;
+                assert_int_equal(kl_autograd_grad(1, &ly, NULL, nl, req, formula, &cg), 0);
+                for (int i = 0; i < nl; i++) {
+                    assert_int_equal(kl_ndim(fused[i]), kl_ndim(req[i]));
+                    assert_int_equal(kl_allclose(fused[i], ref[i], tol, tol * 10, false), 1);
+                    assert_int_equal(kl_allclose(formula[i], ref[i], tol, tol * 10, false), 1);
+                }
+                kl_scope_end();
+            }
+    /* dweight, dbias: the 64-row blocks' sums added in block order, whatever the threads */
+    int threads = kl_get_num_threads();
+    kl_scope_begin();
+    kl_tensor *x = kl_randn(KL_SHAPE(300, 48), KL_F32), *w = kl_rand(KL_SHAPE(48), KL_F32),
+              *b = kl_randn(KL_SHAPE(48), KL_F32), *r = kl_randn(KL_SHAPE(300, 48), KL_F32);
+    kl_tensor *req[3] = {x, w, b}, *g1[3] = {0}, *g2[3] = {0};
+    for (int i = 0; i < 3; i++) assert_int_equal(kl_set_requires_grad(req[i], true), 0);
+    for (int k = 0; k < 2; k++) {
+        kl_set_num_threads(k + 1);
+        kl_tensor *l = kl_sum(kl_mul(kl_layer_norm(x, 1, w, b, 1e-5), r), KL_ALL_DIMS, false);
+        assert_int_equal(kl_autograd_grad(1, &l, NULL, 3, req, k ? g2 : g1, NULL), 0);
+    }
+    kl_set_num_threads(threads);
+    for (int i = 0; i < 3; i++) assert_int_equal(kl_equal(g1[i], g2[i]), 1);
+    kl_scope_end();
+}
+
 static void batch_norm_errors(void **s) {
     (void)s;
     kl_tensor *x = kl_ones(KL_SHAPE(4, 3), KL_F32), *c = kl_zeros(KL_SHAPE(3), KL_F32);
@@ -1468,6 +1543,7 @@ int main(void) {
         KT_TEST(batch_norm_running_buffers),
         KT_TEST(batch_norm_errors),
         KT_TEST(batch_norm_fused_matches_ops),
+        KT_TEST(layer_norm_fused_backward_matches_ops),
         KT_TEST(dropout2d_planes),
         KT_TEST(conv_transpose2d_is_conv2d_adjoint),
     };

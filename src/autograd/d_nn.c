@@ -167,35 +167,44 @@ int ag_d_log_softmax(ag_ctx *c) {
     return c->gin[0] ? 0 : -1;
 }
 
-/* layer_norm and rms_norm over the last nd dims; the statistics are
- * recomputed from the saved x. With xh = (x - mean) * rstd (rms: x * rstd)
- * and gh = g * weight:
- *   layer_norm  dx = rstd * (gh - mean(gh) - xh * mean(gh * xh))
- *   rms_norm    dx = rstd * (gh - xh * mean(gh * xh))
- *   dweight = g * xh, dbias = g (summed over the leading dims). */
-static int norm_backward(ag_ctx *c, int rms) {
+/* rms_norm over the last nd dims; the statistics are recomputed from the
+ * saved x. With xh = x * rstd and gh = g * weight:
+ *   dx = rstd * (gh - xh * mean(gh * xh))
+ *   dweight = g * xh (summed over the leading dims).
+ * (layer_norm's formula is layer_norm_backward's decomposition, nn_backward.c.) */
+int ag_d_rms_norm(ag_ctx *c) {
     kl_tensor *x = c->in[0], *g = c->gout[0];
     /* rms_norm's attributes are layer_norm's, less has_bias (nn.c asserts the slots) */
-    int nd = (int)ke_attr_layer_norm_normalized_ndim(c->a), has_w = ke_attr_layer_norm_has_weight(c->a),
-        has_b = !rms && ke_attr_layer_norm_has_bias(c->a);
+    int nd = (int)ke_attr_layer_norm_normalized_ndim(c->a), has_w = ke_attr_layer_norm_has_weight(c->a);
     int64_t dims[KL_MAX_DIMS];
     for (int i = 0; i < nd; i++) dims[i] = i - nd;
-    kl_tensor *xc = rms ? x : kl_sub(x, kl_mean(x, nd, dims, true));
-    kl_tensor *rstd = kl_rsqrt(kl_add_scalar(kl_mean(kl_mul(xc, xc), nd, dims, true), ke_attr_layer_norm_eps(c->a)));
-    kl_tensor *xh = kl_mul(xc, rstd);
+    kl_tensor *rstd = kl_rsqrt(kl_add_scalar(kl_mean(kl_mul(x, x), nd, dims, true), ke_attr_layer_norm_eps(c->a)));
+    kl_tensor *xh = kl_mul(x, rstd);
     if (has_w && c->need[1] && !(c->gin[1] = kl_mul(g, xh))) return -1;
-    if (has_b && c->need[1 + has_w]) c->gin[1 + has_w] = g;
     if (c->need[0]) {
         kl_tensor *gh = has_w ? kl_mul(g, c->in[1]) : g;
         kl_tensor *r = kl_sub(gh, kl_mul(xh, kl_mean(kl_mul(gh, xh), nd, dims, true)));
-        if (!rms) r = kl_sub(r, kl_mean(gh, nd, dims, true));
         if (!(c->gin[0] = kl_mul(r, rstd))) return -1;
     }
     return 0;
 }
 
-int ag_d_layer_norm(ag_ctx *c) { return norm_backward(c, 0); }
-int ag_d_rms_norm(ag_ctx *c) { return norm_backward(c, 1); }
+/* layer_norm: layer_norm_backward (an internal composite like
+ * batch_norm_backward: its decomposition is the formula with kl_ ops, its
+ * CPU kernel two passes per row) gives dx, dweight and dbias at once. */
+int ag_d_layer_norm(ag_ctx *c) {
+    const ag_tmeta *xm = &c->in_meta[0];
+    int has_w = ke_attr_layer_norm_has_weight(c->a), has_b = ke_attr_layer_norm_has_bias(c->a);
+    kl_tensor *in[3] = {c->gout[0], c->in[0], has_w ? c->in[1] : NULL};
+    if (kl_dtype_of(in[0]) != (kl_dtype)xm->dtype) in[0] = kl_to_dtype(in[0], (kl_dtype)xm->dtype);
+    if (!in[0]) return -1;
+    ke_call call = {.op = KE_OP_layer_norm_backward, .nin = 2 + has_w, .in = in, .device = xm->device, .a = *c->a};
+    if (ke_dispatch(&call)) return -1;
+    if (c->need[0]) c->gin[0] = call.out[0];
+    if (has_w && c->need[1]) c->gin[1] = call.out[1];
+    if (has_b && c->need[1 + has_w]) c->gin[1 + has_w] = call.out[2];
+    return 0;
+}
 
 /* batch_norm: inputs x[, running_mean, running_var (eval)][, weight][, bias].
  * batch_norm_backward (an internal composite: its decomposition is the

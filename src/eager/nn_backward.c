@@ -14,6 +14,8 @@
 #include "kernels_nn.h"
 #include "threadpool.h"
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct pidx_ctx {
     const char *x, *g; /* g: max_pool2d_backward's output gradient */
@@ -351,6 +353,186 @@ int ke_decomp_batch_norm_backward(ke_call *c) {
     if (training)
         r = kl_sub(kl_sub(gh, kl_mean(gh, nd, dims, true)), kl_mul(xh, kl_mean(kl_mul(gh, xh), nd, dims, true)));
     kl_tensor *o[3] = {kl_mul(r, rstd), kl_sum(kl_mul(g, xh), nd, dims, false), kl_sum(g, nd, dims, false)};
+    int ok = o[0] && o[1] && o[2];
+    for (int i = 0; i < 3 && ok; i++) kl_keep(o[i]);
+    kl_scope_end();
+    if (!ok) return -1;
+    for (int i = 0; i < 3; i++) c->out[i] = o[i];
+    c->nout = 3;
+    return 0;
+}
+
+/* ---- layer_norm_backward ---------------------------------------------------------------------
+ * Inputs g, x[, weight], layer_norm's attributes; outputs dx (x's shape),
+ * dweight and dbias (the normalized shape: the last normalized_ndim dims).
+ * Per row of n elements, with xh = (x - mean) * rstd and gh = g * weight:
+ *   dx = rstd * (gh - mean(gh) - xh * mean(gh * xh))
+ *   dweight = sum over the rows of g * xh, dbias = sum over the rows of g.
+ * A composite: the decomposition is this formula with kl_ ops (compiled
+ * graphs fuse it; other devices; double backward). The CPU kernel replaces
+ * the ~10 full-size passes of the composed formula with one pass that sums
+ * x - K, (x - K)^2, gh and gh * (x - K) in f64 (K the row's first element,
+ * as batch_norm_backward), and one that writes dx and adds g * xh and g to
+ * the row block's column sums. Rows go in fixed blocks of KE_LNB_ROWS
+ * whatever the thread count, and the blocks' sums are added in block order
+ * afterwards, so dweight and dbias do not depend on the threads. */
+typedef struct lnb_ctx {
+    const char *g, *x, *w;
+    char *dx;
+    double *part; /* [blocks][2][n]: each block's sums of g * xh and of g */
+    int64_t rows, n;
+    double eps;
+} lnb_ctx;
+
+enum { KE_LNB_LANES = 8, KE_LNB_ROWS = 64 };
+
+#define KE_LN_BWD(T, sfx)                                                                                   \
+    static void lnb_range_##sfx(void *ctx, int64_t b0, int64_t b1) {                                        \
+        const lnb_ctx *p = ctx;                                                                             \
+        const int64_t n = p->n;                                                                             \
+        const T *restrict w = (const T *)p->w;                                                              \
+        for (int64_t blk = b0; blk < b1; blk++) {                                                           \
+            double *restrict pw = p->part + blk * 2 * n, *restrict pb = pw + n;                             \
+            for (int64_t i = 0; i < 2 * n; i++) pw[i] = 0;                                                  \
+            int64_t r1 = (blk + 1) * KE_LNB_ROWS < p->rows ? (blk + 1) * KE_LNB_ROWS : p->rows;             \
+            for (int64_t r = blk * KE_LNB_ROWS; r < r1; r++) {                                              \
+                const T *restrict g = (const T *)p->g + r * n, *restrict x = (const T *)p->x + r * n;       \
+                T *restrict dx = (T *)p->dx + r * n;                                                        \
+                const double K = (double)x[0];                                                              \
+                double sx[KE_LNB_LANES] = {0}, sxx[KE_LNB_LANES] = {0}, sg[KE_LNB_LANES] = {0},             \
+                       sgx[KE_LNB_LANES] = {0};                                                             \
+                int64_t i = 0;                                                                              \
+                for (; i + KE_LNB_LANES <= n; i += KE_LNB_LANES)                                            \
+                    for (int l = 0; l < KE_LNB_LANES; l++) {                                                \
+                        double d = (double)x[i + l] - K, gv = w ? (double)(g[i + l] * w[i + l]) : g[i + l]; \
+                        sx[l] += d, sxx[l] += d * d, sg[l] += gv, sgx[l] += gv * d;                         \
+                    }                                                                                       \
+                for (; i < n; i++) {                                                                        \
+                    double d = (double)x[i] - K, gv = w ? (double)(g[i] * w[i]) : g[i];                     \
+                    sx[0] += d, sxx[0] += d * d, sg[0] += gv, sgx[0] += gv * d;                             \
+                }                                                                                           \
+                double Sx = 0, Sxx = 0, Sg = 0, Sgx = 0;                                                    \
+                for (int l = 0; l < KE_LNB_LANES; l++) Sx += sx[l], Sxx += sxx[l], Sg += sg[l], Sgx += sgx[l]; \
+                double dm = Sx / (double)n, var = Sxx / (double)n - dm * dm;                                \
+                double rstd = 1 / sqrt((var > 0 ? var : 0) + p->eps);                                       \
+                /* mean(gh * xh) = rstd * sum(gh * (x - mean)) / n */                                       \
+                double mghxh = (Sgx - dm * Sg) * rstd / (double)n;                                          \
+                const T a = (T)rstd, mg = (T)(Sg / (double)n), bx = (T)mghxh, tm = (T)(K + dm);             \
+                for (i = 0; i < n; i++) {                                                                   \
+                    T xh = (x[i] - tm) * a, gh = w ? g[i] * w[i] : g[i];                                    \
+                    dx[i] = a * (gh - mg - xh * bx);                                                        \
+                    pw[i] += (double)(g[i] * xh);                                                           \
+                    pb[i] += (double)g[i];                                                                  \
+                }                                                                                           \
+            }                                                                                               \
+        }                                                                                                   \
+    }
+KE_LN_BWD(float, f32)
+KE_LN_BWD(double, f64)
+
+int ke_infer_layer_norm_backward(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    char b1[256], b2[256];
+    int has_w = ke_attr_layer_norm_has_weight(&c->a);
+    if (c->nin != 2 + has_w) return ke_err(KL_ERR_ARG, op, "weight flag and the %d inputs disagree", c->nin);
+    const kl_tensor *g = c->in[0], *x = c->in[1];
+    int64_t nd = ke_attr_layer_norm_normalized_ndim(&c->a);
+    if (g->ndim != x->ndim || memcmp(g->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim))
+        return ke_err(KL_ERR_SHAPE, op, "expects a gradient %s of the input's shape %s",
+                      ke_fmt_tensor(b1, sizeof b1, g), ke_fmt_tensor(b2, sizeof b2, x));
+    if (nd < 1 || nd > x->ndim)
+        return ke_err(KL_ERR_ARG, op, "normalized_ndim %lld is out of range for input %s (1 to %d)", (long long)nd,
+                      ke_fmt_tensor(b1, sizeof b1, x), x->ndim);
+    if (!ke_is_float((kl_dtype)x->dtype))
+        return ke_err(KL_ERR_DTYPE, op, "expects a floating input, got %s", ke_fmt_tensor(b1, sizeof b1, x));
+    const int64_t *nshape = x->shape + (x->ndim - nd);
+    for (int i = 0; i < c->nin; i++) {
+        const kl_tensor *t = c->in[i];
+        if (t->dtype != x->dtype)
+            return ke_err(KL_ERR_DTYPE, op, "input %d %s must be %s", i, ke_fmt_tensor(b1, sizeof b1, t),
+                          ke_dtypes[x->dtype].name);
+    }
+    if (has_w && (c->in[2]->ndim != nd || memcmp(c->in[2]->shape, nshape, sizeof(int64_t) * (size_t)nd)))
+        return ke_err(KL_ERR_SHAPE, op, "weight %s does not match the normalized shape %s",
+                      ke_fmt_tensor(b1, sizeof b1, c->in[2]), ke_fmt_shape(b2, sizeof b2, (int)nd, nshape));
+    for (int o = 0; o < 3; o++) {
+        out[o].dtype = (kl_dtype)x->dtype;
+        out[o].ndim = o ? (int)nd : x->ndim;
+        memcpy(out[o].shape, o ? nshape : x->shape, sizeof(int64_t) * (size_t)out[o].ndim);
+    }
+    c->compute = ke_compute_dtype((kl_dtype)x->dtype);
+    return 3;
+}
+
+int ke_cpu_layer_norm_backward(ke_call *c) {
+    int has_w = ke_attr_layer_norm_has_weight(&c->a);
+    kl_dtype ct = c->compute;
+    kl_scope_begin();
+    kl_tensor *in[3], *out[3];
+    int ok = 1;
+    for (int i = 0; i < c->nin && ok; i++) ok = (in[i] = kl_contiguous(kl_to_dtype(c->in[i], ct))) != NULL;
+    for (int o = 0; o < 3 && ok; o++)
+        ok = (out[o] = c->out[o]->dtype == ct ? c->out[o] : kl_empty_on(c->out[o]->ndim, c->out[o]->shape, ct, KL_DEVICE_CPU)) != NULL;
+    double *part = NULL;
+    if (ok) {
+        const kl_tensor *x = in[1];
+        int64_t n = ke_numel(out[1]->ndim, out[1]->shape), total = ke_numel(x->ndim, x->shape);
+        int64_t rows = n ? total / n : 0, blocks = (rows + KE_LNB_ROWS - 1) / KE_LNB_ROWS;
+        double *sums = calloc((size_t)(2 * n > 0 ? 2 * n : 1), sizeof(double));
+        part = blocks && n ? malloc(sizeof(double) * (size_t)(blocks * 2 * n)) : NULL;
+        ok = sums && (part || !blocks || !n);
+        if (!ok) {
+            ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for %lld column sums", (long long)((blocks + 1) * 2 * n));
+        } else {
+            lnb_ctx p = {ke_data(in[0]), ke_data(x), has_w ? ke_data(in[2]) : NULL, ke_data(out[0]), part, rows, n,
+                         ke_attr_layer_norm_eps(&c->a)};
+            if (blocks && n) {
+                int64_t per = KE_LNB_ROWS * n;
+                ke_parallel_for(blocks, per >= 32768 ? 1 : 32768 / per, ct == KL_F64 ? lnb_range_f64 : lnb_range_f32,
+                                &p);
+            }
+            /* the blocks' sums in block order: the same result at any thread count */
+            for (int64_t b = 0; b < blocks; b++)
+                for (int64_t i = 0; i < 2 * n; i++) sums[i] += part[b * 2 * n + i];
+            for (int o = 1; o < 3; o++) {
+                if (ct == KL_F64)
+                    memcpy(ke_data(out[o]), sums + (o - 1) * n, sizeof(double) * (size_t)n);
+                else
+                    for (int64_t i = 0; i < n; i++) ((float *)ke_data(out[o]))[i] = (float)sums[(o - 1) * n + i];
+            }
+            for (int o = 0; o < 3; o++)
+                if (out[o] != c->out[o])
+                    ke_convert(ke_data(c->out[o]), (kl_dtype)c->out[o]->dtype, ke_data(out[o]), ct,
+                               ke_numel(out[o]->ndim, out[o]->shape));
+        }
+        free(sums);
+    }
+    free(part);
+    kl_scope_end();
+    return ok ? 0 : -1;
+}
+
+/* The formula (as layer_norm's derivative wrote it before this op, term for
+ * term, so compiled graphs fuse the same expressions). */
+int ke_decomp_layer_norm_backward(ke_call *c) {
+    ke_outspec spec[3];
+    if (ke_infer_layer_norm_backward(c, spec) < 0) return -1;
+    kl_tensor *g = c->in[0], *x = c->in[1], *w = ke_attr_layer_norm_has_weight(&c->a) ? c->in[2] : NULL;
+    int nd = (int)ke_attr_layer_norm_normalized_ndim(&c->a), nlead = x->ndim - nd;
+    int64_t dims[KL_MAX_DIMS], lead[KL_MAX_DIMS + 1];
+    for (int i = 0; i < nd; i++) dims[i] = i - nd;
+    for (int i = 0; i <= nlead; i++) lead[i] = i;
+    kl_scope_begin();
+    kl_tensor *xc = kl_sub(x, kl_mean(x, nd, dims, true));
+    kl_tensor *rstd = kl_rsqrt(kl_add_scalar(kl_mean(kl_mul(xc, xc), nd, dims, true), ke_attr_layer_norm_eps(&c->a)));
+    kl_tensor *xh = kl_mul(xc, rstd);
+    kl_tensor *gh = w ? kl_mul(g, w) : g;
+    kl_tensor *r = kl_sub(gh, kl_mul(xh, kl_mean(kl_mul(gh, xh), nd, dims, true)));
+    r = kl_sub(r, kl_mean(gh, nd, dims, true));
+    /* summed over a new leading dim too, so that no leading dims (x of the
+     * normalized shape) is a sum over one dim of size 1, not over all dims */
+    kl_tensor *o[3] = {kl_mul(r, rstd), kl_sum(kl_unsqueeze(kl_mul(g, xh), 0), nlead + 1, lead, false),
+                       kl_sum(kl_unsqueeze(g, 0), nlead + 1, lead, false)};
     int ok = o[0] && o[1] && o[2];
     for (int i = 0; i < 3 && ok; i++) kl_keep(o[i]);
     kl_scope_end();
