@@ -120,9 +120,16 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
 /* Rows [r0, r1) of the im2col matrix of one sample's group: row r (ld
  * elements apart) is (channel, ki, kj); column (oh, ow) holds x[ch, oh*sh -
  * ph + ki*dh, ow*sw - pw + kj*dw], 0 in the padding. Only bits move, so one
- * copy per element size serves every dtype. */
+ * copy per element size serves every dtype. A row of a segment per oh, each
+ * OW elements: when OW is shorter than a vector (stride 1; conv2 of the
+ * fashion CNN: 11), a segment is copied as one whole vector of
+ * KE_IM2COL_B(T) elements whenever that stays inside the sample's row and
+ * x's plane, its tail overwritten by the next segment: one load and store
+ * instead of a scalar loop too short to vectorize. */
+#define KE_IM2COL_B(T) ((int64_t)(64 / sizeof(T)))
 #define KE_IM2COL(T, sfx)                                                                                 \
     static void im2col_##sfx(const conv_geom *g, const T *x, T *col, int64_t ld, int64_t r0, int64_t r1) { \
+        const int short_rows = g->sw == 1 && g->OW < KE_IM2COL_B(T);                                       \
         for (int64_t r = r0; r < r1; r++) {                                                                \
             int64_t kj = r % g->kw, ki = (r / g->kw) % g->kh, ch = r / (g->kw * g->kh);                    \
             const T *xp = x + ch * g->H * g->W;                                                            \
@@ -139,6 +146,12 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
                     continue;                                                                              \
                 }                                                                                          \
                 const T *restrict xr = xp + ih * g->W;                                                     \
+                if (short_rows && lo == 0 && hi == g->OW && (oh * g->OW + KE_IM2COL_B(T) <= g->P) &&         \
+                    ih * g->W + off + KE_IM2COL_B(T) <= g->H * g->W) {                                     \
+                    /* a whole vector: its tail lands in the next segment, which is written next */         \
+                    for (int64_t j = 0; j < KE_IM2COL_B(T); j++) row[j] = xr[off + j];                     \
+                    continue;                                                                              \
+                }                                                                                          \
                 for (int64_t ow = 0; ow < lo; ow++) row[ow] = 0;                                           \
                 if (g->sw == 1)                                                                            \
                     for (int64_t ow = lo; ow < hi; ow++) row[ow] = xr[ow + off];                           \
