@@ -593,6 +593,8 @@ const fx_allow fx_allowlist[] = {
                             "test_nn.c)"},
     {"layer_norm_backward", "internal op of layer_norm's derivative: checked through layer_norm's gradients (the "
                             "layer_norm fixtures' torch gradients, grad_nn.c, test_nn.c)"},
+    {"batch_norm_stats", "internal op of kl_batch_norm's running-buffer update: checked against kl_mean and kl_var "
+                         "(test_nn.c) and through the running buffers' torch values (test_nn.c, test_fashion.c)"},
     {"conv2d_weight_grad", "internal op of conv2d's derivative: checked through conv2d's gradients (the conv2d "
                            "fixtures' torch gradients, grad_nn.c, test_nn.c)"},
     {"conv2d_input_grad", "internal op of conv2d's derivative: checked through conv2d's gradients (the conv2d "

@@ -558,6 +558,7 @@ static const conv_case conv_cases[] = {
     {4, {1, 2, 3, 2}, {2, 2, 1, 2}, CONV_OPTS(1, 2, 3, 2, 1, 1, 1), 1},  /* padding beyond the kernel */
     {4, {1, 3, 7, 7}, {3, 1, 2, 3}, CONV_OPTS(2, 2, 1, 2, 2, 2, 3), 0},  /* depthwise, dilated, strided */
     {4, {2, 4, 6, 5}, {4, 2, 3, 2}, CONV_OPTS(3, 2, 2, 1, 1, 2, 2), 1},  /* groups with stride 3 */
+    {4, {3, 1, 6, 19}, {3, 1, 3, 3}, CONV_OPTS(1, 1, 0, 0, 1, 1, 1), 1}, /* one channel: the direct weight gradient */
 };
 
 static void grad_conv2d(void **state) {

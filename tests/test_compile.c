@@ -693,6 +693,12 @@ static void batch_norm_buffers_are_written_back(void **state) {
         assert_true(kl_item(kl_amax(rmc, KL_ALL_DIMS, false)) > 0.5);
         assert_true(kl_item(kl_amax(kl_abs(kl_sub_scalar(rvc, 1)), KL_ALL_DIMS, false)) < 0.5);
         assert_false(kl_requires_grad(rmc));
+        if (m == KL_COMPILE_FUSE) { /* the statistics: one batch_norm_stats kept whole, no mean / var pass */
+            static char text[65536];
+            assert_true(kl_fn_graph_text(f, text, sizeof text) > 0);
+            assert_non_null(strstr(text, "= batch_norm_stats("));
+            assert_null(strstr(text, "= var("));
+        }
         kl_fn_stats st;
         assert_int_equal(kl_fn_get_stats(f, &st), 0);
         assert_int_equal(st.traces, 1);

@@ -1365,6 +1365,92 @@ static void layer_norm_fused_backward_matches_ops(void **s) {
     kl_scope_end();
 }
 
+/* batch_norm_stats (internal: kl_batch_norm's running buffers take its
+ * outputs; called by name here): the per-channel mean and unbiased variance
+ * against kl_mean and kl_var, f32 and f64, 2- to 4-D, with a mean far from 0
+ * (the kernel's shifted sums must not cancel) and planes longer than a row
+ * fold's chunk; a NaN stays in its channel; f16 computes through f32; a 1-D
+ * input is refused. */
+static void batch_norm_stats_matches_mean_var(void **s) {
+    (void)s;
+    kl_manual_seed(12);
+    static const int64_t shapes[4][4] = {{6, 3}, {7, 2, 9}, {5, 4, 6, 3}, {3, 2, 70, 40}};
+    static const int nds[4] = {2, 3, 4, 4};
+    int64_t dims[3] = {0, 2, 3};
+    for (int dt = 0; dt < 2; dt++)
+        for (int sh = 0; sh < 4; sh++) {
+            kl_scope_begin();
+            kl_dtype t = dt ? KL_F64 : KL_F32;
+            double tol = dt ? 1e-10 : 1e-5;
+            int nd = nds[sh];
+            kl_tensor *x = kl_add_scalar(kl_mul_scalar(kl_randn(nd, shapes[sh], t), 2), 300), *o[2];
+            assert_int_equal(kl_op_call("batch_norm_stats", &x, 1, NULL, o, 2), 0);
+            assert_int_equal(kl_dtype_of(o[0]), t);
+            assert_int_equal(kl_ndim(o[1]), 1);
+            assert_int_equal(kl_size(o[1], 0), shapes[sh][1]);
+            assert_int_equal(kl_allclose(o[0], kl_mean(x, nd - 1, dims, false), tol, tol, false), 1);
+            assert_int_equal(kl_allclose(o[1], kl_var(x, nd - 1, dims, 1, false), tol, tol, false), 1);
+            kl_scope_end();
+        }
+    kl_scope_begin();
+    float v[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, NAN, 12}; /* [2, 2, 3]: the NaN is in channel 1 */
+    kl_tensor *x = kl_from_data(v, KL_SHAPE(2, 2, 3), KL_F32), *o[2];
+    assert_int_equal(kl_op_call("batch_norm_stats", &x, 1, NULL, o, 2), 0);
+    kt_assert_values(o[0], (double[]){5, NAN}, 2, 1e-6); /* channel 0: 1, 2, 3, 7, 8, 9 */
+    kt_assert_values(o[1], (double[]){58 / 5.0, NAN}, 2, 1e-6); /* deviations 4, 3, 2 twice */
+    kl_tensor *h = kl_to_dtype(kl_add_scalar(kl_randn(KL_SHAPE(8, 3, 5), KL_F32), 4), KL_F16);
+    assert_int_equal(kl_op_call("batch_norm_stats", &h, 1, NULL, o, 2), 0);
+    assert_int_equal(kl_dtype_of(o[1]), KL_F16);
+    kl_tensor *hf = kl_to_dtype(h, KL_F32);
+    assert_int_equal(kl_allclose(kl_to_dtype(o[0], KL_F32), kl_mean(hf, 2, (int64_t[]){0, 2}, false), 1e-3, 1e-3, false), 1);
+    assert_int_equal(kl_allclose(kl_to_dtype(o[1], KL_F32), kl_var(hf, 2, (int64_t[]){0, 2}, 1, false), 1e-3, 1e-3, false), 1);
+    kl_tensor *one = kl_ones(KL_SHAPE(4), KL_F32);
+    assert_int_equal(kl_op_call("batch_norm_stats", &one, 1, NULL, o, 2), -1);
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "batch_norm_stats: expects an input [N, C, ...] with at least 2 dims, got");
+    kl_scope_end();
+}
+
+/* conv2d_weight_grad's direct path (few taps, stride 1, no padding or
+ * dilation: conv.c) against the formula, conv2d over x and g with batch and
+ * channels swapped, in f64: the fashion CNN's first layer, three channels
+ * with a non-square kernel, rows longer than its 16 lanes, a 1x1 kernel;
+ * f32 and f64. A case over 32 taps takes the GEMM path: the same check. */
+static void conv2d_weight_grad_direct_matches_formula(void **s) {
+    (void)s;
+    kl_manual_seed(21);
+    static const int64_t cases[5][7] = {/* N, C, H, W, O, kh, kw */
+                                        {8, 1, 28, 28, 32, 3, 3},
+                                        {3, 3, 9, 7, 5, 3, 2},
+                                        {2, 2, 5, 40, 4, 1, 3},
+                                        {2, 3, 4, 5, 3, 1, 1},
+                                        {2, 4, 6, 6, 3, 3, 3}};
+    for (int dt = 0; dt < 2; dt++)
+        for (int i = 0; i < 5; i++) {
+            kl_scope_begin();
+            const int64_t *k = cases[i];
+            kl_dtype t = dt ? KL_F64 : KL_F32;
+            int64_t oh = k[2] - k[5] + 1, ow = k[3] - k[6] + 1;
+            kl_tensor *in[2] = {kl_randn(KL_SHAPE(k[0], k[1], k[2], k[3]), t), kl_randn(KL_SHAPE(k[0], k[4], oh, ow), t)};
+            char attrs[160], msg[64];
+            snprintf(attrs, sizeof attrs,
+                     "stride=[1,1], padding=[0,0], dilation=[1,1], kernel_size=[%lld,%lld], groups=1",
+                     (long long)k[5], (long long)k[6]);
+            kl_tensor *dw;
+            assert_int_equal(kl_op_call("conv2d_weight_grad", in, 2, attrs, &dw, 1), 0);
+            kl_tensor *ref = kl_transpose(kl_conv2d(kl_transpose(kl_to_dtype(in[0], KL_F64), 0, 1),
+                                                    kl_transpose(kl_to_dtype(in[1], KL_F64), 0, 1), NULL, NULL),
+                                          0, 1);
+            kt_assert_shape(dw, 4, (int64_t[]){k[4], k[1], k[5], k[6]});
+            assert_int_equal(kl_dtype_of(dw), t);
+            snprintf(msg, sizeof msg, "case %d, %s", i, dt ? "f64" : "f32");
+            if (kl_allclose(kl_to_dtype(dw, KL_F64), ref, dt ? 1e-10 : 1e-4, dt ? 1e-10 : 1e-4, false) != 1) {
+                print_error("%s: the weight gradient differs from the formula\n", msg);
+                fail();
+            }
+            kl_scope_end();
+        }
+}
+
 static void batch_norm_errors(void **s) {
     (void)s;
     kl_tensor *x = kl_ones(KL_SHAPE(4, 3), KL_F32), *c = kl_zeros(KL_SHAPE(3), KL_F32);
@@ -1542,6 +1628,8 @@ int main(void) {
         KT_TEST(thread_count_invariance),
         KT_TEST(batch_norm_running_buffers),
         KT_TEST(batch_norm_errors),
+        KT_TEST(batch_norm_stats_matches_mean_var),
+        KT_TEST(conv2d_weight_grad_direct_matches_formula),
         KT_TEST(batch_norm_fused_matches_ops),
         KT_TEST(layer_norm_fused_backward_matches_ops),
         KT_TEST(dropout2d_planes),

@@ -14,6 +14,8 @@
  */
 #include "alloc.h"
 #include "kernels_nn.h"
+#include "rd_formulas.h"
+#include "row_fold.h"
 #include "threadpool.h"
 
 #include <math.h>
@@ -118,9 +120,16 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
 /* Rows [r0, r1) of the im2col matrix of one sample's group: row r (ld
  * elements apart) is (channel, ki, kj); column (oh, ow) holds x[ch, oh*sh -
  * ph + ki*dh, ow*sw - pw + kj*dw], 0 in the padding. Only bits move, so one
- * copy per element size serves every dtype. */
+ * copy per element size serves every dtype. A row of a segment per oh, each
+ * OW elements: when OW is shorter than a vector (stride 1; conv2 of the
+ * fashion CNN: 11), a segment is copied as one whole vector of
+ * KE_IM2COL_B(T) elements whenever that stays inside the sample's row and
+ * x's plane, its tail overwritten by the next segment: one load and store
+ * instead of a scalar loop too short to vectorize. */
+#define KE_IM2COL_B(T) ((int64_t)(64 / sizeof(T)))
 #define KE_IM2COL(T, sfx)                                                                                 \
     static void im2col_##sfx(const conv_geom *g, const T *x, T *col, int64_t ld, int64_t r0, int64_t r1) { \
+        const int short_rows = g->sw == 1 && g->OW < KE_IM2COL_B(T);                                       \
         for (int64_t r = r0; r < r1; r++) {                                                                \
             int64_t kj = r % g->kw, ki = (r / g->kw) % g->kh, ch = r / (g->kw * g->kh);                    \
             const T *xp = x + ch * g->H * g->W;                                                            \
@@ -137,6 +146,12 @@ int ke_infer_conv2d(ke_call *c, ke_outspec *out) {
                     continue;                                                                              \
                 }                                                                                          \
                 const T *restrict xr = xp + ih * g->W;                                                     \
+                if (short_rows && lo == 0 && hi == g->OW && (oh * g->OW + KE_IM2COL_B(T) <= g->P) &&         \
+                    ih * g->W + off + KE_IM2COL_B(T) <= g->H * g->W) {                                     \
+                    /* a whole vector: its tail lands in the next segment, which is written next */         \
+                    for (int64_t j = 0; j < KE_IM2COL_B(T); j++) row[j] = xr[off + j];                     \
+                    continue;                                                                              \
+                }                                                                                          \
                 for (int64_t ow = 0; ow < lo; ow++) row[ow] = 0;                                           \
                 if (g->sw == 1)                                                                            \
                     for (int64_t ow = lo; ow < hi; ow++) row[ow] = xr[ow + off];                           \
@@ -405,6 +420,87 @@ static void gather_g(const conv_ctx *p, const char *g, char *buf) {
                    g + (size_t)(((p->n0 + s) * q->O + p->grp * q->Og + o) * q->P) * (size_t)p->es, row);
 }
 
+/* ---- the direct weight gradient of a conv over few taps ----
+ * When Kc = C/G * kh * kw is small (a first layer over 1-3 channels: 9 or 27
+ * taps), groups 1, stride 1, no padding or dilation, the GEMM above is
+ * skinny ([Og, N*P] x [N*P, Kc]) and costs a copy of all of g (gather_g) and
+ * an im2col besides. Directly: with g's rows widened to x's width W (zeros
+ * past OW), output position (oh, ow) reads x at flat index (oh + ki) * W + ow
+ * + kj, so
+ *   dw[o, c, ki, kj] = sum_n  gw[n, o] . x[n, c] shifted by ki * W + kj,
+ * one dot product of (OH - 1) * W + OW contiguous elements per (n, o, tap),
+ * which never leaves x's plane (in cache, as the widened plane is, for all
+ * of a sample's taps). A dot product folds into 16 lanes of x's type (the
+ * row fold's shape: it vectorizes), which then join the tap's lanes in
+ * double over the samples. Output channels are split over the pool. */
+#define KE_CONVW_DIRECT_KC 32 /* at most this many taps: beyond, the GEMM's reuse wins */
+
+static int convw_direct_ok(const conv_geom *q) {
+    return q->G == 1 && q->Kc <= KE_CONVW_DIRECT_KC && q->sh == 1 && q->sw == 1 && q->dh == 1 && q->dw == 1 &&
+           q->ph == 0 && q->pw == 0 && q->OH >= 1 && q->OW >= 1;
+}
+
+typedef struct convwd_ctx {
+    conv_geom g;
+    const char *x, *gy;
+    char *dw;
+    _Atomic int oom;
+} convwd_ctx;
+
+enum { KE_CONVW_LANES = 16 };
+
+#define KE_CONVW_DIRECT(T, sfx)                                                                          \
+    static void convwd_range_##sfx(void *ctx, int64_t o0, int64_t o1) {                                  \
+        enum { L = KE_CONVW_LANES };                                                                     \
+        convwd_ctx *p = ctx;                                                                             \
+        const conv_geom *q = &p->g;                                                                      \
+        const int64_t W = q->W, len = (q->OH - 1) * W + q->OW, taps = q->kh * q->kw, Kc = q->Kc;         \
+        const int64_t nw = (o1 - o0) * Kc * L;                                                           \
+        size_t bytes = sizeof(double) * (size_t)(nw + Kc) + sizeof(T) * (size_t)(q->OH * W);             \
+        char *buf = ke_cpu_alloc(bytes);                                                                 \
+        if (!buf) {                                                                                      \
+            atomic_store(&p->oom, 1);                                                                    \
+            return;                                                                                      \
+        }                                                                                                \
+        double *acc = (double *)buf;  /* [o1 - o0][Kc][L]: the lanes, joined over the samples */         \
+        int64_t *off = (int64_t *)(acc + nw); /* [Kc]: tap t's shift into x[n] */                        \
+        T *restrict gw = (T *)(off + Kc); /* g's plane widened to W columns */                           \
+        memset(acc, 0, sizeof(double) * (size_t)nw);                                                     \
+        for (int64_t t = 0; t < Kc; t++) off[t] = ((t / taps) * q->H + (t / q->kw) % q->kh) * W + t % q->kw; \
+        for (int64_t oh = 0; oh < q->OH; oh++)                                                           \
+            for (int64_t ow = q->OW; ow < W; ow++) gw[oh * W + ow] = 0;                                  \
+        for (int64_t n = 0; n < q->N; n++) {                                                             \
+            const T *xn = (const T *)p->x + n * q->C * q->H * W;                                         \
+            for (int64_t o = o0; o < o1; o++) {                                                          \
+                const T *gp = (const T *)p->gy + (n * q->O + o) * q->P;                                  \
+                double *ao = acc + (o - o0) * Kc * L;                                                    \
+                for (int64_t oh = 0; oh < q->OH; oh++) /* short rows: a loop, not memcpy calls */        \
+                    for (int64_t ow = 0; ow < q->OW; ow++) gw[oh * W + ow] = gp[oh * q->OW + ow];         \
+                for (int64_t t = 0; t < Kc; t++) {                                                       \
+                    const T *restrict xs = xn + off[t];                                                  \
+                    T l[L];                                                                              \
+                    for (int j = 0; j < L; j++) l[j] = 0;                                                \
+                    int64_t i = 0;                                                                       \
+                    for (; i + L <= len; i += L)                                                         \
+                        for (int j = 0; j < L; j++) l[j] += gw[i + j] * xs[i + j];                       \
+                    double *at = ao + t * L;                                                             \
+                    for (; i < len; i++) at[0] += (double)gw[i] * (double)xs[i]; /* the tail */          \
+                    for (int j = 0; j < L; j++) at[j] += (double)l[j];                                   \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+        for (int64_t o = o0; o < o1; o++)                                                                \
+            for (int64_t t = 0; t < Kc; t++) {                                                           \
+                const double *a = acc + ((o - o0) * Kc + t) * L;                                         \
+                double v = 0;                                                                            \
+                for (int j = 0; j < L; j++) v += a[j];                                                   \
+                ((T *)p->dw)[o * Kc + t] = (T)v;                                                         \
+            }                                                                                            \
+        ke_cpu_free(buf, bytes);                                                                         \
+    }
+KE_CONVW_DIRECT(float, f32)
+KE_CONVW_DIRECT(double, f64)
+
 static int convw_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     conv_ctx p = {.dt = (kl_dtype)y->dtype, .es = (int64_t)ke_dtypes[y->dtype].size, .x = ke_data(xs[0])};
     convw_geom_of(c, xs[0], xs[1], &p.g);
@@ -415,6 +511,13 @@ static int convw_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     if (q->N * q->P == 0 || q->Kc == 0) {
         memset(dw, 0, (size_t)(q->O * q->Kc) * es);
         return 0;
+    }
+    if (convw_direct_ok(q) && (p.dt == KL_F32 || p.dt == KL_F64)) {
+        convwd_ctx d = {.g = *q, .x = p.x, .gy = g, .dw = dw};
+        atomic_init(&d.oom, 0);
+        int64_t per = q->N * q->Kc * q->OH * q->W; /* multiply-adds per output channel */
+        ke_parallel_for(q->O, per >= 65536 ? 1 : 65536 / per, p.dt == KL_F64 ? convwd_range_f64 : convwd_range_f32, &d);
+        return atomic_load(&d.oom) ? ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for a widened gradient plane") : 0;
     }
     size_t per_sample = (size_t)((q->Kc + q->Og) * q->P) * es;
     int64_t nb_max = (int64_t)(KE_CONV_BATCH_BYTES / per_sample);

@@ -589,12 +589,12 @@ int ke_decomp_batch_norm(ke_call *c) {
     return ke_set_out1(c, y);
 }
 
-/* The fused CPU kernel: per channel, the statistics (training: the batch's
- * mean, then the biased variance around it, each summed plane by plane with
- * the row fold; eval: the running buffers), then one pass writing
- * ((x - mean) * rstd) * weight + bias, the decomposition's order of
- * operations. Channels are split over the pool; a channel's planes are
- * x[n, c] for every n, S = the spatial size apart. */
+/* The fused CPU kernel: per group of channels, the statistics (training:
+ * the batch's mean and biased variance from bn_sums below; eval: the running
+ * buffers), then one pass writing ((x - mean) * rstd) * weight + bias, the
+ * decomposition's order of operations. Channels are split over the pool in
+ * groups; within a group both passes visit the planes x[n, c] in memory
+ * order. */
 typedef struct bn_ctx {
     const char *x, *rm, *rv, *w, *b; /* rm, rv: eval mode's running buffers, else NULL */
     char *y;
@@ -602,30 +602,67 @@ typedef struct bn_ctx {
     double eps;
 } bn_ctx;
 
+enum { KE_BN_GROUP = 64 };
+
+/* For channels [g0, g1) of x [N, C, S] (at most KE_BN_GROUP): s = the sum of
+ * x and q = the sum of (x - K)^2, K = the mean of the channel's first plane
+ * (a shift that keeps q from cancelling when |mean| >> std). One read of x:
+ * each plane folds twice (row_sum) while it sits in cache, the planes in
+ * memory order, their sums joined in double. Then, with M = N * S and
+ * D = s - M K: mean = s / M and the sum of squared deviations is Q - D^2 / M,
+ * what both batch_norm (biased) and batch_norm_stats (unbiased) divide. */
+#define KE_BN_SUMS(T, sfx)                                                                               \
+    static void bn_sums_##sfx(const T *x, int64_t N, int64_t C, int64_t S, int64_t g0, int64_t g1,        \
+                              double *s, double *q, double *K) {                                         \
+        for (int64_t ch = g0; ch < g1; ch++) {                                                           \
+            s[ch - g0] = q[ch - g0] = 0;                                                                 \
+            K[ch - g0] = (T)((double)row_sum_##sfx(x + ch * S, S, 0, 0) / (double)S);                    \
+        }                                                                                                \
+        for (int64_t n = 0; n < N; n++)                                                                  \
+            for (int64_t ch = g0; ch < g1; ch++) {                                                       \
+                const T *xr = x + (n * C + ch) * S;                                                      \
+                s[ch - g0] += (double)row_sum_##sfx(xr, S, 0, 0);                                        \
+                q[ch - g0] += (double)row_sum_##sfx(xr, S, (T)K[ch - g0], 1);                            \
+            }                                                                                            \
+    }                                                                                                    \
+    /* the sum of squared deviations from the mean (>= 0; NaN stays) */                                  \
+    static inline double bn_ssd_##sfx(double s, double q, double K, double M) {                          \
+        double d = s - M * K, v = q - d * d / M;                                                         \
+        return v < 0 ? 0 : v;                                                                            \
+    }
+KE_BN_SUMS(float, f32)
+KE_BN_SUMS(double, f64)
+
 #define KE_BN_FWD(T, sfx)                                                                                \
     static void bn_range_##sfx(void *ctx, int64_t c0, int64_t c1) {                                      \
         const bn_ctx *p = ctx;                                                                           \
         const int64_t N = p->N, C = p->C, S = p->S;                                                      \
-        for (int64_t ch = c0; ch < c1; ch++) {                                                           \
-            const T *x = (const T *)p->x + ch * S;                                                       \
-            T *y = (T *)p->y + ch * S;                                                                   \
-            double mean, var;                                                                            \
-            if (p->rm) {                                                                                 \
-                mean = ((const T *)p->rm)[ch], var = ((const T *)p->rv)[ch];                             \
-            } else {                                                                                     \
-                double s = 0, q = 0;                                                                     \
-                for (int64_t n = 0; n < N; n++) s += row_sum_##sfx(x + n * C * S, S, 0, 0);              \
-                mean = (T)(s / (double)(N * S));                                                         \
-                for (int64_t n = 0; n < N; n++) q += row_sum_##sfx(x + n * C * S, S, (T)mean, 1);        \
-                var = (T)(q / (double)(N * S));                                                          \
+        const double M = (double)(N * S);                                                                \
+        for (int64_t g0 = c0; g0 < c1; g0 += KE_BN_GROUP) {                                              \
+            const int64_t g1 = c1 - g0 < KE_BN_GROUP ? c1 : g0 + KE_BN_GROUP;                            \
+            double s[KE_BN_GROUP], q[KE_BN_GROUP], K[KE_BN_GROUP];                                       \
+            T tm[KE_BN_GROUP], rs[KE_BN_GROUP], wv[KE_BN_GROUP], bv[KE_BN_GROUP];                        \
+            if (!p->rm) bn_sums_##sfx((const T *)p->x, N, C, S, g0, g1, s, q, K);                        \
+            for (int64_t ch = g0; ch < g1; ch++) {                                                       \
+                const int64_t k = ch - g0;                                                               \
+                T mean, var;                                                                             \
+                if (p->rm) {                                                                             \
+                    mean = ((const T *)p->rm)[ch], var = ((const T *)p->rv)[ch];                         \
+                } else {                                                                                 \
+                    mean = (T)(s[k] / M);                                                                \
+                    var = (T)(bn_ssd_##sfx(s[k], q[k], K[k], M) / M);                                    \
+                }                                                                                        \
+                tm[k] = mean, rs[k] = (T)(1 / sqrt((double)(var + (T)p->eps)));                          \
+                wv[k] = p->w ? ((const T *)p->w)[ch] : 1, bv[k] = p->b ? ((const T *)p->b)[ch] : 0;      \
             }                                                                                            \
-            const T tmean = (T)mean, rstd = (T)(1 / sqrt((double)((T)var + (T)p->eps)));                 \
-            const T wv = p->w ? ((const T *)p->w)[ch] : 1, bv = p->b ? ((const T *)p->b)[ch] : 0;        \
-            for (int64_t n = 0; n < N; n++) {                                                            \
-                const T *restrict xr = x + n * C * S;                                                    \
-                T *restrict yr = y + n * C * S;                                                          \
-                for (int64_t i = 0; i < S; i++) yr[i] = (xr[i] - tmean) * rstd * wv + bv;                \
-            }                                                                                            \
+            for (int64_t n = 0; n < N; n++)                                                              \
+                for (int64_t ch = g0; ch < g1; ch++) {                                                   \
+                    const int64_t k = ch - g0, off = (n * C + ch) * S;                                   \
+                    const T *restrict xr = (const T *)p->x + off;                                        \
+                    T *restrict yr = (T *)p->y + off;                                                    \
+                    const T m = tm[k], r = rs[k], w = wv[k], b = bv[k];                                  \
+                    for (int64_t i = 0; i < S; i++) yr[i] = (xr[i] - m) * r * w + b;                     \
+                }                                                                                        \
         }                                                                                                \
     }
 KE_BN_FWD(float, f32)
@@ -643,19 +680,98 @@ static int bn_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
 
 int ke_cpu_batch_norm(ke_call *c) { return ke_with_compute_dtype(c, bn_compute); }
 
-/* The running buffers are updated after the op, with elementwise in-place
- * ops (r = (1 - m) r + m stat, the variance unbiased as PyTorch's) that a
- * trace records and the compiler functionalizes and writes back. Autograd is
- * off for the update: it never enters the graph. */
-static int bn_update_running(kl_tensor *x, kl_tensor *rm, kl_tensor *rv, double momentum) {
+/* ---- batch_norm_stats: the batch's per-channel mean and unbiased variance ----
+ * (the row in ops_nn.def). The CPU kernel reads x once (bn_sums, in memory
+ * order): mean = s / M, var = (Q - D^2 / M) / (M - 1).
+ * Before this op the running buffers took kl_mean and kl_var, three more
+ * passes over x per batch_norm. */
+int ke_infer_batch_norm_stats(ke_call *c, ke_outspec *out) {
+    const kl_tensor *x = c->in[0];
+    if (check_channels_input(ke_opname(c), x)) return -1;
+    for (int o = 0; o < 2; o++) {
+        out[o].dtype = (kl_dtype)x->dtype;
+        out[o].ndim = 1;
+        out[o].shape[0] = x->shape[1];
+    }
+    c->compute = ke_compute_dtype((kl_dtype)x->dtype);
+    return 2;
+}
+
+typedef struct bns_ctx {
+    const char *x;
+    char *mean, *var;
+    int64_t N, C, S;
+} bns_ctx;
+
+/* Channels in groups of KE_BN_GROUP, the sums of bn_sums. */
+#define KE_BN_STATS(T, sfx)                                                                              \
+    static void bns_range_##sfx(void *ctx, int64_t c0, int64_t c1) {                                     \
+        const bns_ctx *p = ctx;                                                                          \
+        const double M = (double)(p->N * p->S);                                                          \
+        for (int64_t g0 = c0; g0 < c1; g0 += KE_BN_GROUP) {                                              \
+            const int64_t g1 = c1 - g0 < KE_BN_GROUP ? c1 : g0 + KE_BN_GROUP;                            \
+            double s[KE_BN_GROUP], q[KE_BN_GROUP], K[KE_BN_GROUP];                                       \
+            bn_sums_##sfx((const T *)p->x, p->N, p->C, p->S, g0, g1, s, q, K);                           \
+            for (int64_t ch = g0; ch < g1; ch++) {                                                       \
+                ((T *)p->mean)[ch] = (T)(s[ch - g0] / M);                                                \
+                ((T *)p->var)[ch] = (T)(bn_ssd_##sfx(s[ch - g0], q[ch - g0], K[ch - g0], M) / (M - 1));  \
+            }                                                                                            \
+        }                                                                                                \
+    }
+KE_BN_STATS(float, f32)
+KE_BN_STATS(double, f64)
+
+int ke_cpu_batch_norm_stats(ke_call *c) {
+    kl_dtype ct = c->compute;
+    kl_scope_begin();
+    kl_tensor *x = kl_contiguous(kl_to_dtype(c->in[0], ct)), *out[2] = {0};
+    int ok = x != NULL;
+    for (int o = 0; o < 2 && ok; o++)
+        ok = (out[o] = c->out[o]->dtype == ct ? c->out[o] : kl_empty_on(1, c->out[o]->shape, ct, KL_DEVICE_CPU)) != NULL;
+    if (ok) {
+        bns_ctx p = {ke_data(x), ke_data(out[0]), ke_data(out[1]), x->shape[0], x->shape[1], 1};
+        for (int d = 2; d < x->ndim; d++) p.S *= x->shape[d];
+        int64_t per = p.N * p.S;
+        if (per == 0) { /* no elements: NaN, as the mean and variance of nothing */
+            for (int o = 0; o < 2; o++) kl_fill_inplace(out[o], NAN);
+        } else {
+            ke_parallel_for(p.C, per >= 32768 ? 1 : 32768 / per, ct == KL_F64 ? bns_range_f64 : bns_range_f32, &p);
+        }
+        for (int o = 0; o < 2; o++)
+            if (out[o] != c->out[o])
+                ke_convert(ke_data(c->out[o]), (kl_dtype)c->out[o]->dtype, ke_data(out[o]), ct, c->out[o]->shape[0]);
+    }
+    kl_scope_end();
+    return ok ? 0 : -1;
+}
+
+int ke_decomp_batch_norm_stats(ke_call *c) {
+    ke_outspec spec[2];
+    if (ke_infer_batch_norm_stats(c, spec) < 0) return -1;
+    kl_tensor *x = c->in[0];
     int64_t dims[KL_MAX_DIMS];
     int nd = ke_bn_dims(x, dims);
+    kl_tensor *o[2] = {kl_mean(x, nd, dims, false), kl_var(x, nd, dims, 1, false)};
+    if (!o[0] || !o[1]) return -1;
+    c->out[0] = o[0], c->out[1] = o[1];
+    c->nout = 2;
+    return 0;
+}
+
+/* The running buffers are updated after the op, with elementwise in-place
+ * ops (r = (1 - m) r + m stat, the variance unbiased as PyTorch's) that a
+ * trace records and the compiler functionalizes and writes back; the
+ * statistics come from one batch_norm_stats call. Autograd is off for the
+ * update: it never enters the graph. */
+static int bn_update_running(kl_tensor *x, kl_tensor *rm, kl_tensor *rv, double momentum) {
     ke_keyset saved = ke_tls_state.exclude;
     ke_tls_state.exclude |= KE_KS(KE_KEY_AUTOGRAD);
     kl_scope_begin();
-    kl_tensor *mean = kl_mean(x, nd, dims, false), *var = kl_var(x, nd, dims, 1, false);
-    int ok = kl_add_inplace(kl_mul_scalar_inplace(rm, 1 - momentum), kl_mul_scalar(mean, momentum)) &&
-             kl_add_inplace(kl_mul_scalar_inplace(rv, 1 - momentum), kl_mul_scalar(var, momentum));
+    kl_tensor *in[1] = {x};
+    ke_call sc = {.op = KE_OP_batch_norm_stats, .nin = 1, .in = in};
+    int ok = ke_dispatch(&sc) == 0;
+    ok = ok && kl_add_inplace(kl_mul_scalar_inplace(rm, 1 - momentum), kl_mul_scalar(sc.out[0], momentum)) &&
+         kl_add_inplace(kl_mul_scalar_inplace(rv, 1 - momentum), kl_mul_scalar(sc.out[1], momentum));
     kl_scope_end();
     ke_tls_state.exclude = saved;
     return ok ? 0 : -1;

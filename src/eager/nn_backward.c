@@ -201,10 +201,11 @@ int ke_decomp_max_pool2d_backward(ke_call *c) {
  * A composite: the decomposition writes this with kl_ ops (other devices,
  * compiled kernels, and double backward, which goes through it); the CPU
  * kernel (f16/bf16 through f32) recomputes the statistics in the same pass
- * that sums g and g * x:
- * sums of x - K, (x - K)^2 and g * (x - K) in f64, K the channel's first
- * element (so the variance does not cancel when |mean| >> std), 8 lanes so
- * the loop vectorizes. Then one pass writes dx. */
+ * that sums g and g * x: per plane, while it sits in cache, the sums of
+ * x - K, (x - K)^2, g and g * (x - K) (K the channel's first element, so the
+ * variance does not cancel when |mean| >> std), each folded in lanes of the
+ * compute type (bnb_<name> below: vectorized), the planes joined in double.
+ * Then one pass writes dx. */
 typedef struct bnb_ctx {
     const char *g, *x, *rm, *rv, *w;
     char *dx, *dw, *db;
@@ -212,7 +213,38 @@ typedef struct bnb_ctx {
     double eps;
 } bnb_ctx;
 
-enum { KE_BNB_LANES = 8 };
+enum { KE_BNB_LANES = 16, KE_BNB_BLOCK = 1024 };
+
+/* bnb_<name>_<sfx>(g, x, n, K): the sum over a plane of one of the four
+ * terms below, folded in lanes of the compute type over blocks of at most
+ * KE_BNB_BLOCK elements (64 terms a lane; one accumulator per loop, so it
+ * vectorizes), the blocks' lanes and the tail joined in double. The four
+ * run one after another over a plane that stays in cache. */
+#define KE_BNB_FOLD(T, sfx, name, TERM)                                                                    \
+    static double bnb_##name##_##sfx(const T *restrict g, const T *restrict x, int64_t n, T K) {           \
+        double r = 0;                                                                                      \
+        for (int64_t i0 = 0; i0 < n; i0 += KE_BNB_BLOCK) {                                                 \
+            int64_t i1 = n - i0 < KE_BNB_BLOCK ? n : i0 + KE_BNB_BLOCK, i = i0;                            \
+            T l[KE_BNB_LANES];                                                                             \
+            for (int j = 0; j < KE_BNB_LANES; j++) l[j] = 0;                                               \
+            for (; i + KE_BNB_LANES <= i1; i += KE_BNB_LANES)                                              \
+                for (int j = 0; j < KE_BNB_LANES; j++) l[j] += TERM(i + j);                                \
+            for (int j = 0; j < KE_BNB_LANES; j++) r += (double)l[j];                                      \
+            for (; i < i1; i++) r += (double)(TERM(i));                                                    \
+        }                                                                                                  \
+        return r;                                                                                          \
+    }
+#define KE_BNB_X(i) (x[i] - K)
+#define KE_BNB_XX(i) ((x[i] - K) * (x[i] - K))
+#define KE_BNB_G(i) (g[i])
+#define KE_BNB_GX(i) (g[i] * (x[i] - K))
+#define KE_BNB_FOLDS(T, sfx)                                                                               \
+    KE_BNB_FOLD(T, sfx, x, KE_BNB_X)                                                                       \
+    KE_BNB_FOLD(T, sfx, xx, KE_BNB_XX)                                                                     \
+    KE_BNB_FOLD(T, sfx, g, KE_BNB_G)                                                                       \
+    KE_BNB_FOLD(T, sfx, gx, KE_BNB_GX)
+KE_BNB_FOLDS(float, f32)
+KE_BNB_FOLDS(double, f64)
 
 #define KE_BN_BWD(T, sfx)                                                                                   \
     static void bnb_range_##sfx(void *ctx, int64_t c0, int64_t c1) {                                        \
@@ -220,27 +252,17 @@ enum { KE_BNB_LANES = 8 };
         const int64_t N = p->N, C = p->C, S = p->S, M = N * S;                                              \
         for (int64_t ch = c0; ch < c1; ch++) {                                                              \
             const T *g = (const T *)p->g + ch * S, *x = (const T *)p->x + ch * S;                           \
-            const double K = p->rm ? ((const T *)p->rm)[ch] : (double)x[0];                                 \
-            double sx[KE_BNB_LANES] = {0}, sxx[KE_BNB_LANES] = {0}, sg[KE_BNB_LANES] = {0},                 \
-                   sgx[KE_BNB_LANES] = {0};                                                                 \
-            for (int64_t n = 0; n < N; n++) {                                                               \
-                const T *restrict gr = g + n * C * S, *restrict xr = x + n * C * S;                         \
-                int64_t i = 0;                                                                              \
-                for (; i + KE_BNB_LANES <= S; i += KE_BNB_LANES)                                            \
-                    for (int l = 0; l < KE_BNB_LANES; l++) {                                                \
-                        double d = (double)xr[i + l] - K, gv = gr[i + l];                                   \
-                        sx[l] += d, sxx[l] += d * d, sg[l] += gv, sgx[l] += gv * d;                         \
-                    }                                                                                       \
-                for (; i < S; i++) {                                                                        \
-                    double d = (double)xr[i] - K, gv = gr[i];                                               \
-                    sx[0] += d, sxx[0] += d * d, sg[0] += gv, sgx[0] += gv * d;                             \
-                }                                                                                           \
-            }                                                                                               \
+            const T K = p->rm ? ((const T *)p->rm)[ch] : x[0];                                              \
             double Sx = 0, Sxx = 0, Sg = 0, Sgx = 0;                                                        \
-            for (int l = 0; l < KE_BNB_LANES; l++) Sx += sx[l], Sxx += sxx[l], Sg += sg[l], Sgx += sgx[l];  \
+            for (int64_t n = 0; n < N; n++) {                                                               \
+                const T *gr = g + n * C * S, *xr = x + n * C * S;                                           \
+                if (!p->rm) /* training: the batch's statistics */                                          \
+                    Sx += bnb_x_##sfx(gr, xr, S, K), Sxx += bnb_xx_##sfx(gr, xr, S, K);                     \
+                Sg += bnb_g_##sfx(gr, xr, S, K), Sgx += bnb_gx_##sfx(gr, xr, S, K);                         \
+            }                                                                                               \
             double mean, rstd, sgxh; /* sgxh = sum(g * xh) */                                               \
             if (p->rm) {                                                                                    \
-                mean = K;                                                                                   \
+                mean = (double)K;                                                                           \
                 rstd = 1 / sqrt((double)((T)((const T *)p->rv)[ch] + (T)p->eps));                           \
             } else {                                                                                        \
                 double dm = Sx / (double)M, var = Sxx / (double)M - dm * dm;                                \
