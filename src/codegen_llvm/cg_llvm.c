@@ -108,9 +108,10 @@ static void inflight_done(void) {
     pthread_mutex_unlock(&inflight_mu);
 }
 /* fork: the child has only the forking thread; the claims of the others are gone with
- * them (left linked, a compile of such a key in the child waited for them forever). */
-static void inflight_fork_prepare(void) { pthread_mutex_lock(&inflight_mu); }
-static void inflight_fork_parent(void) { pthread_mutex_unlock(&inflight_mu); }
+ * them (left linked, a compile of such a key in the child waited for them forever). No
+ * prepare handler taking inflight_mu: a pool thread claims a key inside a parallel region,
+ * whose lock the pool's own prepare handler takes (TSan: lock-order inversion); the child
+ * rebuilds the list from its own claim, so a list another thread was changing is dropped. */
 static void inflight_fork_child(void) {
     inflights = tl_inflight.on ? &tl_inflight : NULL;
     tl_inflight.next = NULL;
@@ -118,7 +119,7 @@ static void inflight_fork_child(void) {
     pthread_cond_init(&inflight_cv, NULL);
 }
 static void inflight_register_fork(void) {
-    pthread_atfork(inflight_fork_prepare, inflight_fork_parent, inflight_fork_child);
+    pthread_atfork(NULL, NULL, inflight_fork_child);
 }
 static _Atomic int64_t fallbacks, compiles;
 
