@@ -10,7 +10,7 @@
  * or a second run would load every object from it.
  *
  *   ninja -C build bench/compile_latency_bench
- *   build/bench/compile_latency_bench [threads] [all|digits|setup]
+ *   build/bench/compile_latency_bench [threads] [all|digits|setup|tiers]
  *
  * "all" (default) starts with the digits step in a fresh process, so its
  * first call includes the process's one-time LLVM setup (JIT, target
@@ -19,7 +19,16 @@
  * function's first call minus a second, different one-kernel function's.
  * With KL_COMPILE_ASYNC=1 in the environment every first call runs eagerly
  * while the kernels compile in the background: the bench then also prints
- * the slowest call of the first 50 against the eager step.
+ * the slowest call of the first 50 against the eager step. With
+ * KL_COMPILE_INTERP=1 the first calls run the kernels on the interpreter
+ * instead (the interpreter tier): it prints how many calls did.
+ *
+ * "tiers" compares the interpreter tier off and on in one process: after the
+ * one-time setup, three pairs of cold first calls of the digits step at batch
+ * 64 (each function released before the next, so its code is unloaded and the
+ * next compiles cold), then, per pair, its wall time, the caller's CPU time,
+ * the process's CPU time, the calls of the next 50 that ran interpreted and
+ * the wall time until every kernel was compiled (kl_fn_wait_compiled).
  */
 #include <kiln.h>
 
@@ -118,6 +127,7 @@ static void digits(void) {
     }
     kl_fn *f = kl_compile(loss_and_grads, NULL, NULL);
     int async = getenv("KL_COMPILE_ASYNC") && strcmp(getenv("KL_COMPILE_ASYNC"), "0");
+    int interp = !async && getenv("KL_COMPILE_INTERP") && strcmp(getenv("KL_COMPILE_INTERP"), "0");
     double worst[2] = {0, 0};
     int worst_at[2] = {0, 0}; /* which call: 0 the first, r + 1 the r-th after it */
     double most_cpu[2] = {0, 0}; /* the calling thread's CPU time of the costliest call after the first */
@@ -170,7 +180,55 @@ static void digits(void) {
         printf("%-34s %8.3f ms b64 (call %d), %.3f ms b256 (call %d)\n", "async: later call, most caller CPU",
                most_cpu[0], most_cpu_at[0], most_cpu[1], most_cpu_at[1]);
     }
+    if (interp) {
+        printf("%-34s %8lld (of 102; kernels not compiled yet ran on the interpreter)\n", "interp tier: interpreted calls",
+               (long long)st.interp_calls);
+        printf("%-34s %8.3f ms b64, %.3f ms b256 (caller's CPU; the eager step's: %.3f, %.3f)\n",
+               "interp tier: first call", first_tcpu[0], first_tcpu[1], eager_cpu[0], eager_cpu[1]);
+    }
     kl_fn_release(f);
+    kl_scope_end();
+}
+
+/* ---- the interpreter tier off and on, in one process ---------------------------------- */
+
+static void tiers(void) {
+    kl_manual_seed(0);
+    kl_scope_begin();
+    static const int64_t sizes[4] = {64, 256, 256, 10};
+    kl_tensor *in[8];
+    in[0] = kl_randn(KL_SHAPE(64, 64), KL_F32);
+    in[1] = kl_randint(0, 10, KL_SHAPE(64), KL_I64);
+    for (int l = 0; l < 3; l++) {
+        in[2 + 2 * l] = kl_mul_scalar(kl_randn(KL_SHAPE(sizes[l + 1], sizes[l]), KL_F32), 0.1);
+        in[3 + 2 * l] = kl_zeros(KL_SHAPE(sizes[l + 1]), KL_F32);
+    }
+    kl_tensor *out[7], *ref[7];
+    check(loss_and_grads(NULL, in, 8, ref, 7), "eager step");
+    for (int pair = 0; pair < 3; pair++)
+        for (int on = 0; on < 2; on++) {
+            kl_compile_options o = kl_compile_options_default();
+            o.interp_tier = on ? 1 : -1;
+            kl_fn *f = kl_compile(loss_and_grads, NULL, &o);
+            kl_scope_begin();
+            double t0 = kb_now_s(), c0 = cpu_ms(), tc0 = thread_cpu_ms();
+            check(kl_fn_call(f, in, 8, out, 7), "compiled step");
+            double wall = ms_since(t0), tcpu = thread_cpu_ms() - tc0, pcpu = cpu_ms() - c0;
+            kl_scope_end();
+            for (int r = 0; r < 50; r++) {
+                kl_scope_begin();
+                check(kl_fn_call(f, in, 8, out, 7), "compiled step");
+                kl_scope_end();
+            }
+            kl_fn_wait_compiled(f);
+            double ready = ms_since(t0);
+            kl_fn_stats st;
+            kl_fn_get_stats(f, &st);
+            printf("tier %-3s pair %d: cold first call %7.2f ms wall, caller CPU %7.2f ms, process CPU %7.2f ms; "
+                   "%2lld of 51 calls interpreted; all compiled after %7.2f ms\n",
+                   on ? "on" : "off", pair, wall, tcpu, pcpu, (long long)st.interp_calls, ready);
+            kl_fn_release(f);
+        }
     kl_scope_end();
 }
 
@@ -258,6 +316,11 @@ int main(int argc, char **argv) {
            kl_version(), getenv("KL_CACHE_DIR"), getenv("KL_COMPILE_ASYNC") ? getenv("KL_COMPILE_ASYNC") : "unset");
     if (!strcmp(which, "setup")) {
         setup();
+        return 0;
+    }
+    if (!strcmp(which, "tiers")) {
+        setup(); /* the one-time setup, out of both sides */
+        tiers();
         return 0;
     }
     digits();

@@ -1274,6 +1274,13 @@ typedef struct kl_compile_options {
      * new size's dynamic entry too). Off by default: which calls run eagerly depends on timing.
      * $KL_COMPILE_ASYNC=1 / 0 turns it on / off for every function, whatever this says. */
     int async;
+    /* Interpreter tier (docs/COMPILE.md "Interpreter tier"): with it a new signature's kernels
+     * compile in the background and each runs on the reference interpreter until its code is
+     * loaded (bitwise the same results: calls never wait for LLVM, and stay repeatable).
+     * 0 = the default (off for now: a first call then returns before its code is compiled,
+     * see COMPILE.md), 1 = on, -1 = off; async = 1 takes precedence. $KL_COMPILE_INTERP=1 / 0 turns it on / off for every
+     * function, whatever this says. */
+    int interp_tier;
 } kl_compile_options;
 KL_API kl_compile_options kl_compile_options_default(void);
 
@@ -1289,8 +1296,8 @@ KL_API kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *
  * result (it is set aside and stays the recorded one: first error wins). */
 KL_API int kl_fn_call(kl_fn *f, kl_tensor *const *inputs, int n_in, kl_tensor **outputs, int n_out);
 KL_API void kl_fn_release(kl_fn *f);
-/* Waits until no kernels of f compile in the background (tiered execution); the next call
- * of such a signature runs compiled. Returns 0, or -1 (NULL f). */
+/* Waits until no kernels of f compile in the background (tiered execution, the interpreter
+ * tier); the next call of such a signature runs compiled. Returns 0, or -1 (NULL f). */
 KL_API int kl_fn_wait_compiled(kl_fn *f);
 
 typedef struct kl_fn_stats {
@@ -1318,6 +1325,7 @@ typedef struct kl_fn_stats {
     int64_t specialisations;  /* graphs of dynamic entries specialised to a new size (no trace or
                                  LLVM compile: their numbers rewritten, kernels' code shared) */
     int64_t async_eager_calls; /* calls run eagerly while their kernels compiled in the background */
+    int64_t interp_calls;     /* calls that ran kernels on the interpreter tier (not compiled yet) */
 } kl_fn_stats;
 /* Fills *out with f's counters. Returns 0 or -1. */
 KL_API int kl_fn_get_stats(const kl_fn *f, kl_fn_stats *out);

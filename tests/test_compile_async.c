@@ -5,7 +5,10 @@
  * cache; concurrent compiles from several threads; tiered execution
  * (KL_COMPILE_ASYNC / kl_compile_options.async): eager first calls while the
  * kernels compile in the background, then the compiled graph, equal results,
- * release while compiling, calls from several threads, exit while compiling.
+ * release while compiling, calls from several threads, exit while compiling; the
+ * interpreter tier (kl_compile_options.interp_tier / KL_COMPILE_INTERP): kernels run on the
+ * interpreter until their code is loaded, bitwise equal across the switch, dynamic sizes,
+ * code loaded or cached taken at once, the switches, release, fork and exit meanwhile.
  *
  * The binary re-executes itself (/proc/self/exe --child-exit) for the check
  * that exits while a background compile runs.
@@ -458,13 +461,280 @@ static void calls_from_threads_while_compiling(void **state) {
     kl_fn_release(f);
 }
 
+/* ---- the interpreter tier --------------------------------------------------------------- */
+
+static kl_fn *compile_interp(kl_traceable fn, void *u, int tier) {
+    kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = tier;
+    o.name = "interp-tier";
+    return kl_compile(fn, u, &o);
+}
+
+/* Wider kernels than mixed's (vector loops, tails, rows over a fold chunk): a softmax row
+ * kernel, a sum row kernel, and an elementwise chain. in: x [rows, 2100]. */
+static int wide(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    const chain_args *a = u;
+    kl_tensor *x = in[0];
+    out[0] = kl_softmax(kl_mul_scalar(x, 1.3 + a->salt), -1);
+    out[1] = kl_sum(kl_exp(kl_mul_scalar(x, 0.5)), 1, (int64_t[]){-1}, true);
+    out[2] = kl_add(kl_gelu(x), kl_mul(kl_sigmoid(kl_add_scalar(x, a->salt)), x));
+    return out[0] && out[1] && out[2] ? 0 : -1;
+}
+
+static int64_t interp_calls(const kl_fn *f) {
+    kl_fn_stats st;
+    assert_int_equal(kl_fn_get_stats(f, &st), 0);
+    return st.interp_calls;
+}
+
+static int explain_has(const kl_fn *f, const char *needle) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(kl_fn_explain(f, m), 0);
+    fclose(m);
+    int has = strstr(buf, needle) != NULL;
+    free(buf);
+    return has;
+}
+
+/* With LLVM held back, calls run every kernel on the interpreter (interp_calls counts
+ * them; nothing runs eagerly); once the code is loaded they run it. The outputs of the
+ * calls before and after the switch are bitwise equal (row kernels included: the
+ * interpreter folds as the LLVM code does), elementwise ones bitwise eager's too. */
+static void interp_tier_bitwise_across_switch(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.07};
+    for (int rows = 3; rows <= 64; rows += 61) {
+        a.salt += 0.001;
+        kl_tensor *x = kl_mul_scalar(seqf(rows, 2100, 0.013), 3.0);
+        kl_tensor *want[3], *y0[3], *y[3];
+        assert_int_equal(wide(&a, &x, 1, want, 3), 0);
+        kl_fn *f = compile_interp(wide, &a, 1);
+        cg_llvm_hold_compiles(1);
+        int64_t c0 = cg_llvm_compiles();
+        for (int r = 0; r < 3; r++) {
+            assert_int_equal(kl_fn_call(f, &x, 1, r ? y : y0, 3), 0);
+            assert_int_equal(interp_calls(f), r + 1);
+        }
+        for (int i = 0; i < 3; i++) assert_int_equal(kl_equal(y[i], y0[i]), 1);
+        assert_int_equal(cg_llvm_compiles(), c0); /* all three calls interpreted */
+        assert_true(explain_has(f, "interp (tier 0)"));
+        assert_true(explain_has(f, "until its code is loaded"));
+        cg_llvm_hold_compiles(0);
+        assert_int_equal(kl_fn_wait_compiled(f), 0);
+        assert_true(cg_llvm_compiles() > c0);
+        for (int r = 0; r < 2; r++) {
+            assert_int_equal(kl_fn_call(f, &x, 1, y, 3), 0);
+            for (int i = 0; i < 3; i++) assert_int_equal(kl_equal(y[i], y0[i]), 1);
+        }
+        assert_int_equal(interp_calls(f), 3);
+        assert_false(explain_has(f, "interp (tier 0)"));
+        assert_true(explain_has(f, "llvm)"));
+        kl_fn_stats st;
+        kl_fn_get_stats(f, &st);
+        assert_int_equal(st.eager_calls, 0);
+        assert_int_equal(st.async_eager_calls, 0);
+        assert_int_equal(st.traces, 1);
+        assert_int_equal(kl_allclose(y0[0], want[0], 1e-5, 1e-6, false), 1);
+        assert_int_equal(kl_allclose(y0[1], want[1], 1e-5, 1e-6, false), 1);
+        assert_int_equal(kl_equal(y0[2], want[2]), 1);
+        kl_fn_release(f);
+    }
+}
+
+/* A dynamic entry (automatic dynamic) is tiered too: its template and a size specialised
+ * while the template compiles run on the interpreter, then compiled (the copy's kernels
+ * when the template's are: tr_dyn_compile_pending), bitwise the same. */
+static void interp_tier_dynamic_sizes(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.08};
+    kl_tensor *w = kl_mul_scalar(seqf(8, 8, 0.07), 0.5);
+    kl_fn *f = compile_interp(mixed, &a, 1);
+    const int64_t rows[3] = {4, 6, 9};
+    kl_tensor *in[3][2], *y0[3][2], *y[2];
+    for (int b = 0; b < 3; b++) {
+        in[b][0] = seqf(rows[b], 8, 0.37 + 0.01 * b);
+        in[b][1] = w;
+    }
+    cg_llvm_hold_compiles(1);
+    for (int b = 0; b < 3; b++) { /* 4: static entry; 6: the dynamic entry's template; 9: a copy */
+        assert_int_equal(kl_fn_call(f, in[b], 2, y0[b], 2), 0);
+        assert_int_equal(interp_calls(f), b + 1);
+    }
+    kl_fn_stats st;
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.dynamic_entries, 1);
+    assert_int_equal(st.traces, 2);
+    cg_llvm_hold_compiles(0);
+    assert_int_equal(kl_fn_wait_compiled(f), 0);
+    int64_t n0 = interp_calls(f);
+    for (int b = 0; b < 3; b++) {
+        kl_tensor *want[2];
+        assert_int_equal(kl_fn_call(f, in[b], 2, y, 2), 0);
+        assert_int_equal(kl_equal(y[0], y0[b][0]), 1);
+        assert_int_equal(kl_equal(y[1], y0[b][1]), 1);
+        assert_int_equal(mixed(&a, in[b], 2, want, 2), 0);
+        assert_int_equal(kl_allclose(y[0], want[0], 1e-5, 1e-6, false), 1);
+        assert_int_equal(kl_equal(y[1], want[1]), 1);
+    }
+    assert_int_equal(interp_calls(f), n0); /* all compiled now, the copy at 9 too */
+    kl_fn_get_stats(f, &st);
+    assert_int_equal(st.traces, 2);
+    assert_int_equal(st.eager_calls, 0);
+    kl_fn_release(f);
+}
+
+/* Kernels whose code costs no compile run it from the first call: code loaded in this
+ * process already (a second function with the same kernels), or the disk cache's
+ * objects (after the first function is released), even while LLVM is held back. */
+static void interp_tier_loads_at_once(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    const char *dir = kt_tmp_path("interp_cache");
+    setenv("KL_CACHE_DIR", dir, 1);
+    ke_cache_reset();
+    chain_args a = {3, (double)(getpid() % 1000) / 1e4 + 0.09};
+    kl_tensor *in[2] = {seqf(4, 8, 0.29), kl_mul_scalar(seqf(8, 8, 0.13), 0.5)}, *y0, *y;
+    kl_fn *f = compile_interp(chain, &a, 1);
+    assert_int_equal(kl_fn_call(f, in, 2, &y0, 1), 0);
+    assert_int_equal(kl_fn_wait_compiled(f), 0);
+    cg_llvm_hold_compiles(1);
+    kl_fn *g = compile_interp(chain, &a, 1); /* loaded already */
+    assert_int_equal(kl_fn_call(g, in, 2, &y, 1), 0);
+    assert_int_equal(interp_calls(g), 0);
+    assert_int_equal(kl_equal(y, y0), 1);
+    kl_fn_release(g);
+    kl_fn_release(f); /* the code is unloaded: the next function finds the disk cache */
+    int64_t c0 = cg_llvm_compiles();
+    f = compile_interp(chain, &a, 1);
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    assert_int_equal(interp_calls(f), 0);
+    assert_int_equal(cg_llvm_compiles(), c0);
+    assert_int_equal(kl_equal(y, y0), 1);
+    assert_true(explain_has(f, "llvm)"));
+    cg_llvm_hold_compiles(0);
+    kl_fn_release(f);
+    setenv("KL_CACHE_DIR", "off", 1);
+    ke_cache_reset();
+}
+
+/* The default (off, with one thread or two); the option and $KL_COMPILE_INTERP turn it
+ * on or off; async (the eager tier) takes precedence. */
+static void interp_tier_switches(void **state) {
+    (void)state;
+    kl_tensor *in[2] = {seqf(4, 8, 0.47), kl_mul_scalar(seqf(8, 8, 0.03), 0.5)}, *y[2];
+    /* {threads, option, env (NULL: unset), async, on?} */
+    const struct {
+        int threads, tier;
+        const char *env;
+        int async, on;
+    } cases[] = {{2, 0, NULL, 0, 0}, {1, 0, NULL, 0, 0}, {2, -1, NULL, 0, 0}, {1, 1, NULL, 0, 1},
+                 {2, 1, "0", 0, 0},  {2, -1, "1", 0, 1}, {2, 1, NULL, 1, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.1 + 0.001 * (double)c};
+        kl_set_num_threads(cases[c].threads);
+        if (cases[c].env) setenv("KL_COMPILE_INTERP", cases[c].env, 1);
+        kl_compile_options o = kl_compile_options_default();
+        o.interp_tier = cases[c].tier;
+        o.async = cases[c].async;
+        kl_fn *f = kl_compile(mixed, &a, &o);
+        unsetenv("KL_COMPILE_INTERP");
+        if (cases[c].on) cg_llvm_hold_compiles(1); /* off, a held compile would never return */
+        assert_int_equal(kl_fn_call(f, in, 2, y, 2), 0);
+        cg_llvm_hold_compiles(0);
+        kl_fn_stats st;
+        kl_fn_get_stats(f, &st);
+        print_message("case %zu: interp_calls %lld, async_eager_calls %lld\n", c, (long long)st.interp_calls,
+                      (long long)st.async_eager_calls);
+        assert_int_equal(st.interp_calls, cases[c].on);
+        if (cases[c].async) assert_true(st.async_eager_calls >= 1);
+        kl_fn_release(f);
+    }
+    kl_set_num_threads(2);
+}
+
+/* Released while its kernels compile in the background (some compiled, some interpreted):
+ * the compile is cancelled and waited for, results were bitwise eager's (elementwise). */
+static void interp_tier_release_while_compiling(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    for (int r = 0; r < 3; r++) {
+        chain_args a = {40, (double)(getpid() % 1000) / 1e4 + 0.11 + r * 0.001};
+        kl_tensor *in[2] = {seqf(4, 8, 0.31), kl_mul_scalar(seqf(8, 8, 0.09), 0.5)};
+        kl_tensor *want = NULL, *y = NULL;
+        assert_int_equal(chain(&a, in, 2, &want, 1), 0);
+        kl_fn *f = compile_interp(chain, &a, 1);
+        for (int c = 0; c <= r; c++) {
+            assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+            assert_int_equal(kl_equal(y, want), 1);
+            if (r == 2) usleep(20000); /* let some kernels compile: mixed tiers in one call */
+        }
+        kl_fn_release(f);
+    }
+}
+
+/* fork while the background compile runs (held): the child's calls keep interpreting, a
+ * new function of the same kernels compiles them in the child (the parent's in-flight
+ * claims are not waited for), and the child exits; the parent then compiles as usual. */
+static void interp_tier_fork_while_compiling(void **state) {
+    (void)state;
+#ifdef __SANITIZE_THREAD__
+    /* TSan dies in a child of a multi-threaded fork that starts a thread (it cannot
+     * follow them); the normal and ASan builds run this test */
+    skip();
+#endif
+    kl_set_num_threads(2);
+    chain_args a = {2, (double)(getpid() % 1000) / 1e4 + 0.12};
+    kl_tensor *in[2] = {seqf(4, 8, 0.21), kl_mul_scalar(seqf(8, 8, 0.17), 0.5)}, *want, *y;
+    assert_int_equal(chain(&a, in, 2, &want, 1), 0);
+    kl_fn *f = compile_interp(chain, &a, 1);
+    cg_llvm_hold_compiles(1);
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    /* until the background thread waits in the hold, its key claimed (it is niced: on a
+     * loaded machine that may take a while) */
+    for (double t0 = kt_now_s(); !cg_llvm_held_compiles() && kt_now_s() - t0 < 30;) usleep(1000);
+    assert_true(cg_llvm_held_compiles() >= 1);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* one thread: the child starts none (TSan cannot follow threads started after a
+         * multi-threaded fork), so g's compile runs here and meets the parent's claim */
+        kl_set_num_threads(1);
+        cg_llvm_hold_compiles(0);
+        int bad = kl_fn_call(f, in, 2, &y, 1) || kl_equal(y, want) != 1 || kl_fn_wait_compiled(f);
+        bad |= kl_fn_call(f, in, 2, &y, 1) || kl_equal(y, want) != 1;
+        kl_fn *g = compile_interp(chain, &a, -1); /* compiles at once, the same keys */
+        bad |= kl_fn_call(g, in, 2, &y, 1) || kl_equal(y, want) != 1;
+        kl_fn_release(g);
+        kl_fn_release(f);
+        _exit(bad ? 1 : 0);
+    }
+    int status = 0;
+    pid_t w = waitpid(pid, &status, 0);
+    cg_llvm_hold_compiles(0); /* before any assertion: a held compile would hang the exit */
+    assert_int_equal(w, pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(kl_fn_wait_compiled(f), 0);
+    int64_t n0 = interp_calls(f);
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    assert_int_equal(kl_equal(y, want), 1);
+    assert_int_equal(interp_calls(f), n0);
+    kl_fn_release(f);
+}
+
 /* The process exits (exit() and a return from main) while kernels compile in the
  * background: the handlers cancel and wait; the child exits 0 (under ASan: no error). */
-static int child_exit(int via_return) {
+static int child_exit(int via_return, int interp) {
     kl_scope_begin();
     chain_args a = {40, (double)(getpid() % 1000) / 1e4 + 0.06};
     kl_tensor *in[2] = {seqf(4, 8, 0.33), kl_mul_scalar(seqf(8, 8, 0.03), 0.5)}, *y;
-    kl_fn *f = compile_async(chain, &a);
+    kl_set_num_threads(2);
+    kl_fn *f = interp ? compile_interp(chain, &a, 1) : compile_async(chain, &a);
     if (kl_fn_call(f, in, 2, &y, 1)) return 3;
     if (via_return) return 0; /* f and the scope left alive, as a careless program would */
     exit(0);
@@ -472,7 +742,8 @@ static int child_exit(int via_return) {
 
 static void exit_while_compiling(void **state) {
     (void)state;
-    for (int via_return = 0; via_return < 2; via_return++) {
+    for (int run = 0; run < 4; run++) { /* exit, return; eager tier, interpreter tier */
+        const char *arg[4] = {"--child-exit", "--child-return", "--child-exit-interp", "--child-return-interp"};
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
@@ -482,7 +753,7 @@ static void exit_while_compiling(void **state) {
             const char *o = getenv("ASAN_OPTIONS");
             snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", o ? o : "", o && *o ? ":" : "");
             setenv("ASAN_OPTIONS", opts, 1);
-            execl("/proc/self/exe", "test_compile_async", via_return ? "--child-return" : "--child-exit", (char *)NULL);
+            execl("/proc/self/exe", "test_compile_async", arg[run], (char *)NULL);
             _exit(127);
         }
         int status = 0;
@@ -497,8 +768,10 @@ static void exit_while_compiling(void **state) {
 int main(int argc, char **argv) {
 #ifdef KL_HAVE_LLVM
     setenv("KL_CACHE_DIR", "off", 1);
-    if (argc >= 2 && !strcmp(argv[1], "--child-exit")) return child_exit(0);
-    if (argc >= 2 && !strcmp(argv[1], "--child-return")) return child_exit(1);
+    if (argc >= 2 && !strcmp(argv[1], "--child-exit")) return child_exit(0, 0);
+    if (argc >= 2 && !strcmp(argv[1], "--child-return")) return child_exit(1, 0);
+    if (argc >= 2 && !strcmp(argv[1], "--child-exit-interp")) return child_exit(0, 1);
+    if (argc >= 2 && !strcmp(argv[1], "--child-return-interp")) return child_exit(1, 1);
     const struct CMUnitTest tests[] = {
         KT_TEST(parallel_compile_equals_serial),
         KT_TEST(parallel_compile_failures_fall_back),
@@ -509,6 +782,12 @@ int main(int argc, char **argv) {
         KT_TEST(async_env_overrides_option),
         KT_TEST(release_while_compiling),
         KT_TEST(calls_from_threads_while_compiling),
+        KT_TEST(interp_tier_bitwise_across_switch),
+        KT_TEST(interp_tier_dynamic_sizes),
+        KT_TEST(interp_tier_loads_at_once),
+        KT_TEST(interp_tier_switches),
+        KT_TEST(interp_tier_release_while_compiling),
+        KT_TEST(interp_tier_fork_while_compiling),
         KT_TEST(exit_while_compiling),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

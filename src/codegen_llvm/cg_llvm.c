@@ -76,7 +76,10 @@ static int inflight_has(const ke_cache_key *key) {
     return 0;
 }
 /* Waits while another thread compiles key, then claims it for this thread. 1 if it waited. */
+static void inflight_register_fork(void);
 static int inflight_claim(const ke_cache_key *key) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, inflight_register_fork);
     int waited = 0;
     pthread_mutex_lock(&inflight_mu);
     while (inflight_has(key)) {
@@ -104,6 +107,20 @@ static void inflight_done(void) {
     }
     pthread_mutex_unlock(&inflight_mu);
 }
+/* fork: the child has only the forking thread; the claims of the others are gone with
+ * them (left linked, a compile of such a key in the child waited for them forever). No
+ * prepare handler taking inflight_mu: a pool thread claims a key inside a parallel region,
+ * whose lock the pool's own prepare handler takes (TSan: lock-order inversion); the child
+ * rebuilds the list from its own claim, so a list another thread was changing is dropped. */
+static void inflight_fork_child(void) {
+    inflights = tl_inflight.on ? &tl_inflight : NULL;
+    tl_inflight.next = NULL;
+    pthread_mutex_init(&inflight_mu, NULL);
+    pthread_cond_init(&inflight_cv, NULL);
+}
+static void inflight_register_fork(void) {
+    pthread_atfork(NULL, NULL, inflight_fork_child);
+}
 static _Atomic int64_t fallbacks, compiles;
 
 int64_t cg_llvm_fallbacks(void) { return atomic_load(&fallbacks); }
@@ -111,6 +128,9 @@ int64_t cg_llvm_compiles(void) { return atomic_load(&compiles); }
 
 static _Atomic int fail_next; /* cg_llvm_fail_next: a test's forced failures left */
 void cg_llvm_fail_next(int n) { atomic_store(&fail_next, n > 0 ? n : 0); }
+static _Atomic int hold, held; /* cg_llvm_hold_compiles; compiles waiting in it */
+void cg_llvm_hold_compiles(int on) { atomic_store(&hold, on != 0); }
+int cg_llvm_held_compiles(void) { return atomic_load(&held); }
 
 typedef struct cg_handle {
     const ir_kernel *k;
@@ -298,6 +318,21 @@ static cg_code *install(const ke_cache_key *key, const void *obj, size_t size, c
 static cg_code *compile_claimed(const ir_kernel *k, const cg_plan *plan, const ke_cache_key *keyp, const char *hex,
                                 const char *sym, double t0, double c0);
 
+/* k's key, its hex form and its symbol's name. 0, or -1 (out of memory). */
+static int key_of(const ir_kernel *k, ke_cache_key *key, char hex[65], char sym[40]) {
+    sbuf s = {0};
+    serialize(&s, k);
+    if (s.oom) {
+        free(s.p);
+        return ke_err(KL_ERR_OOM, "compile", "out of memory");
+    }
+    kernel_key(key, k, &s);
+    free(s.p);
+    ke_cache_key_hex(key, hex);
+    snprintf(sym, 40, "kiln_k_%.24s", hex);
+    return 0;
+}
+
 /* Finds or makes the code of k. Called without cg_lock: the LLVM work runs in
  * this thread's compile slot, concurrently with other threads' compiles. */
 static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
@@ -311,19 +346,9 @@ static cg_code *get_code(const ir_kernel *k, const cg_plan *plan) {
             ke_err(KL_ERR_INTERNAL, "compile", "llvm backend: forced compile failure (cg_llvm_fail_next)");
             return NULL;
         }
-    sbuf s = {0};
-    serialize(&s, k);
-    if (s.oom) {
-        free(s.p);
-        ke_err(KL_ERR_OOM, "compile", "out of memory");
-        return NULL;
-    }
     ke_cache_key key;
-    kernel_key(&key, k, &s);
-    free(s.p);
     char hex[65], sym[40];
-    ke_cache_key_hex(&key, hex);
-    snprintf(sym, sizeof sym, "kiln_k_%.24s", hex);
+    if (key_of(k, &key, hex, sym)) return NULL;
     cg_lock();
     cg_code *c = find_code(&key);
     if (c) c->refs++;
@@ -366,6 +391,11 @@ static cg_code *compile_claimed(const ir_kernel *k, const cg_plan *plan, const k
         /* a valid entry the JIT refuses: compile afresh */
         ke_log(KE_LOG_CODEGEN, "kernel %.16s: cached object refused, compiling", hex);
         kl_clear_error();
+    }
+    if (atomic_load(&hold)) { /* its key claimed: a test may fork now */
+        atomic_fetch_add(&held, 1);
+        while (atomic_load(&hold)) usleep(1000);
+        atomic_fetch_sub(&held, 1);
     }
     if (cg_slot_acquire()) return NULL;
     char pbuf[1100];
@@ -468,6 +498,56 @@ static void *compile(const ir_kernel *k, int strict) {
         }
         atomic_store(&h->interp, ih);
     }
+    return h;
+}
+
+/* ir_backend.load: k's code without compiling it: loaded already (shared), or the disk
+ * cache's object. Keys being compiled by another thread are not waited for. */
+typedef struct load_args {
+    const ir_kernel *k;
+    cg_code *code;
+} load_args;
+static void load_guarded(void *p) {
+    load_args *a = p;
+    double t0 = now_ms();
+    cg_lock();
+    int bad = cg_jit_init();
+    cg_unlock();
+    ke_cache_key key;
+    char hex[65], sym[40];
+    if (bad || key_of(a->k, &key, hex, sym)) return;
+    cg_lock();
+    if ((a->code = find_code(&key))) a->code->refs++;
+    cg_unlock();
+    void *obj = NULL;
+    size_t size = 0;
+    int shared = 0, cached = 0;
+    if (!a->code && ke_cache_load(KE_CACHE_OBJ, &key, &obj, &size)) {
+        a->code = install(&key, obj, size, sym, &shared);
+        cached = !shared;
+        free(obj);
+    }
+    if (a->code)
+        ke_log(KE_LOG_CODEGEN, "kernel %.16s: %d statements, %s (%.3f ms)", hex, a->k->nstmts,
+               cached ? "cache hit" : "loaded already", now_ms() - t0);
+}
+static void *cg_load(const ir_kernel *k) {
+    if (k->ninputs + k->noutputs > CG_MAX_BUFS) return NULL;
+    cg_handle *h = calloc(1, sizeof *h);
+    if (!h) {
+        kl_clear_error();
+        return NULL;
+    }
+    h->k = k;
+    cg_plan_make(&h->plan, k);
+    load_args a = {k, NULL};
+    char why[256];
+    if (guarded(load_guarded, &a, why, sizeof why) || !a.code) {
+        free(h); /* the compile in the background meets the failure again and reports it */
+        kl_clear_error();
+        return NULL;
+    }
+    h->code = a.code;
     return h;
 }
 
@@ -640,4 +720,5 @@ const ir_backend cg_llvm_backend = {
     .dump = cg_dump,
     .concurrent = 1,
     .prepare = cg_prepare,
+    .load = cg_load,
 };

@@ -21,5 +21,9 @@ int cg_llvm_peak_compiles(int reset);
 /* Test-only: the next n kernels LLVM would compile fail as if LLVM had
  * refused them (KL_ERR_INTERNAL inside the backend), cached or not; 0 ends it. */
 void cg_llvm_fail_next(int n);
+/* Test-only: while on != 0, every LLVM compile (not a cache hit or code loaded already)
+ * waits before it starts: a slow compile, to test the interpreter tier's switch. */
+void cg_llvm_hold_compiles(int on);
+int cg_llvm_held_compiles(void); /* compiles waiting in that hold now (their keys claimed) */
 
 #endif /* CG_LLVM_H */

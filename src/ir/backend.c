@@ -67,8 +67,9 @@ int ir_kernel_compile(ir_kernel *k, const ir_backend *b) {
     k->handle = NULL;
     k->backend = b;
     atomic_fetch_add(&compiles, 1);
-    k->handle = b->compile(k);
-    return k->handle ? 0 : -1;
+    void *h = b->compile(k);
+    atomic_store_explicit(&k->handle, h, memory_order_release); /* after backend: see ir_kernel_run */
+    return h ? 0 : -1;
 }
 
 int ir_kernels_compile(ir_kernel *const *ks, int n, const ir_backend *b) {
@@ -119,9 +120,29 @@ static _Thread_local double llvm_ms;
 void ir_backend_add_llvm_ms(double ms) { llvm_ms += ms; }
 double ir_backend_llvm_ms(void) { return llvm_ms; }
 
+static _Thread_local int64_t interim_runs;
+int64_t ir_kernel_interim_runs(void) { return interim_runs; }
+
 int ir_kernel_run(const ir_kernel *k, kl_tensor *const *in, kl_tensor *const *out) {
-    if (!k->handle) return ke_err(KL_ERR_INTERNAL, "fn_call", "kernel run before it was compiled");
-    return k->backend->run(k->handle, in, out);
+    /* acquire: pairs with the compile's store of handle, made after backend's */
+    void *h = atomic_load_explicit(&k->handle, memory_order_acquire);
+    if (h) return k->backend->run(h, in, out);
+    if (!k->interim) return ke_err(KL_ERR_INTERNAL, "fn_call", "kernel run before it was compiled");
+    interim_runs++;
+    return ir_interp_backend.run(k->interim, in, out);
+}
+
+int ir_kernel_interpret_meanwhile(ir_kernel *k, const ir_backend *b) {
+    if (atomic_load(&k->handle)) return 0;
+    void *h = b->load ? b->load(k) : NULL;
+    if (h) { /* loaded already or in the disk cache: no compile to wait for */
+        k->backend = b;
+        atomic_fetch_add(&compiles, 1);
+        atomic_store_explicit(&k->handle, h, memory_order_release);
+        return 0;
+    }
+    if (!k->interim && !(k->interim = ir_interp_backend.compile(k))) return -1;
+    return 1;
 }
 
 ir_kernel *ir_kernel_ref(ir_kernel *k) {
@@ -137,6 +158,7 @@ ir_kernel *ir_kernel_copy(const ir_kernel *k) {
         atomic_store(&c->refs, 1);
         c->backend = NULL;
         c->handle = NULL;
+        c->interim = NULL;
         c->bufs = malloc(sizeof *c->bufs * (size_t)(nb ? nb : 1));
         c->stmts = malloc(sizeof *c->stmts * (size_t)(k->nstmts ? k->nstmts : 1));
         c->ops = k->ops ? strdup(k->ops) : NULL;
@@ -155,6 +177,7 @@ ir_kernel *ir_kernel_copy(const ir_kernel *k) {
 void ir_kernel_free(ir_kernel *k) {
     if (!k || atomic_fetch_sub(&k->refs, 1) > 1) return;
     if (k->handle) k->backend->free(k->handle);
+    if (k->interim) ir_interp_backend.free(k->interim);
     free(k->bufs);
     free(k->stmts);
     free(k->ops);

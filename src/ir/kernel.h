@@ -79,7 +79,10 @@ typedef struct ir_kernel {
     kl_device device;              /* where it runs: its nodes' device (picks the backend) */
     _Atomic int32_t refs;          /* graphs sharing it (ir_kernel_ref; 1 when lowered) */
     const struct ir_backend *backend; /* what compiled it (ir_kernel_compile); NULL: not compiled */
-    void *handle;                  /* the backend's compiled form (owned) */
+    void *_Atomic handle;          /* the backend's compiled form (owned); stored after backend, so
+                                      a run on another thread that sees it sees backend too */
+    void *interim;                 /* tier 0 of a tiered compile (ir_kernel_interpret_meanwhile): the
+                                      interpreter's handle, run while handle is NULL (owned) */
     char *ops;                     /* the ops fused into it, "add, gelu" (fuse.c; owned, may be NULL):
                                       profiler events, kl_fn_explain */
 } ir_kernel;
@@ -115,6 +118,10 @@ typedef struct ir_backend {
      * kernels); handles[i] gets ks[i]'s handle, which run and free take as compile's.
      * 0, or -1 with no handle set (ir_kernels_compile then fails the group). */
     int (*compile_group)(ir_kernel *const *ks, int n, void **handles);
+    /* Optional: k's handle (as compile's) when it costs no compile: its code is loaded in
+     * this process already, or in the disk cache. NULL with no error recorded otherwise
+     * (the interpreter tier then runs k until a compile in the background is done). */
+    void *(*load)(const ir_kernel *k);
 } ir_backend;
 
 #define IR_MAX_BACKENDS 8
@@ -151,8 +158,19 @@ int ir_kernels_compile(ir_kernel *const *ks, int n, const ir_backend *b);
 /* Backend compiles made so far by ir_kernel_compile, over the process (tests
  * check that copying a graph compiles nothing). */
 int64_t ir_kernel_compiles(void);
-/* Runs a compiled kernel. 0 or -1. */
+/* Runs a kernel: its compiled handle once one is published, else its interim
+ * interpreter (tier 0); neither is KL_ERR_INTERNAL. No lock: safe while another
+ * thread compiles k. 0 or -1. */
 int ir_kernel_run(const ir_kernel *k, kl_tensor *const *in, kl_tensor *const *out);
+/* Tiered compile, tier 0 (docs/COMPILE.md "Interpreter tier"): if b can give k's handle
+ * without compiling (ir_backend.load), k gets it; else k runs on the interpreter, bitwise
+ * what its compiled code computes (docs/CODEGEN.md), until a later ir_kernel_compile
+ * (on any thread) publishes the handle. 1 if k still needs that compile, 0 if not,
+ * -1 on error. */
+int ir_kernel_interpret_meanwhile(ir_kernel *k, const ir_backend *b);
+/* Kernel runs on the interpreter tier (a kernel whose compile was not done yet) made
+ * by this thread so far (kl_fn_stats.interp_calls counts the calls with any). */
+int64_t ir_kernel_interim_runs(void);
 /* A kernel is immutable once its graph's passes are done: copies of a graph
  * share it (ref adds a reference, free drops one and frees the last). */
 ir_kernel *ir_kernel_ref(ir_kernel *k);

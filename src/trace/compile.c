@@ -70,6 +70,7 @@ struct kl_fn {
     uint8_t env_eager;        /* KL_COMPILE=0 when the function was compiled */
     uint8_t env_check;        /* KL_COMPILE_CHECK=1 when the function was compiled */
     uint8_t async;            /* tiered execution: options.async, or $KL_COMPILE_ASYNC when set */
+    int8_t interp;            /* interpreter tier: 1 on, 0 off, -1 the default (off: interp_tier_on) */
     const ir_backend *cpu;    /* CPU kernels' backend (options or $KL_CPU_BACKEND); NULL: the default */
     pthread_mutex_t lock;
     kl_fn_stats st;
@@ -141,6 +142,7 @@ kl_fn *kl_compile(kl_traceable fn, void *user, const kl_compile_options *opts) {
     f->env_eager = !env_flag("KL_COMPILE", 1);
     f->env_check = (uint8_t)env_flag("KL_COMPILE_CHECK", 0) && !tr_in_repro;
     f->async = (uint8_t)env_flag("KL_COMPILE_ASYNC", o.async != 0);
+    f->interp = (int8_t)env_flag("KL_COMPILE_INTERP", o.interp_tier > 0 ? 1 : o.interp_tier < 0 ? 0 : -1);
     pthread_mutex_init(&f->lock, NULL);
     return f;
 }
@@ -543,6 +545,23 @@ static int32_t *compile_order(const ir_graph *g, const int32_t *ids, int32_t n) 
     return order;
 }
 
+/* Whether a new entry of f runs its kernels on the interpreter until they are compiled:
+ * options / $KL_COMPILE_INTERP, else the default (docs/COMPILE.md "Interpreter tier"). */
+static int interp_tier_on(const kl_fn *f) { return f->interp > 0; }
+
+/* Interpreter tier: each concurrent-backend kernel of g gets its code at once if that costs no
+ * compile (loaded already, disk cache), else runs on the interpreter until the background
+ * compile publishes its handle. 1 if some kernel waits for a compile, 0 if none, -1 on error. */
+static int interpret_meanwhile(ir_graph *g, const ir_backend *cpu) {
+    int pending = 0;
+    for (int32_t i = 0; i < g->nkernels; i++) {
+        int r = ir_kernel_interpret_meanwhile(g->kernels[i], backend_of(g->kernels[i], cpu));
+        if (r < 0) return -1;
+        pending |= r;
+    }
+    return pending;
+}
+
 /* spare: threads left to the callers (tiered compiles leave one, so a call running eagerly
  * meanwhile keeps a core: with two threads a background compile on both made an eager
  * digits step wait ~100 ms for OpenBLAS's starved helper). */
@@ -600,6 +619,8 @@ int tr_compile_kernels(ir_graph *g, const ir_backend *cpu) { return compile_kern
 struct tr_async {
     ir_graph *g;
     const ir_backend *cpu;
+    int interp;        /* the interpreter tier: calls run g meanwhile (its kernels interpreted) */
+    int forked;        /* this is a forked child: the compiling thread stayed in the parent */
     _Atomic int state; /* 0 compiling, 1 compiled, -1 failed or cancelled */
     _Atomic int cancel;
     double ms, llvm_ms; /* the compile's wall time, and LLVM's share summed over its threads */
@@ -640,7 +661,24 @@ static void jobs_at_exit(void) {
     }
     pthread_mutex_unlock(&jobs_mu);
 }
-static void register_jobs_at_exit(void) { atexit(jobs_at_exit); }
+/* fork: the compiling threads stay in the parent; in the child their jobs are over (failed:
+ * an interpreter-tier entry keeps interpreting the kernels not compiled yet, an eager-tier
+ * one runs eagerly), so neither its calls nor its exit wait for them. */
+static void jobs_fork_prepare(void) { pthread_mutex_lock(&jobs_mu); }
+static void jobs_fork_parent(void) { pthread_mutex_unlock(&jobs_mu); }
+static void jobs_fork_child(void) {
+    for (tr_async *j = jobs; j; j = j->next)
+        if (atomic_load(&j->state) == 0) {
+            j->forked = 1;
+            atomic_store(&j->state, -1);
+        }
+    pthread_mutex_init(&jobs_mu, NULL);
+    pthread_cond_init(&jobs_cv, NULL);
+}
+static void register_jobs_at_exit(void) {
+    atexit(jobs_at_exit);
+    pthread_atfork(jobs_fork_prepare, jobs_fork_parent, jobs_fork_child);
+}
 
 /* Waits for j's thread to be done with it and unlinks it; its state. */
 static int async_wait(tr_async *j) {
@@ -661,13 +699,14 @@ static void async_cancel(tr_async *j) {
 
 /* Starts compiling g's kernels in the background for entry e. 0; -1 if no thread could
  * be started (the caller compiles at once). */
-static int async_start(tr_entry *e, ir_graph *g, const ir_backend *cpu) {
+static int async_start(tr_entry *e, ir_graph *g, const ir_backend *cpu, int interp) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_jobs_at_exit);
     tr_async *j = calloc(1, sizeof *j);
     if (!j) return -1;
     j->g = g;
     j->cpu = cpu;
+    j->interp = interp;
     pthread_mutex_lock(&jobs_mu);
     j->next = jobs;
     if (jobs) jobs->prev = j;
@@ -705,15 +744,27 @@ static int async_eligible(const ir_graph *g, const ir_backend *cpu) {
 }
 
 /* The background compile of e is over (under f->lock): the entry runs compiled from now
- * on, or eagerly if the compile failed. */
+ * on, or (the compile failed) eagerly, or with the interpreter tier on the interpreter for
+ * the kernels left (the same bits). */
 static void async_finish(kl_fn *f, tr_entry *e) {
     tr_async *j = e->job;
     int ok = async_wait(j) == 1;
     e->job = NULL;
     e->ms[2] += j->ms;
     e->ms[3] += j->llvm_ms;
+    if (j->forked) snprintf(j->err.msg, sizeof j->err.msg, "the process forked while they compiled");
+    if (ok && e->dyn && tr_dyn_compile_pending(e->dyn, f->cpu)) {
+        ke_log(KE_LOG_FALLBACK, "%s: a size's kernels stay on the interpreter: %s", f->o.name, kl_last_error());
+        kl_clear_error();
+    }
     if (ok) {
         ke_log(KE_LOG_CACHE, "%s: kernels compiled in the background in %.2f ms: calls run compiled", f->o.name, j->ms);
+    } else if (j->interp) {
+        free(e->async_why);
+        e->async_why = strdup(j->err.msg);
+        snprintf(f->st.last_reason, sizeof f->st.last_reason, "background compile failed: %.200s", j->err.msg);
+        ke_log(KE_LOG_FALLBACK, "%s: the background compile failed, kernels not compiled stay on the interpreter: %s",
+               f->o.name, j->err.msg);
     } else {
         char why[1100];
         snprintf(why, sizeof why, "%s", j->err.msg);
@@ -887,7 +938,7 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
         free(text);
     }
     double t0 = now_ms();
-    int broke = 0, tiered = 0;
+    int broke = 0, tiered = 0, interim = 0;
     char reason[256] = "";
     tracing_frame frame = {f, tl_tracing};
     tl_tracing = &frame;
@@ -939,6 +990,11 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
          * complete (a dynamic entry's probes and fits read the template's kernels, not their
          * code, so they run meanwhile) */
         tiered = !bad && f->async && async_eligible(g, f->cpu);
+        if (!bad && !tiered && interp_tier_on(f) && async_eligible(g, f->cpu)) {
+            int r = interpret_meanwhile(g, f->cpu);
+            if (r < 0) kl_clear_error(); /* compiled at once below (and fails there if it must) */
+            tiered = interim = r > 0;
+        }
         if (!bad && !tiered) bad = tr_compile_kernels(g, f->cpu) != 0;
         e->ms[2] = now_ms() - t2;
         e->ms[3] = ir_backend_llvm_ms() - llvm0;
@@ -988,9 +1044,9 @@ static int add_entry(kl_fn *f, kl_tensor *const *in, const int32_t *alias, int n
             e->cap_rg[i] = (g->captured[i]->keys & KE_KS(KE_KEY_AUTOGRAD)) != 0;
     }
     if (g && tiered) { /* g: the template of a dynamic entry, or the static graph */
-        if (!async_start(e, g, f->cpu)) {
-            ke_log(KE_LOG_CACHE, "%s: entry %d: %d kernels compile in the background; calls run eagerly meanwhile",
-                   f->o.name, f->nentries, (int)g->nkernels);
+        if (!async_start(e, g, f->cpu, interim)) {
+            ke_log(KE_LOG_CACHE, "%s: entry %d: %d kernels compile in the background; calls run %s meanwhile",
+                   f->o.name, f->nentries, (int)g->nkernels, interim ? "them on the interpreter" : "eagerly");
         } else { /* no thread: compiled at once */
             double t2 = now_ms(), llvm0 = ir_backend_llvm_ms();
             int bad = tr_compile_kernels(g, f->cpu) != 0;
@@ -1156,8 +1212,8 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
      * specialised: its copies' kernels would compile on this thread) */
     int tier0 = 0;
     if (hit->job) {
-        if (atomic_load(&hit->job->state) == 0) tier0 = 1, f->st.async_eager_calls++;
-        else async_finish(f, hit);
+        if (atomic_load(&hit->job->state) != 0) async_finish(f, hit);
+        else if (!hit->job->interp) tier0 = 1, f->st.async_eager_calls++;
     }
     if (hit->eager || tier0) {
         pthread_mutex_unlock(&f->lock);
@@ -1171,7 +1227,7 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
             for (int d = 0; d < inputs[i]->ndim && s < 0; d++)
                 if (hit->in[i].dynmask >> d & 1) s = inputs[i]->shape[d];
         int nb = tr_dyn_ninstances(hit->dyn);
-        g = tr_dyn_graph(hit->dyn, s, f->cpu, &transient);
+        g = tr_dyn_graph(hit->dyn, s, f->cpu, &transient); /* tier 0 while the template compiles */
         if (transient || tr_dyn_ninstances(hit->dyn) != nb) {
             f->st.specialisations++;
             ke_log(KE_LOG_CACHE, "%s: entry %d specialised to size %lld", f->o.name, f->last, (long long)s);
@@ -1215,7 +1271,13 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
             f->st.opbyop_grad_calls++;
             pthread_mutex_unlock(&f->lock);
         }
+        int64_t r0 = ir_kernel_interim_runs();
         rc = tr_run_graph(g, inputs, outputs);
+        if (ir_kernel_interim_runs() != r0) {
+            pthread_mutex_lock(&f->lock);
+            f->st.interp_calls++;
+            pthread_mutex_unlock(&f->lock);
+        }
     }
     if (transient) ir_graph_free(g);
     if (!rc && check) {
@@ -1385,10 +1447,16 @@ int kl_fn_explain(const kl_fn *f, FILE *o) {
             fprintf(o, "  runs eagerly: trace break: %s\n", e->broke ? e->broke : "?");
             continue;
         }
-        if (e->job && atomic_load(&e->job->state) == 0) {
+        if (e->job && atomic_load(&e->job->state) == 0 && !e->job->interp) {
             fprintf(o, "  kernels compiling in the background (calls run eagerly until they are ready)\n");
             continue;
         }
+        if (e->job && atomic_load(&e->job->state) == 0)
+            fprintf(o, "  kernels compiling in the background (calls run each on the interpreter until its code is "
+                       "loaded)\n");
+        else if (e->async_why)
+            fprintf(o, "  kernels not compiled run on the interpreter: the background compile failed: %s\n",
+                    e->async_why);
         if (e->dyn)
             fprintf(o, "  dynamic: serves every size s >= 2 of the dims marked s (traced at %lld; %d numbers rewritten "
                        "per size; %d sizes specialised and kept)\n",
@@ -1406,7 +1474,8 @@ int kl_fn_explain(const kl_fn *f, FILE *o) {
             char sh[160];
             fprintf(o, "    kernel %d = %s (%s%s, %d inputs, %d outputs, %s)\n", (int)k, kn->ops ? kn->ops : "?",
                     kn->row ? "row kernel over " : "domain ", ke_fmt_shape(sh, sizeof sh, kn->ndim, kn->shape),
-                    (int)kn->ninputs, (int)kn->noutputs, kn->backend ? kn->backend->name : "not compiled");
+                    (int)kn->ninputs, (int)kn->noutputs,
+                    atomic_load(&kn->handle) ? kn->backend->name : kn->interim ? "interp (tier 0)" : "not compiled");
         }
         if (g->notes) {
             fprintf(o, "  not fused:\n");

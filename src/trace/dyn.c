@@ -362,12 +362,29 @@ ir_graph *tr_dyn_specialise(const tr_dyn *d, int64_t s, const ir_backend *cpu) {
         /* A kernel whose code depends on the size (its reduced row or strides are the size)
          * would need a fresh backend compile per size: the interpreter runs it instead. */
         if (b && kn->device.type == KL_CPU && !same_code(d->t->kernels[k], kn)) b = &ir_interp_backend;
-        if (!b || ir_kernel_compile(kn, b)) {
+        int bad = !b;
+        if (b && b != &ir_interp_backend && !atomic_load(&d->t->kernels[k]->handle) && d->t->kernels[k]->interim)
+            bad = ir_kernel_interpret_meanwhile(kn, b) < 0; /* compiled by tr_dyn_compile_pending */
+        else if (b)
+            bad = ir_kernel_compile(kn, b) != 0;
+        if (bad) {
             ir_graph_free(g);
             return NULL;
         }
     }
     return g;
+}
+
+int tr_dyn_compile_pending(tr_dyn *d, const ir_backend *cpu) {
+    int rc = 0;
+    for (int i = 0; i < d->ninst; i++)
+        for (int32_t k = 0; k < d->inst[i]->nkernels; k++) {
+            ir_kernel *kn = d->inst[i]->kernels[k];
+            if (atomic_load(&kn->handle) || !kn->interim) continue;
+            const ir_backend *b = kn->device.type == KL_CPU && cpu ? cpu : ir_backend_for_device(kn->device.type);
+            if (!b || ir_kernel_compile(kn, b)) rc = -1;
+        }
+    return rc;
 }
 
 ir_graph *tr_dyn_graph(tr_dyn *d, int64_t s, const ir_backend *cpu, int *transient) {

@@ -24,8 +24,13 @@ void tr_dyn_free(tr_dyn *d);
  * (cpu as tr_compile_kernels); *transient = 1 when the caller must free it after the call.
  * Not thread-safe: the caller's lock. NULL + error. */
 ir_graph *tr_dyn_graph(tr_dyn *d, int64_t s, const ir_backend *cpu, int *transient);
-/* A new copy of the template specialised to s, kernels compiled. NULL + error. */
+/* A new copy of the template specialised to s, kernels compiled; a kernel whose template
+ * kernel is not compiled yet (the interpreter tier: it compiles in the background) runs
+ * on the interpreter meanwhile (ir_kernel_interpret_meanwhile). NULL + error. */
 ir_graph *tr_dyn_specialise(const tr_dyn *d, int64_t s, const ir_backend *cpu);
+/* Compiles the kept copies' kernels left on the interpreter (their template's code is
+ * loaded now: no LLVM work). 0, or -1 (those that failed stay interpreted). */
+int tr_dyn_compile_pending(tr_dyn *d, const ir_backend *cpu);
 int32_t tr_dyn_nsites(const tr_dyn *d);      /* numbers rewritten per size */
 int64_t tr_dyn_size(const tr_dyn *d);        /* the template's size */
 ir_graph *tr_dyn_template(const tr_dyn *d);

@@ -103,7 +103,7 @@ static int run_kernel(const ir_graph *g, const ir_node *n, kl_tensor **vals, exe
     snprintf(name, sizeof name, "kernel %d", id);
     u += (size_t)snprintf(args, sizeof args, "\"kernel\": %d, \"ops\": ", id);
     ke_prof_json_str(args, sizeof args, &u, k->ops ? k->ops : "");
-    u += (size_t)snprintf(args + u, sizeof args - u, ", \"backend\": \"%s\", \"shapes\": [", k->backend ? k->backend->name : "?");
+    u += (size_t)snprintf(args + u, sizeof args - u, ", \"backend\": \"%s\", \"shapes\": [", atomic_load(&k->handle) ? k->backend->name : k->interim ? "interp (tier 0)" : "?");
     for (int i = 0; i < n->nin && u < sizeof args; i++) {
         u += (size_t)snprintf(args + u, sizeof args - u, "%s[", i ? ", " : "");
         for (int d = 0; d < in[i]->ndim && u < sizeof args; d++)
