@@ -320,16 +320,31 @@ int ke_infer_batch_norm_backward(ke_call *c, ke_outspec *out) {
     return 3;
 }
 
+/* A fused backward kernel's operands in its compute dtype ct, in the caller's scope: the
+ * inputs contiguous in ct; an output of another dtype gets a ct scratch tensor, which
+ * ct_results converts into it after the kernel. 1 if every operand was made. */
+static int ct_operands(ke_call *c, kl_dtype ct, kl_tensor **in, kl_tensor **out, int nout) {
+    int ok = 1;
+    for (int i = 0; i < c->nin && ok; i++) ok = (in[i] = kl_contiguous(kl_to_dtype(c->in[i], ct))) != NULL;
+    for (int o = 0; o < nout && ok; o++)
+        ok = (out[o] = c->out[o]->dtype == ct ? c->out[o] : kl_empty_on(c->out[o]->ndim, c->out[o]->shape, ct, KL_DEVICE_CPU)) != NULL;
+    return ok;
+}
+
+static void ct_results(ke_call *c, kl_dtype ct, kl_tensor *const *out, int nout) {
+    for (int o = 0; o < nout; o++)
+        if (out[o] != c->out[o])
+            ke_convert(ke_data(c->out[o]), (kl_dtype)c->out[o]->dtype, ke_data(out[o]), ct,
+                       ke_numel(out[o]->ndim, out[o]->shape));
+}
+
 int ke_cpu_batch_norm_backward(ke_call *c) {
     int kw, training = ke_attr_batch_norm_training(&c->a);
     bnb_layout(c, &kw);
     kl_dtype ct = c->compute;
     kl_scope_begin();
     kl_tensor *in[5], *out[3];
-    int ok = 1;
-    for (int i = 0; i < c->nin && ok; i++) ok = (in[i] = kl_contiguous(kl_to_dtype(c->in[i], ct))) != NULL;
-    for (int o = 0; o < 3 && ok; o++)
-        ok = (out[o] = c->out[o]->dtype == ct ? c->out[o] : kl_empty_on(c->out[o]->ndim, c->out[o]->shape, ct, KL_DEVICE_CPU)) != NULL;
+    int ok = ct_operands(c, ct, in, out, 3);
     if (ok) {
         const kl_tensor *x = in[1];
         bnb_ctx p = {ke_data(in[0]), ke_data(x), training ? NULL : ke_data(in[2]), training ? NULL : ke_data(in[3]),
@@ -343,10 +358,7 @@ int ke_cpu_batch_norm_backward(ke_call *c) {
         } else {
             ke_parallel_for(p.C, per >= 32768 ? 1 : 32768 / per, ct == KL_F64 ? bnb_range_f64 : bnb_range_f32, &p);
         }
-        for (int o = 0; o < 3; o++)
-            if (out[o] != c->out[o])
-                ke_convert(ke_data(c->out[o]), (kl_dtype)c->out[o]->dtype, ke_data(out[o]), ct,
-                           ke_numel(out[o]->ndim, out[o]->shape));
+        ct_results(c, ct, out, 3);
     }
     kl_scope_end();
     return ok ? 0 : -1;
@@ -491,10 +503,7 @@ int ke_cpu_layer_norm_backward(ke_call *c) {
     kl_dtype ct = c->compute;
     kl_scope_begin();
     kl_tensor *in[3], *out[3];
-    int ok = 1;
-    for (int i = 0; i < c->nin && ok; i++) ok = (in[i] = kl_contiguous(kl_to_dtype(c->in[i], ct))) != NULL;
-    for (int o = 0; o < 3 && ok; o++)
-        ok = (out[o] = c->out[o]->dtype == ct ? c->out[o] : kl_empty_on(c->out[o]->ndim, c->out[o]->shape, ct, KL_DEVICE_CPU)) != NULL;
+    int ok = ct_operands(c, ct, in, out, 3);
     double *part = NULL;
     if (ok) {
         const kl_tensor *x = in[1];
@@ -522,10 +531,7 @@ int ke_cpu_layer_norm_backward(ke_call *c) {
                 else
                     for (int64_t i = 0; i < n; i++) ((float *)ke_data(out[o]))[i] = (float)sums[(o - 1) * n + i];
             }
-            for (int o = 0; o < 3; o++)
-                if (out[o] != c->out[o])
-                    ke_convert(ke_data(c->out[o]), (kl_dtype)c->out[o]->dtype, ke_data(out[o]), ct,
-                               ke_numel(out[o]->ndim, out[o]->shape));
+            ct_results(c, ct, out, 3);
         }
         free(sums);
     }
