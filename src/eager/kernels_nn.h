@@ -80,5 +80,9 @@ int ke_pool_2x2(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int6
  * copied into out[0] afterwards (f16/bf16). Shared by nn.c and conv.c. */
 typedef int (*ke_compute_fn)(ke_call *c, kl_tensor *const *xs, kl_tensor *y);
 int ke_with_compute_dtype(ke_call *c, ke_compute_fn fn);
+/* The same for every output of c (ys[0..c->nout)): the kernels with several
+ * outputs (batch_norm_stats, batch_norm_backward, layer_norm_backward). */
+typedef int (*ke_compute_outs_fn)(ke_call *c, kl_tensor *const *xs, kl_tensor *const *ys);
+int ke_with_compute_dtype_outs(ke_call *c, ke_compute_outs_fn fn);
 
 #endif

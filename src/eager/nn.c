@@ -86,23 +86,47 @@ typedef struct softmax_ctx {
 #define SM_LOG log
 #include "tmpl/softmax_rows.h"
 
+/* The inputs contiguous in the compute dtype ct (in the caller's scope); 1 if made. */
+static int compute_inputs(ke_call *c, kl_dtype ct, kl_tensor **xs) {
+    KE_ASSERT(c->nin <= 8);
+    for (int i = 0; i < c->nin; i++)
+        if (!(xs[i] = kl_contiguous(kl_to_dtype(c->in[i], ct)))) return 0;
+    return 1;
+}
+
+/* out itself when it is of dtype ct, else a ct scratch tensor that
+ * compute_result converts into out after the kernel. */
+static kl_tensor *compute_output(kl_tensor *out, kl_dtype ct) {
+    return out->dtype == ct ? out : kl_empty_on(out->ndim, out->shape, ct, KL_DEVICE_CPU);
+}
+
+static void compute_result(kl_tensor *out, kl_tensor *y, kl_dtype ct) {
+    if (y != out) ke_convert(ke_data(out), (kl_dtype)out->dtype, ke_data(y), ct, ke_numel(out->ndim, out->shape));
+}
+
 /* (declared in kernels_nn.h) */
 int ke_with_compute_dtype(ke_call *c, ke_compute_fn fn) {
     kl_tensor *out = c->out[0];
-    int64_t n = ke_numel(out->ndim, out->shape);
-    if (n == 0) return 0;
+    if (ke_numel(out->ndim, out->shape) == 0) return 0;
     kl_dtype ct = c->compute;
     kl_scope_begin();
-    kl_tensor *xs[8] = {0};
-    KE_ASSERT(c->nin <= 8);
-    int ok = 1;
-    for (int i = 0; i < c->nin && ok; i++) {
-        xs[i] = kl_contiguous(kl_to_dtype(c->in[i], ct));
-        ok = xs[i] != NULL;
-    }
-    kl_tensor *y = out->dtype == ct ? out : kl_empty_on(out->ndim, out->shape, ct, KL_DEVICE_CPU);
-    int rc = ok && y ? fn(c, xs, y) : -1;
-    if (!rc && y != out) ke_convert(ke_data(out), (kl_dtype)out->dtype, ke_data(y), ct, n);
+    kl_tensor *xs[8] = {0}, *y = NULL;
+    int rc = compute_inputs(c, ct, xs) && (y = compute_output(out, ct)) ? fn(c, xs, y) : -1;
+    if (!rc) compute_result(out, y, ct);
+    kl_scope_end();
+    return rc;
+}
+
+/* (declared in kernels_nn.h) */
+int ke_with_compute_dtype_outs(ke_call *c, ke_compute_outs_fn fn) {
+    kl_dtype ct = c->compute;
+    KE_ASSERT(c->nout <= KE_MAX_OUT);
+    kl_scope_begin();
+    kl_tensor *xs[8] = {0}, *ys[KE_MAX_OUT] = {0};
+    int ok = compute_inputs(c, ct, xs);
+    for (int o = 0; o < c->nout && ok; o++) ok = (ys[o] = compute_output(c->out[o], ct)) != NULL;
+    int rc = ok ? fn(c, xs, ys) : -1;
+    for (int o = 0; o < c->nout && !rc; o++) compute_result(c->out[o], ys[o], ct);
     kl_scope_end();
     return rc;
 }
@@ -721,29 +745,18 @@ typedef struct bns_ctx {
 KE_BN_STATS(float, f32)
 KE_BN_STATS(double, f64)
 
-int ke_cpu_batch_norm_stats(ke_call *c) {
-    kl_dtype ct = c->compute;
-    kl_scope_begin();
-    kl_tensor *x = kl_contiguous(kl_to_dtype(c->in[0], ct)), *out[2] = {0};
-    int ok = x != NULL;
-    for (int o = 0; o < 2 && ok; o++)
-        ok = (out[o] = c->out[o]->dtype == ct ? c->out[o] : kl_empty_on(1, c->out[o]->shape, ct, KL_DEVICE_CPU)) != NULL;
-    if (ok) {
-        bns_ctx p = {ke_data(x), ke_data(out[0]), ke_data(out[1]), x->shape[0], x->shape[1], 1};
-        for (int d = 2; d < x->ndim; d++) p.S *= x->shape[d];
-        int64_t per = p.N * p.S;
-        if (per == 0) { /* no elements: NaN, as the mean and variance of nothing */
-            for (int o = 0; o < 2; o++) kl_fill_inplace(out[o], NAN);
-        } else {
-            ke_parallel_for(p.C, per >= 32768 ? 1 : 32768 / per, ct == KL_F64 ? bns_range_f64 : bns_range_f32, &p);
-        }
-        for (int o = 0; o < 2; o++)
-            if (out[o] != c->out[o])
-                ke_convert(ke_data(c->out[o]), (kl_dtype)c->out[o]->dtype, ke_data(out[o]), ct, c->out[o]->shape[0]);
-    }
-    kl_scope_end();
-    return ok ? 0 : -1;
+static int bns_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *const *out) {
+    const kl_tensor *x = xs[0];
+    bns_ctx p = {ke_data(x), ke_data(out[0]), ke_data(out[1]), x->shape[0], x->shape[1], 1};
+    for (int d = 2; d < x->ndim; d++) p.S *= x->shape[d];
+    int64_t per = p.N * p.S;
+    if (per == 0) /* no elements: NaN, as the mean and variance of nothing */
+        return kl_fill_inplace(out[0], NAN) && kl_fill_inplace(out[1], NAN) ? 0 : -1;
+    ke_parallel_for(p.C, per >= 32768 ? 1 : 32768 / per, c->compute == KL_F64 ? bns_range_f64 : bns_range_f32, &p);
+    return 0;
 }
+
+int ke_cpu_batch_norm_stats(ke_call *c) { return ke_with_compute_dtype_outs(c, bns_compute); }
 
 int ke_decomp_batch_norm_stats(ke_call *c) {
     ke_outspec spec[2];

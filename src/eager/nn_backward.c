@@ -320,49 +320,26 @@ int ke_infer_batch_norm_backward(ke_call *c, ke_outspec *out) {
     return 3;
 }
 
-/* A fused backward kernel's operands in its compute dtype ct, in the caller's scope: the
- * inputs contiguous in ct; an output of another dtype gets a ct scratch tensor, which
- * ct_results converts into it after the kernel. 1 if every operand was made. */
-static int ct_operands(ke_call *c, kl_dtype ct, kl_tensor **in, kl_tensor **out, int nout) {
-    int ok = 1;
-    for (int i = 0; i < c->nin && ok; i++) ok = (in[i] = kl_contiguous(kl_to_dtype(c->in[i], ct))) != NULL;
-    for (int o = 0; o < nout && ok; o++)
-        ok = (out[o] = c->out[o]->dtype == ct ? c->out[o] : kl_empty_on(c->out[o]->ndim, c->out[o]->shape, ct, KL_DEVICE_CPU)) != NULL;
-    return ok;
-}
-
-static void ct_results(ke_call *c, kl_dtype ct, kl_tensor *const *out, int nout) {
-    for (int o = 0; o < nout; o++)
-        if (out[o] != c->out[o])
-            ke_convert(ke_data(c->out[o]), (kl_dtype)c->out[o]->dtype, ke_data(out[o]), ct,
-                       ke_numel(out[o]->ndim, out[o]->shape));
-}
-
-int ke_cpu_batch_norm_backward(ke_call *c) {
+static int bnb_compute(ke_call *c, kl_tensor *const *in, kl_tensor *const *out) {
     int kw, training = ke_attr_batch_norm_training(&c->a);
     bnb_layout(c, &kw);
     kl_dtype ct = c->compute;
-    kl_scope_begin();
-    kl_tensor *in[5], *out[3];
-    int ok = ct_operands(c, ct, in, out, 3);
-    if (ok) {
-        const kl_tensor *x = in[1];
-        bnb_ctx p = {ke_data(in[0]), ke_data(x), training ? NULL : ke_data(in[2]), training ? NULL : ke_data(in[3]),
-                     kw >= 0 ? ke_data(in[kw]) : NULL, ke_data(out[0]), ke_data(out[1]), ke_data(out[2]),
-                     x->shape[0], x->shape[1], 1, ke_attr_batch_norm_eps(&c->a)};
-        for (int d = 2; d < x->ndim; d++) p.S *= x->shape[d];
-        int64_t per = p.N * p.S;
-        if (per == 0) { /* no elements: zero sums, empty dx */
-            memset(ke_data(out[1]), 0, (size_t)p.C * ke_dtypes[ct].size);
-            memset(ke_data(out[2]), 0, (size_t)p.C * ke_dtypes[ct].size);
-        } else {
-            ke_parallel_for(p.C, per >= 32768 ? 1 : 32768 / per, ct == KL_F64 ? bnb_range_f64 : bnb_range_f32, &p);
-        }
-        ct_results(c, ct, out, 3);
+    const kl_tensor *x = in[1];
+    bnb_ctx p = {ke_data(in[0]), ke_data(x), training ? NULL : ke_data(in[2]), training ? NULL : ke_data(in[3]),
+                 kw >= 0 ? ke_data(in[kw]) : NULL, ke_data(out[0]), ke_data(out[1]), ke_data(out[2]),
+                 x->shape[0], x->shape[1], 1, ke_attr_batch_norm_eps(&c->a)};
+    for (int d = 2; d < x->ndim; d++) p.S *= x->shape[d];
+    int64_t per = p.N * p.S;
+    if (per == 0) { /* no elements: zero sums, empty dx */
+        memset(ke_data(out[1]), 0, (size_t)p.C * ke_dtypes[ct].size);
+        memset(ke_data(out[2]), 0, (size_t)p.C * ke_dtypes[ct].size);
+    } else {
+        ke_parallel_for(p.C, per >= 32768 ? 1 : 32768 / per, ct == KL_F64 ? bnb_range_f64 : bnb_range_f32, &p);
     }
-    kl_scope_end();
-    return ok ? 0 : -1;
+    return 0;
 }
+
+int ke_cpu_batch_norm_backward(ke_call *c) { return ke_with_compute_dtype_outs(c, bnb_compute); }
 
 int ke_decomp_batch_norm_backward(ke_call *c) {
     ke_outspec spec[3];
@@ -498,47 +475,40 @@ int ke_infer_layer_norm_backward(ke_call *c, ke_outspec *out) {
     return 3;
 }
 
-int ke_cpu_layer_norm_backward(ke_call *c) {
+static int lnb_compute(ke_call *c, kl_tensor *const *in, kl_tensor *const *out) {
     int has_w = ke_attr_layer_norm_has_weight(&c->a);
     kl_dtype ct = c->compute;
-    kl_scope_begin();
-    kl_tensor *in[3], *out[3];
-    int ok = ct_operands(c, ct, in, out, 3);
-    double *part = NULL;
-    if (ok) {
-        const kl_tensor *x = in[1];
-        int64_t n = ke_numel(out[1]->ndim, out[1]->shape), total = ke_numel(x->ndim, x->shape);
-        int64_t rows = n ? total / n : 0, blocks = (rows + KE_LNB_ROWS - 1) / KE_LNB_ROWS;
-        double *sums = calloc((size_t)(2 * n > 0 ? 2 * n : 1), sizeof(double));
-        part = blocks && n ? malloc(sizeof(double) * (size_t)(blocks * 2 * n)) : NULL;
-        ok = sums && (part || !blocks || !n);
-        if (!ok) {
-            ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for %lld column sums", (long long)((blocks + 1) * 2 * n));
-        } else {
-            lnb_ctx p = {ke_data(in[0]), ke_data(x), has_w ? ke_data(in[2]) : NULL, ke_data(out[0]), part, rows, n,
-                         ke_attr_layer_norm_eps(&c->a)};
-            if (blocks && n) {
-                int64_t per = KE_LNB_ROWS * n;
-                ke_parallel_for(blocks, per >= 32768 ? 1 : 32768 / per, ct == KL_F64 ? lnb_range_f64 : lnb_range_f32,
-                                &p);
-            }
-            /* the blocks' sums in block order: the same result at any thread count */
-            for (int64_t b = 0; b < blocks; b++)
-                for (int64_t i = 0; i < 2 * n; i++) sums[i] += part[b * 2 * n + i];
-            for (int o = 1; o < 3; o++) {
-                if (ct == KL_F64)
-                    memcpy(ke_data(out[o]), sums + (o - 1) * n, sizeof(double) * (size_t)n);
-                else
-                    for (int64_t i = 0; i < n; i++) ((float *)ke_data(out[o]))[i] = (float)sums[(o - 1) * n + i];
-            }
-            ct_results(c, ct, out, 3);
-        }
+    const kl_tensor *x = in[1];
+    int64_t n = ke_numel(out[1]->ndim, out[1]->shape), total = ke_numel(x->ndim, x->shape);
+    int64_t rows = n ? total / n : 0, blocks = (rows + KE_LNB_ROWS - 1) / KE_LNB_ROWS;
+    double *sums = calloc((size_t)(2 * n > 0 ? 2 * n : 1), sizeof(double));
+    double *part = blocks && n ? malloc(sizeof(double) * (size_t)(blocks * 2 * n)) : NULL;
+    if (!sums || (!part && blocks && n)) {
         free(sums);
+        free(part);
+        return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for %lld column sums", (long long)((blocks + 1) * 2 * n));
     }
+    lnb_ctx p = {ke_data(in[0]), ke_data(x), has_w ? ke_data(in[2]) : NULL, ke_data(out[0]), part, rows, n,
+                 ke_attr_layer_norm_eps(&c->a)};
+    if (blocks && n) {
+        int64_t per = KE_LNB_ROWS * n;
+        ke_parallel_for(blocks, per >= 32768 ? 1 : 32768 / per, ct == KL_F64 ? lnb_range_f64 : lnb_range_f32, &p);
+    }
+    /* the blocks' sums in block order: the same result at any thread count */
+    for (int64_t b = 0; b < blocks; b++)
+        for (int64_t i = 0; i < 2 * n; i++) sums[i] += part[b * 2 * n + i];
+    for (int o = 1; o < 3; o++) {
+        if (ct == KL_F64)
+            memcpy(ke_data(out[o]), sums + (o - 1) * n, sizeof(double) * (size_t)n);
+        else
+            for (int64_t i = 0; i < n; i++) ((float *)ke_data(out[o]))[i] = (float)sums[(o - 1) * n + i];
+    }
+    free(sums);
     free(part);
-    kl_scope_end();
-    return ok ? 0 : -1;
+    return 0;
 }
+
+int ke_cpu_layer_norm_backward(ke_call *c) { return ke_with_compute_dtype_outs(c, lnb_compute); }
 
 /* The formula (as layer_norm's derivative wrote it before this op, term for
  * term, so compiled graphs fuse the same expressions). */
