@@ -1136,7 +1136,8 @@ KE__VINLINE float ke_vhypotf(float x, float y)
 {
     double xd = (double)x, yd = (double)y;
     float r = (float)ke__sqrtd(KE__FMAD(xd, xd, yd * yd)); /* exact products */
-    int inf = (ke__absf(x) == __builtin_inff()) | (ke__absf(y) == __builtin_inff());
+    /* | rather than ||: no branch, so the loops calling this vectorize */
+    int inf = (int)(ke__absf(x) == __builtin_inff()) | (int)(ke__absf(y) == __builtin_inff());
     return ke__self(inf, __builtin_inff(), r);
 }
 
