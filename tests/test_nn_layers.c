@@ -200,6 +200,49 @@ static kl_tensor *conv_weight_grad_ref(kl_tensor *x, kl_tensor *g, const int64_t
     return dw;
 }
 
+/* A conv2d shape for the gradient-kernel tests: input, weight, stride,
+ * padding, dilation, groups. */
+typedef struct conv_case {
+    int64_t x[4], w[4], st[2], pad[2], dil[2], groups;
+} conv_case;
+
+/* conv2d of random x and w for case c (x 3-D when nd is 3), and the gradient
+ * of sum(y * g) for a random g with respect to x (wrt_x) or w, through
+ * autograd, i.e. the CPU kernel under test; x4, g4 and grad4 are batched. */
+typedef struct conv_grad_run {
+    kl_tensor *x4, *w, *g4, *grad4;
+    kl_conv2d_options o;
+} conv_grad_run;
+
+static conv_grad_run conv_grad_of_case(const conv_case *c, kl_dtype t, int nd, bool wrt_x) {
+    conv_grad_run r = {.o = {.stride = {c->st[0], c->st[1]}, .padding = {c->pad[0], c->pad[1]},
+                             .dilation = {c->dil[0], c->dil[1]}, .groups = c->groups}};
+    kl_tensor *x = kl_randn(nd, c->x + 4 - nd, t), *w = kl_randn(4, c->w, t), *wrt = wrt_x ? x : w;
+    assert_int_equal(kl_set_requires_grad(wrt, true), 0);
+    kl_tensor *y = kl_conv2d(x, w, NULL, &r.o);
+    assert_non_null(y);
+    kl_tensor *g = kl_randn(kl_ndim(y), kl_shape(y), t);
+    kl_tensor *l = kl_sum(kl_mul(y, g), KL_ALL_DIMS, false), *grad;
+    assert_int_equal(kl_autograd_grad(1, &l, NULL, 1, &wrt, &grad, NULL), 0);
+    kt_assert_shape(grad, kl_ndim(wrt), kl_shape(wrt));
+    r.x4 = nd == 4 ? x : kl_unsqueeze(x, 0), r.g4 = nd == 4 ? g : kl_unsqueeze(g, 0), r.w = w;
+    r.grad4 = nd == 4 || !wrt_x ? grad : kl_unsqueeze(grad, 0);
+    return r;
+}
+
+/* Asserts got == ref (f64) to tol relative to the largest |ref| (long sums
+ * in f32) and returns that scale. */
+static double assert_near_definition(kl_tensor *got, kl_tensor *ref, double tol, size_t i, int dt) {
+    double scale = kl_item(kl_amax(kl_abs(ref), KL_ALL_DIMS, false));
+    int ok = kl_allclose(kl_to_dtype(got, KL_F64), ref, tol, tol * scale, false);
+    if (ok != 1)
+        print_error("case %zu, dtype %d: kernel differs from the definition by %g (|ref| up to %g)\n", i, dt,
+                    kl_item(kl_amax(kl_abs(kl_sub(kl_to_dtype(got, KL_F64), ref)), KL_ALL_DIMS, false)), scale);
+    assert_int_equal(ok, 1);
+    assert_true(scale > 0);
+    return scale;
+}
+
 /* conv2d's weight gradient from the CPU kernel conv2d_weight_grad (im2col
  * with the real kernel, one GEMM per chunk of samples) against its
  * definition (conv_weight_grad_ref) and against the op's decomposition (the
@@ -209,9 +252,7 @@ static kl_tensor *conv_weight_grad_ref(kl_tensor *x, kl_tensor *g, const int64_t
  * and a batch large enough for several chunks of samples. */
 static void conv2d_weight_grad_kernel(void **s) {
     (void)s;
-    static const struct {
-        int64_t x[4], w[4], st[2], pad[2], dil[2], groups;
-    } cases[] = {
+    static const conv_case cases[] = {
         {{4, 3, 9, 8}, {5, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
         {{2, 1, 28, 28}, {32, 1, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
         {{3, 4, 9, 10}, {6, 2, 3, 2}, {2, 3}, {1, 2}, {2, 1}, 2},
@@ -224,36 +265,18 @@ static void conv2d_weight_grad_kernel(void **s) {
     for (int dt = 0; dt < 2; dt++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             kl_scope_begin();
-            kl_dtype t = dt ? KL_F64 : KL_F32;
             int nd = i == 4 && dt ? 3 : 4; /* one unbatched case */
-            kl_tensor *x = kl_randn(nd, cases[i].x + 4 - nd, t), *w = kl_randn(4, cases[i].w, t);
-            assert_int_equal(kl_set_requires_grad(w, true), 0);
-            kl_conv2d_options o = {.stride = {cases[i].st[0], cases[i].st[1]}, .padding = {cases[i].pad[0], cases[i].pad[1]},
-                                   .dilation = {cases[i].dil[0], cases[i].dil[1]}, .groups = cases[i].groups};
-            kl_tensor *y = kl_conv2d(x, w, NULL, &o);
-            assert_non_null(y);
-            kl_tensor *g = kl_randn(kl_ndim(y), kl_shape(y), t);
-            kl_tensor *l = kl_sum(kl_mul(y, g), KL_ALL_DIMS, false), *dw;
-            assert_int_equal(kl_autograd_grad(1, &l, NULL, 1, &w, &dw, NULL), 0);
-            kt_assert_shape(dw, 4, cases[i].w);
-            kl_tensor *x4 = nd == 4 ? x : kl_unsqueeze(x, 0), *g4 = nd == 4 ? g : kl_unsqueeze(g, 0);
-            kl_tensor *ref = conv_weight_grad_ref(x4, g4, cases[i].w + 2, &o);
-            /* long sums in f32: absolute error relative to the largest entry */
-            double scale = kl_item(kl_amax(kl_abs(ref), KL_ALL_DIMS, false)), tol = dt ? 1e-12 : 4e-6;
-            int ok = kl_allclose(kl_to_dtype(dw, KL_F64), ref, tol, tol * scale, false);
-            if (ok != 1)
-                print_error("case %zu, dtype %d: kernel differs from the definition by %g (|ref| up to %g)\n", i, dt,
-                            kl_item(kl_amax(kl_abs(kl_sub(kl_to_dtype(dw, KL_F64), ref)), KL_ALL_DIMS, false)),
-                            kl_item(kl_amax(kl_abs(ref), KL_ALL_DIMS, false)));
-            assert_int_equal(ok, 1);
-            assert_true(scale > 0);
+            conv_grad_run r = conv_grad_of_case(&cases[i], dt ? KL_F64 : KL_F32, nd, false);
+            kl_tensor *ref = conv_weight_grad_ref(r.x4, r.g4, cases[i].w + 2, &r.o);
+            double tol = dt ? 1e-12 : 4e-6, scale = assert_near_definition(r.grad4, ref, tol, i, dt);
             /* the decomposition (the formula) */
             if (cases[i].groups == 1) {
-                kl_conv2d_options f = {.stride = {o.dilation[0], o.dilation[1]}, .padding = {o.padding[0], o.padding[1]},
-                                       .dilation = {o.stride[0], o.stride[1]}, .groups = 1};
-                kl_tensor *r = kl_conv2d(kl_transpose(x4, 0, 1), kl_transpose(g4, 0, 1), NULL, &f);
-                r = kl_transpose(kl_narrow(kl_narrow(r, 2, 0, cases[i].w[2]), 3, 0, cases[i].w[3]), 0, 1);
-                assert_int_equal(kl_allclose(kl_to_dtype(r, KL_F64), ref, tol, tol * scale, false), 1);
+                kl_conv2d_options f = {.stride = {r.o.dilation[0], r.o.dilation[1]},
+                                       .padding = {r.o.padding[0], r.o.padding[1]},
+                                       .dilation = {r.o.stride[0], r.o.stride[1]}, .groups = 1};
+                kl_tensor *d = kl_conv2d(kl_transpose(r.x4, 0, 1), kl_transpose(r.g4, 0, 1), NULL, &f);
+                d = kl_transpose(kl_narrow(kl_narrow(d, 2, 0, cases[i].w[2]), 3, 0, cases[i].w[3]), 0, 1);
+                assert_int_equal(kl_allclose(kl_to_dtype(d, KL_F64), ref, tol, tol * scale, false), 1);
             }
             kl_scope_end();
         }
@@ -295,9 +318,7 @@ static kl_tensor *conv_input_grad_ref(kl_tensor *g, kl_tensor *w, const int64_t 
  * several chunks, 3-D input, f32 and f64; and the op's shape rule. */
 static void conv2d_input_grad_kernel(void **s) {
     (void)s;
-    static const struct {
-        int64_t x[4], w[4], st[2], pad[2], dil[2], groups;
-    } cases[] = {
+    static const conv_case cases[] = {
         {{4, 3, 9, 8}, {5, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
         {{3, 32, 13, 13}, {64, 32, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1}, /* conv2 of examples/fashion */
         {{3, 4, 9, 10}, {6, 2, 3, 2}, {2, 3}, {1, 2}, {2, 1}, 2},
@@ -311,34 +332,17 @@ static void conv2d_input_grad_kernel(void **s) {
     for (int dt = 0; dt < 2; dt++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             kl_scope_begin();
-            kl_dtype t = dt ? KL_F64 : KL_F32;
             int nd = i == 4 && dt ? 3 : 4; /* one unbatched case */
-            kl_tensor *x = kl_randn(nd, cases[i].x + 4 - nd, t), *w = kl_randn(4, cases[i].w, t);
-            assert_int_equal(kl_set_requires_grad(x, true), 0);
-            kl_conv2d_options o = {.stride = {cases[i].st[0], cases[i].st[1]}, .padding = {cases[i].pad[0], cases[i].pad[1]},
-                                   .dilation = {cases[i].dil[0], cases[i].dil[1]}, .groups = cases[i].groups};
-            kl_tensor *y = kl_conv2d(x, w, NULL, &o);
-            assert_non_null(y);
-            kl_tensor *g = kl_randn(kl_ndim(y), kl_shape(y), t);
-            kl_tensor *l = kl_sum(kl_mul(y, g), KL_ALL_DIMS, false), *dx;
-            assert_int_equal(kl_autograd_grad(1, &l, NULL, 1, &x, &dx, NULL), 0);
-            kt_assert_shape(dx, nd, cases[i].x + 4 - nd);
-            kl_tensor *g4 = nd == 4 ? g : kl_unsqueeze(g, 0), *dx4 = nd == 4 ? dx : kl_unsqueeze(dx, 0);
-            kl_tensor *ref = conv_input_grad_ref(g4, w, cases[i].x + 2, &o);
-            double scale = kl_item(kl_amax(kl_abs(ref), KL_ALL_DIMS, false)), tol = dt ? 1e-12 : 4e-6;
-            int ok = kl_allclose(kl_to_dtype(dx4, KL_F64), ref, tol, tol * scale, false);
-            if (ok != 1)
-                print_error("case %zu, dtype %d: kernel differs from the definition by %g (|ref| up to %g)\n", i, dt,
-                            kl_item(kl_amax(kl_abs(kl_sub(kl_to_dtype(dx4, KL_F64), ref)), KL_ALL_DIMS, false)), scale);
-            assert_int_equal(ok, 1);
-            assert_true(scale > 0);
+            conv_grad_run r = conv_grad_of_case(&cases[i], dt ? KL_F64 : KL_F32, nd, true);
+            kl_tensor *ref = conv_input_grad_ref(r.g4, r.w, cases[i].x + 2, &r.o);
+            double tol = dt ? 1e-12 : 4e-6, scale = assert_near_definition(r.grad4, ref, tol, i, dt);
             /* the decomposition, called as the dispatcher calls it on devices without the kernel */
-            kl_tensor *in[2] = {kl_contiguous(g4), w};
+            kl_tensor *in[2] = {kl_contiguous(r.g4), r.w};
             ke_call c = {.op = KE_OP_conv2d_input_grad, .nin = 2, .in = in};
-            int64_t list[8] = {o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1],
-                               cases[i].x[2], cases[i].x[3]};
+            int64_t list[8] = {r.o.stride[0],   r.o.stride[1],   r.o.padding[0], r.o.padding[1],
+                               r.o.dilation[0], r.o.dilation[1], cases[i].x[2],  cases[i].x[3]};
             assert_int_equal(ke_set_list(&c, 8, list), 0);
-            ke_attr_set_conv2d_input_grad_groups(&c.a, o.groups);
+            ke_attr_set_conv2d_input_grad_groups(&c.a, r.o.groups);
             assert_int_equal(ke_ops[KE_OP_conv2d_input_grad].decomp(&c), 0);
             assert_int_equal(kl_allclose(kl_to_dtype(c.out[0], KL_F64), ref, tol, tol * scale, false), 1);
             kl_scope_end();
