@@ -6,7 +6,7 @@
  * functions (src/eager/wrappers.c), and include/kiln.h declares each one
  * literally. wrappers.c is compiled with -Werror=missing-prototypes, so a
  * row whose function the header lacks fails the build; this test covers the
- * other direction: it reads kiln.h and kiln/nn.h and fails on
+ * other direction: it reads kiln.h and the kiln/ headers it includes and fails on
  *   - a function declared twice,
  *   - a generated function not declared exactly once,
  *   - a prototype in the generated sections ("Elementwise, unary" up to
@@ -180,6 +180,9 @@ static void the_header_declares_each_generated_function_once(void **state) {
     memset(&P, 0, sizeof P);
     read_header("kiln.h", &P);
     read_header("kiln/nn.h", &P);
+    read_header("kiln/compile.h", &P);
+    read_header("kiln/profiler.h", &P);
+    read_header("kiln/bench.h", &P);
     assert_true(P.n > 300); /* the reader found the header's functions */
     assert_true(N_GENERATED > 100);
     assert_int_equal(check_protos(&P, 1), 0);
