@@ -72,7 +72,8 @@ KL_API int kl_bench(kl_bench_callable fn, void *user, const kl_bench_options *op
  * entry). The first call of a new signature traces and compiles: warmup >= 1
  * keeps that out of the timings. KL_ERR_ARG on NULL f, n_in or n_out outside
  * [0, 64]; otherwise as kl_bench. */
-KL_API int kl_bench_fn(kl_fn *f, kl_tensor *const *inputs, int n_in, int n_out, const kl_bench_options *opts,
+struct kl_fn; /* kiln/compile.h's kl_fn: named so that compile.h may be included first */
+KL_API int kl_bench_fn(struct kl_fn *f, kl_tensor *const *inputs, int n_in, int n_out, const kl_bench_options *opts,
                        kl_bench_result *out);
 /* Median and quartiles of t[0..n) by linear interpolation (sorts t in place;
  * n >= 1). What kl_bench reports: exposed so other timings summarize alike. */
