@@ -86,6 +86,10 @@ static void window_span(int64_t start, int64_t k, int64_t dil, int64_t n, int64_
         for (int64_t pl = p0; pl < p1; pl++) {                                                         \
             const T *x = (const T *)p->x + pl * p->H * p->W, *g = (const T *)p->g + pl * p->OH * p->OW; \
             T *gx = (T *)p->gx + pl * p->H * p->W;                                                     \
+            if (fast && sizeof(T) == sizeof(float)) { /* f32: explicit vectors (pool2x2.c) */         \
+                ke_maxpool2x2_backward_f32((const float *)x, (const float *)g, (float *)gx, p->H, p->W, p->OH, p->OW); \
+                continue;                                                                              \
+            }                                                                                          \
             if (fast) {                                                                                \
                 pbwd2x2_##sfx(p, x, g, gx);                                                            \
                 continue;                                                                              \
