@@ -14,11 +14,13 @@
  * so the last NaN: PyTorch's choice, and bit for bit the same value and
  * gradient position as the general path), selected with masks.
  *
- * A row whose last block of 16 windows would run past it reads and writes
- * on into the rows below when that stays inside the plane (those places are
- * written again, correctly, later in the same plane's pass: outputs never
- * alias inputs, the dispatcher and the compiled plan allocate them); near
- * the plane's end the block goes through small local buffers instead.
+ * A call takes a run of contiguous planes (a task's share). A row whose last
+ * block of 16 windows would run past it reads and writes on into the rows
+ * below, and past a plane's end into the next plane's rows, when that stays
+ * inside the run (those places are written again, correctly, later in the
+ * same call: outputs never alias inputs, the dispatcher and the compiled
+ * plan allocate them); near the run's end the block goes through small
+ * local buffers instead.
  */
 #include "kernels_nn.h"
 
@@ -58,26 +60,31 @@ static inline win16 windows(const float *r0, const float *r1) {
     return w;
 }
 
-/* Block of 16 windows from (oh, ow) runs past its row but stays in the plane. */
-static inline int fits(int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t oh, int64_t ow) {
-    return (2 * oh + 1) * W + 2 * (ow + VL) <= H * W && oh * OW + ow + VL <= OH * OW;
+/* The block of 16 windows from (oh, ow) of a plane, run on past its row, stays
+ * inside this call's planes: xn and yn elements are left from the plane's
+ * start in x (and gx) and in y (and g). */
+static inline int fits(int64_t W, int64_t OW, int64_t xn, int64_t yn, int64_t oh, int64_t ow) {
+    return (2 * oh + 1) * W + 2 * (ow + VL) <= xn && oh * OW + ow + VL <= yn;
 }
 
-void ke_maxpool2x2_f32(const float *x, float *y, int64_t H, int64_t W, int64_t OH, int64_t OW) {
-    for (int64_t oh = 0; oh < OH; oh++) {
-        const float *r0 = x + 2 * oh * W, *r1 = r0 + W;
-        float *yr = y + oh * OW;
-        for (int64_t ow = 0; ow < OW; ow += VL) {
-            if (fits(H, W, OH, OW, oh, ow)) {
-                store(yr + ow, windows(r0 + 2 * ow, r1 + 2 * ow).m);
-                continue;
+void ke_maxpool2x2_f32(const float *x, float *y, int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW) {
+    for (int64_t pl = 0; pl < planes; pl++, x += H * W, y += OH * OW) {
+        int64_t xn = (planes - pl) * H * W, yn = (planes - pl) * OH * OW;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            const float *r0 = x + 2 * oh * W, *r1 = r0 + W;
+            float *yr = y + oh * OW;
+            for (int64_t ow = 0; ow < OW; ow += VL) {
+                if (fits(W, OW, xn, yn, oh, ow)) {
+                    store(yr + ow, windows(r0 + 2 * ow, r1 + 2 * ow).m);
+                    continue;
+                }
+                size_t n = (size_t)(OW - ow); /* < VL: a full block always fits */
+                float a0[2 * VL] = {0}, a1[2 * VL] = {0}, out[VL];
+                memcpy(a0, r0 + 2 * ow, 2 * n * sizeof(float));
+                memcpy(a1, r1 + 2 * ow, 2 * n * sizeof(float));
+                store(out, windows(a0, a1).m);
+                memcpy(yr + ow, out, n * sizeof(float));
             }
-            size_t n = (size_t)(OW - ow); /* < VL: a full block always fits */
-            float a0[2 * VL] = {0}, a1[2 * VL] = {0}, out[VL];
-            memcpy(a0, r0 + 2 * ow, 2 * n * sizeof(float));
-            memcpy(a1, r1 + 2 * ow, 2 * n * sizeof(float));
-            store(out, windows(a0, a1).m);
-            memcpy(yr + ow, out, n * sizeof(float));
         }
     }
 }
@@ -97,30 +104,34 @@ static inline void grad_row(const float *r0, const float *r1, const float *g, fl
 /* Each element of x is in at most one window, so gx is written once; the rows
  * and the column past the last window get 0. A block running past the end of
  * a top row writes into the bottom row, and one past a bottom row into the
- * next windows' rows: so a row's blocks go before the rows below them, the
- * windows' top rows before their bottom rows, a row's trailing column after
- * its blocks, the rows past the last window at the end. */
-void ke_maxpool2x2_backward_f32(const float *x, const float *g, float *gx, int64_t H, int64_t W, int64_t OH,
-                                int64_t OW) {
-    for (int64_t oh = 0; oh < OH; oh++) {
-        const float *r0 = x + 2 * oh * W, *r1 = r0 + W, *gr = g + oh * OW;
-        for (int top = 1; top >= 0; top--) {
-            float *d = gx + (2 * oh + !top) * W;
-            for (int64_t ow = 0; ow < OW; ow += VL) {
-                if (fits(H, W, OH, OW, oh, ow)) {
-                    grad_row(r0 + 2 * ow, r1 + 2 * ow, gr + ow, d + 2 * ow, top);
-                    continue;
+ * next windows' rows (or the next plane's): so a row's blocks go before the
+ * rows below them, the windows' top rows before their bottom rows, a row's
+ * trailing column after its blocks, the rows past a plane's last window at
+ * the plane's end, the planes in order. */
+void ke_maxpool2x2_backward_f32(const float *x, const float *g, float *gx, int64_t planes, int64_t H, int64_t W,
+                                int64_t OH, int64_t OW) {
+    for (int64_t pl = 0; pl < planes; pl++, x += H * W, g += OH * OW, gx += H * W) {
+        int64_t xn = (planes - pl) * H * W, yn = (planes - pl) * OH * OW;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            const float *r0 = x + 2 * oh * W, *r1 = r0 + W, *gr = g + oh * OW;
+            for (int top = 1; top >= 0; top--) {
+                float *d = gx + (2 * oh + !top) * W;
+                for (int64_t ow = 0; ow < OW; ow += VL) {
+                    if (fits(W, OW, xn, yn, oh, ow)) {
+                        grad_row(r0 + 2 * ow, r1 + 2 * ow, gr + ow, d + 2 * ow, top);
+                        continue;
+                    }
+                    size_t n = (size_t)(OW - ow);
+                    float a0[2 * VL] = {0}, a1[2 * VL] = {0}, gb[VL] = {0}, out[2 * VL];
+                    memcpy(a0, r0 + 2 * ow, 2 * n * sizeof(float));
+                    memcpy(a1, r1 + 2 * ow, 2 * n * sizeof(float));
+                    memcpy(gb, gr + ow, n * sizeof(float));
+                    grad_row(a0, a1, gb, out, top);
+                    memcpy(d + 2 * ow, out, 2 * n * sizeof(float));
                 }
-                size_t n = (size_t)(OW - ow);
-                float a0[2 * VL] = {0}, a1[2 * VL] = {0}, gb[VL] = {0}, out[2 * VL];
-                memcpy(a0, r0 + 2 * ow, 2 * n * sizeof(float));
-                memcpy(a1, r1 + 2 * ow, 2 * n * sizeof(float));
-                memcpy(gb, gr + ow, n * sizeof(float));
-                grad_row(a0, a1, gb, out, top);
-                memcpy(d + 2 * ow, out, 2 * n * sizeof(float));
+                for (int64_t iw = 2 * OW; iw < W; iw++) d[iw] = 0;
             }
-            for (int64_t iw = 2 * OW; iw < W; iw++) d[iw] = 0;
         }
+        if (2 * OH < H) memset(gx + 2 * OH * W, 0, sizeof(float) * (size_t)((H - 2 * OH) * W));
     }
-    if (2 * OH < H) memset(gx + 2 * OH * W, 0, sizeof(float) * (size_t)((H - 2 * OH) * W));
 }

@@ -2,8 +2,8 @@
  * dtype (conv.c): a template, included once per dtype. Define before including
  * (#undef'd at the end): PL_T the element type, PL_A the average's
  * accumulator, PL_SFX the suffix, PL_LOWEST the max's start, PL_ISNAN(v) and
- * PL_ADD(sum, v); optionally PL_2X2(p, x, y), a plane's disjoint 2x2 max
- * pooling (ke_pool_2x2) in place of the loop here. Max: NaN wins, padding never counts. Avg: PyTorch's divisor
+ * PL_ADD(sum, v); optionally PL_2X2(x, y, planes, p), disjoint 2x2 max
+ * pooling (ke_pool_2x2) of a task's run of planes in place of the loop here. Max: NaN wins, padding never counts. Avg: PyTorch's divisor
  * (the window clipped to the padded input when count_include_pad, else to the
  * input); integer averages truncate toward zero as in C++. */
 #include "tmpl.h"
@@ -31,17 +31,21 @@ static void PL_FN(maxpool2x2)(const pool_ctx *p, const PL_T *x, PL_T *y) {
 
 static void PL_FN(maxpool)(void *ctx, int64_t p0, int64_t p1) {
     const pool_ctx *p = ctx;
+#ifdef PL_2X2
+    if (ke_pool_2x2(p->kh, p->kw, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw, p->H, p->W, p->OH, p->OW)) {
+        PL_2X2((const PL_T *)p->x + p0 * p->H * p->W, (PL_T *)p->y + p0 * p->OH * p->OW, p1 - p0, p);
+        return;
+    }
+#endif
     for (int64_t pl = p0; pl < p1; pl++) {
         const PL_T *x = (const PL_T *)p->x + pl * p->H * p->W;
         PL_T *y = (PL_T *)p->y + pl * p->OH * p->OW;
+#ifndef PL_2X2
         if (ke_pool_2x2(p->kh, p->kw, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw, p->H, p->W, p->OH, p->OW)) {
-#ifdef PL_2X2
-            PL_2X2(p, x, y);
-#else
             PL_FN(maxpool2x2)(p, x, y);
-#endif
             continue;
         }
+#endif
         for (int64_t oh = 0; oh < p->OH; oh++)
             for (int64_t ow = 0; ow < p->OW; ow++) {
                 PL_T m = PL_LOWEST;
