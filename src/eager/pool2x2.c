@@ -26,6 +26,12 @@
 
 #include <string.h>
 
+/* Without AVX-512 (-Dnative=false) GCC warns that returning a 64-byte vector
+ * changes the ABI: load() is static and inlined, no ABI is crossed (and the
+ * vectors are never passed as arguments: PICK and STORE are macros, as
+ * the note that accompanies the warning cannot be turned off). */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 enum { VL = 16 };
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
@@ -40,8 +46,12 @@ static inline v16f load(const float *p) {
     memcpy(&v, p, sizeof v);
     return v;
 }
-static inline void store(float *p, v16f v) { memcpy(p, &v, sizeof v); }
-static inline v16f pick(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) | (~m & (v16i)b)); }
+#define STORE(p, v)                                                                                    \
+    do {                                                                                               \
+        v16f v_ = (v);                                                                                 \
+        memcpy((p), &v_, sizeof v_);                                                                   \
+    } while (0)
+#define PICK(m, a, b) ((v16f)(((m) & (v16i)(a)) | (~(m) & (v16i)(b)))) /* m ? a : b, per lane */
 
 /* 16 windows from rows r0, r1 (32 floats each): their maxima, and which tap
  * won (masks: tap 1, 2, 3 took over; tap 0 if none did). */
@@ -54,9 +64,9 @@ static inline win16 windows(const float *r0, const float *r1) {
     v16f a = __builtin_shufflevector(t0, t1, EVEN), b = __builtin_shufflevector(t0, t1, ODD);
     v16f c = __builtin_shufflevector(u0, u1, EVEN), d = __builtin_shufflevector(u0, u1, ODD);
     win16 w;
-    w.s1 = (b > a) | (b != b), w.m = pick(w.s1, b, a);
-    w.s2 = (c > w.m) | (c != c), w.m = pick(w.s2, c, w.m);
-    w.s3 = (d > w.m) | (d != d), w.m = pick(w.s3, d, w.m);
+    w.s1 = (b > a) | (b != b), w.m = PICK(w.s1, b, a);
+    w.s2 = (c > w.m) | (c != c), w.m = PICK(w.s2, c, w.m);
+    w.s3 = (d > w.m) | (d != d), w.m = PICK(w.s3, d, w.m);
     return w;
 }
 
@@ -75,14 +85,14 @@ void ke_maxpool2x2_f32(const float *x, float *y, int64_t planes, int64_t H, int6
             float *yr = y + oh * OW;
             for (int64_t ow = 0; ow < OW; ow += VL) {
                 if (fits(W, OW, xn, yn, oh, ow)) {
-                    store(yr + ow, windows(r0 + 2 * ow, r1 + 2 * ow).m);
+                    STORE(yr + ow, windows(r0 + 2 * ow, r1 + 2 * ow).m);
                     continue;
                 }
                 size_t n = (size_t)(OW - ow); /* < VL: a full block always fits */
                 float a0[2 * VL] = {0}, a1[2 * VL] = {0}, out[VL];
                 memcpy(a0, r0 + 2 * ow, 2 * n * sizeof(float));
                 memcpy(a1, r1 + 2 * ow, 2 * n * sizeof(float));
-                store(out, windows(a0, a1).m);
+                STORE(out, windows(a0, a1).m);
                 memcpy(yr + ow, out, n * sizeof(float));
             }
         }
@@ -97,8 +107,8 @@ static inline void grad_row(const float *r0, const float *r1, const float *g, fl
     v16i w3 = w.s3, w2 = w.s2 & ~w3, w1 = w.s1 & ~w.s2 & ~w3, w0 = ~(w.s1 | w.s2 | w3);
     v16i gv = (v16i)(load(g) + 0.0f);
     v16i l = top ? w0 & gv : w2 & gv, r = top ? w1 & gv : w3 & gv;
-    store(d, (v16f)__builtin_shufflevector(l, r, ZIP_LO));
-    store(d + VL, (v16f)__builtin_shufflevector(l, r, ZIP_HI));
+    STORE(d, (v16f)__builtin_shufflevector(l, r, ZIP_LO));
+    STORE(d + VL, (v16f)__builtin_shufflevector(l, r, ZIP_HI));
 }
 
 /* Each element of x is in at most one window, so gx is written once; the rows
