@@ -108,12 +108,14 @@ static void pool2x2_backward(void **s) {
             assert_int_equal(kl_set_requires_grad(x, true), 0);
             kl_tensor *y = kl_max_pool2d(x, &o);
             kl_tensor *g = kl_randn(4, kl_shape(y), t);
-            g = kl_contiguous(kl_where(kl_gt_scalar(kl_rand(4, kl_shape(y), t), 0.8), kl_full(KL_SHAPE(1), -0.0, t), g));
+            kl_tensor *negz = kl_full(KL_SHAPE(1), -0.0, t);
+            g = kl_contiguous(kl_where(kl_gt_scalar(kl_rand(4, kl_shape(y), t), 0.8), negz, g));
             kl_tensor *gx;
             assert_int_equal(kl_autograd_grad(1, &y, &g, 1, &x, &gx, NULL), 0);
             gx = kl_contiguous(gx);
             kl_tensor *want = kl_zeros(4, sh, KL_F64);
-            kl_tensor *x64 = kl_contiguous(kl_to_dtype(kl_detach(x), KL_F64)), *g64 = kl_contiguous(kl_to_dtype(g, KL_F64));
+            kl_tensor *x64 = kl_contiguous(kl_to_dtype(kl_detach(x), KL_F64));
+            kl_tensor *g64 = kl_contiguous(kl_to_dtype(g, KL_F64));
             double *wp = kl_data_ptr(want);
             const double *gp = kl_data_ptr(g64), *xp = kl_data_ptr(x64);
             for (int64_t p = 0; p < planes; p++)
@@ -124,7 +126,8 @@ static void pool2x2_backward(void **s) {
             const double *gotp = kl_data_ptr(got);
             for (int64_t k = 0; k < planes * H * W; k++)
                 if (memcmp(&wp[k], &gotp[k], sizeof(double))) {
-                    print_error("dtype %d shape %zu element %lld: %g, want %g\n", (int)t, i, (long long)k, gotp[k], wp[k]);
+                    print_error("dtype %d shape %zu element %lld: %g, want %g\n", (int)t, i, (long long)k, gotp[k],
+                                wp[k]);
                     fail();
                 }
             kl_scope_end();

@@ -3,9 +3,10 @@
  * (#undef'd at the end): PL_T the element type, PL_A the average's
  * accumulator, PL_SFX the suffix, PL_LOWEST the max's start, PL_ISNAN(v) and
  * PL_ADD(sum, v); optionally PL_2X2(x, y, planes, p), disjoint 2x2 max
- * pooling (ke_pool_2x2) of a task's run of planes in place of the loop here. Max: NaN wins, padding never counts. Avg: PyTorch's divisor
- * (the window clipped to the padded input when count_include_pad, else to the
- * input); integer averages truncate toward zero as in C++. */
+ * pooling (ke_pool_2x2) of a task's run of planes in place of the loops here.
+ * Max: NaN wins, padding never counts. Avg: PyTorch's divisor (the window
+ * clipped to the padded input when count_include_pad, else to the input);
+ * integer averages truncate toward zero as in C++. */
 #include "tmpl.h"
 
 #define PL_FN(name) KE_TCAT3(name, _, PL_SFX)
