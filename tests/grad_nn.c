@@ -611,6 +611,8 @@ static const pool_case pool_cases[] = {
     {3, {2, 5, 6}, POOL_OPTS(2, 3, 2, 2, 1, 1, 1, 1, true, false)},
     {4, {1, 1, 6, 5}, POOL_OPTS(3, 2, 1, 1, 1, 0, 1, 1, false, true)},  /* overlapping windows */
     {4, {2, 1, 4, 4}, POOL_OPTS(4, 4, 4, 4, 0, 0, 1, 1, false, true)},  /* global */
+    {4, {1, 2, 6, 18}, POOL_OPTS(2, 2, 2, 2, 0, 0, 1, 1, false, true)}, /* 2x2 rows of 9: a block, then a row's end */
+    {4, {2, 1, 5, 7}, POOL_OPTS(2, 2, 2, 2, 0, 0, 1, 1, false, true)},  /* 2x2, odd sizes */
 };
 
 static void grad_pool2d(void **state) {

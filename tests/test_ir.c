@@ -1,7 +1,7 @@
 /*
  * test_ir.c — the graph passes, each alone on a traced graph (golden IR text
  * after the pass), and compiled (NO_FUSE) against eager: bitwise, since
- * every rewrite of cse, fold, simplify and functionalize is exact and the
+ * every rewrite of cse, fold, simplify, pool_mask and functionalize is exact and the
  * same kernels run. Decomposition (FUSE graphs only) is compared with a
  * tolerance: its primitives round differently from the fused CPU kernels.
  */
@@ -79,6 +79,55 @@ static int64_t same_as_eager(kl_traceable fn, kl_tensor **in, int n_in, int n_ou
 
 static kl_tensor *seq(int64_t n, double scale) {
     return kl_mul_scalar(kl_sub_scalar(kl_arange(0, (double)n, 1, KL_F32), (double)n / 2), scale);
+}
+
+/* ---- pool_mask ----------------------------------------------------------------------- */
+
+/* in = {x [1,1,H,W], g (the pooled shape)}; out = {max_pool2d(relu(x)), its gradient for
+ * g}. u: the pool's options (NULL: 2x2). */
+static int pool_relu_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    kl_pool2d_options o = u ? *(const kl_pool2d_options *)u : kl_pool2d_options_default(2);
+    kl_tensor *x = kl_detach(in[0]);
+    if (!x || kl_set_requires_grad(x, true) < 0) return -1;
+    out[0] = kl_max_pool2d(kl_relu(x), &o);
+    if (!out[0] || kl_autograd_grad(1, &out[0], &in[1], 1, &x, &out[1], NULL) < 0) return -1;
+    out[0] = kl_detach(out[0]);
+    return out[0] ? 0 : -1;
+}
+
+/* relu's mask moves onto the pooled gradient, bit for bit: ties, an
+ * all-negative window, -0 against -1 (relu then pool gives +0), NaN, and a
+ * -0 gradient; overlapping windows with padding too. */
+static void pool_mask_moves_relus_mask(void **state) {
+    (void)state;
+    kl_tensor *in[2] = {kl_from_data((const float[]){1, 1, -1, -2, 0, 1, -3, -0.0f, 2, NAN, -0.0f, -1, 2, 0.5f, -1, 5},
+                                     KL_SHAPE(1, 1, 4, 4), KL_F32),
+                        kl_from_data((const float[]){3, -0.0f, 2, -4}, KL_SHAPE(1, 1, 2, 2), KL_F32)};
+    assert_string_equal(after_pass(pool_relu_fn, in, 2, 2, ir_pass_pool_mask, 1),
+        "graph(%0: f32[1,1,4,4], %1: f32[1,1,2,2]) {\n"
+        "  %2: f32[1,1,4,4] = alias(%0)\n"
+        "  %3: f32[1,1,4,4] = relu(%2)\n"
+        "  %4: f32[1,1,2,2] = max_pool2d(%3, kernel_size=[2,2], stride=[2,2], padding=[0,0], dilation=[1,1])\n"
+        "  %5: f32[1,1,2,2] = threshold_backward(%1, %4)\n"
+        "  %6: f32[1,1,4,4] = max_pool2d_backward(%5, %3, kernel_size=[2,2], stride=[2,2], padding=[0,0], "
+        "dilation=[1,1])\n"
+        "  %7: f32[1,1,4,4] = alias(%6)\n"
+        "  %8: f32[1,1,2,2] = alias(%4)\n"
+        "  return (%8, %7)\n"
+        "}\n");
+    same_as_eager(pool_relu_fn, in, 2, 2);
+    kl_pool2d_options o = kl_pool2d_options_default(3);
+    o.stride[0] = o.stride[1] = 1, o.padding[0] = o.padding[1] = 1;
+    kl_tensor *in3[2] = {in[0], kl_randn(KL_SHAPE(1, 1, 4, 4), KL_F32)};
+    kl_compile_options co = kl_compile_options_default();
+    co.mode = KL_COMPILE_NO_FUSE;
+    kl_fn *f = kl_compile(pool_relu_fn, &o, &co);
+    kl_tensor *c[2], *e[2];
+    assert_int_equal(kl_fn_call(f, in3, 2, c, 2), 0);
+    assert_int_equal(pool_relu_fn(&o, in3, 2, e, 2), 0);
+    for (int j = 0; j < 2; j++) assert_true(bitwise_equal(c[j], e[j]));
+    kl_fn_release(f);
 }
 
 /* ---- cse ----------------------------------------------------------------------------- */
@@ -592,6 +641,7 @@ int main(void) {
         KT_TEST(decompose_splices_primitives),
         KT_TEST(pipeline_matches_eager),
         KT_TEST(plan_alone),
+        KT_TEST(pool_mask_moves_relus_mask),
         KT_TEST(attributes_print_by_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

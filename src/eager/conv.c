@@ -847,6 +847,7 @@ typedef struct pool_ctx {
 #define PL_T float
 #define PL_A float
 #define PL_SFX f32
+#define PL_2X2(x, y, planes, p) ke_maxpool2x2_f32(x, y, planes, (p)->H, (p)->W, (p)->OH, (p)->OW)
 #define PL_LOWEST -INFINITY
 #define PL_ISNAN isnan
 #define PL_ADD KE_FADD

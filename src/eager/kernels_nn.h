@@ -74,6 +74,12 @@ kl_tensor *ke_per_channel(const kl_tensor *x, kl_tensor *t);
  * vectorized paths. */
 int ke_pool_2x2(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
                 int64_t H, int64_t W, int64_t OH, int64_t OW);
+/* Those windows on `planes` contiguous f32 planes (x: H x W each, y and g:
+ * OH x OW, gx: H x W), in explicit vectors (pool2x2.c): max_pool2d's values
+ * and max_pool2d_backward's gradient, bit for bit those of the general loops. */
+void ke_maxpool2x2_f32(const float *x, float *y, int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW);
+void ke_maxpool2x2_backward_f32(const float *x, const float *g, float *gx, int64_t planes, int64_t H, int64_t W,
+                                int64_t OH, int64_t OW);
 
 /* Runs fn(c, xs, y) with xs = the inputs as contiguous tensors of the compute
  * dtype and y = an output of that dtype: out[0] itself, or an f32 temporary

@@ -83,6 +83,12 @@ static void window_span(int64_t start, int64_t k, int64_t dil, int64_t n, int64_
     static void pbwd_##sfx(void *ctx, int64_t p0, int64_t p1) {                                        \
         const pidx_ctx *p = ctx;                                                                       \
         int fast = ke_pool_2x2(p->kh, p->kw, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw, p->H, p->W, p->OH, p->OW); \
+        if (fast && sizeof(T) == sizeof(float)) { /* f32: explicit vectors (pool2x2.c) */             \
+            ke_maxpool2x2_backward_f32((const float *)p->x + p0 * p->H * p->W,                        \
+                                       (const float *)p->g + p0 * p->OH * p->OW,                       \
+                                       (float *)p->gx + p0 * p->H * p->W, p1 - p0, p->H, p->W, p->OH, p->OW); \
+            return;                                                                                    \
+        }                                                                                              \
         for (int64_t pl = p0; pl < p1; pl++) {                                                         \
             const T *x = (const T *)p->x + pl * p->H * p->W, *g = (const T *)p->g + pl * p->OH * p->OW; \
             T *gx = (T *)p->gx + pl * p->H * p->W;                                                     \

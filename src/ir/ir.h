@@ -201,6 +201,10 @@ int ir_pass_cse(ir_graph *g);
  * through the dispatcher; 0-dim results become scalar nodes, others read-only constant
  * tensors (IR_OP_CAPTURED with constant = 1). */
 int ir_pass_fold(ir_graph *g);
+/* relu's gradient mask before max pooling's: threshold_backward(max_pool2d_backward(gp, r), r)
+ * becomes max_pool2d_backward(threshold_backward(gp, p), r) where p = max_pool2d(r) is in the
+ * graph (exact; the mask then runs over the pooled gradient). */
+int ir_pass_pool_mask(ir_graph *g);
 /* Algebraic simplification: x*1, x/1, x-0, x+0 (integers), neg(neg x), identity view
  * chains, view(view x) and expand(expand x) collapsed. */
 int ir_pass_simplify(ir_graph *g);

@@ -24,6 +24,7 @@ static const ir_pass pipeline[] = {
     {"simplify", ir_pass_simplify},
     {"fold", ir_pass_fold},
     {"cse", ir_pass_cse},
+    {"pool_mask", ir_pass_pool_mask}, /* after cse: one max_pool2d node per pooled value */
     {"dce", ir_pass_dce},
     {"fuse", ir_pass_fuse}, /* FUSE mode only (g->fuse): it sees the final graph */
     {"writeback", ir_pass_writeback}, /* FUSE mode only: kernels write updates in place */

@@ -2,13 +2,16 @@
  * dtype (conv.c): a template, included once per dtype. Define before including
  * (#undef'd at the end): PL_T the element type, PL_A the average's
  * accumulator, PL_SFX the suffix, PL_LOWEST the max's start, PL_ISNAN(v) and
- * PL_ADD(sum, v). Max: NaN wins, padding never counts. Avg: PyTorch's divisor
- * (the window clipped to the padded input when count_include_pad, else to the
- * input); integer averages truncate toward zero as in C++. */
+ * PL_ADD(sum, v); optionally PL_2X2(x, y, planes, p), disjoint 2x2 max
+ * pooling (ke_pool_2x2) of a task's run of planes in place of the loops here.
+ * Max: NaN wins, padding never counts. Avg: PyTorch's divisor (the window
+ * clipped to the padded input when count_include_pad, else to the input);
+ * integer averages truncate toward zero as in C++. */
 #include "tmpl.h"
 
 #define PL_FN(name) KE_TCAT3(name, _, PL_SFX)
 
+#ifndef PL_2X2
 /* Disjoint 2x2 windows inside the input (kernel 2, stride 2, no padding,
  * dilation 1: the CNNs' pool): the same taps in the same order as the
  * general loop below, written so that the compiler vectorizes the row. */
@@ -25,16 +28,25 @@ static void PL_FN(maxpool2x2)(const pool_ctx *p, const PL_T *x, PL_T *y) {
         }
     }
 }
+#endif
 
 static void PL_FN(maxpool)(void *ctx, int64_t p0, int64_t p1) {
     const pool_ctx *p = ctx;
+#ifdef PL_2X2
+    if (ke_pool_2x2(p->kh, p->kw, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw, p->H, p->W, p->OH, p->OW)) {
+        PL_2X2((const PL_T *)p->x + p0 * p->H * p->W, (PL_T *)p->y + p0 * p->OH * p->OW, p1 - p0, p);
+        return;
+    }
+#endif
     for (int64_t pl = p0; pl < p1; pl++) {
         const PL_T *x = (const PL_T *)p->x + pl * p->H * p->W;
         PL_T *y = (PL_T *)p->y + pl * p->OH * p->OW;
+#ifndef PL_2X2
         if (ke_pool_2x2(p->kh, p->kw, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw, p->H, p->W, p->OH, p->OW)) {
             PL_FN(maxpool2x2)(p, x, y);
             continue;
         }
+#endif
         for (int64_t oh = 0; oh < p->OH; oh++)
             for (int64_t ow = 0; ow < p->OW; ow++) {
                 PL_T m = PL_LOWEST;
@@ -92,3 +104,4 @@ static void PL_FN(avgpool)(void *ctx, int64_t p0, int64_t p1) {
 #undef PL_LOWEST
 #undef PL_ISNAN
 #undef PL_ADD
+#undef PL_2X2
