@@ -88,7 +88,10 @@ static kl_tensor *attention(const charlm_config *cfg, kl_tensor *const *w, kl_te
         kl_tensor *y = kl_linear(h, kl_narrow(w[0], 0, i * C, C), kl_narrow(w[1], 0, i * C, C));
         qkv[i] = kl_transpose(kl_view(y, KL_SHAPE(B, T, H, D)), 1, 2);
     }
-    kl_tensor *a = kl_scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], NULL, true, 0);
+    kl_tensor *mask = NULL;
+    if (cfg->mask_attention)
+        mask = kl_ge(kl_unsqueeze(kl_arange(0, (double)T, 1, KL_I64), 1), kl_unsqueeze(kl_arange(0, (double)T, 1, KL_I64), 0));
+    kl_tensor *a = kl_scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, !mask, 0);
     a = kl_reshape(kl_transpose(a, 1, 2), KL_SHAPE(B, T, C));
     return kl_linear(a, w[2], w[3]);
 }

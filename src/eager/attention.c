@@ -1,0 +1,323 @@
+/*
+ * attention.c — causal attention's fused CPU kernels (rows causal_attention
+ * and causal_attention_backward in ops_nn.def), what
+ * kl_scaled_dot_product_attention(..., causal = true) runs on the CPU when q,
+ * k and v share their batch dims and there is no mask (nn.c routes it here).
+ *
+ * Why: the decomposition (q k^T, scale, where on the causal mask, softmax,
+ * @ v) computes the whole [L, S] score matrix of every head, half of which the
+ * mask throws away, and writes the scores, the probabilities and (backward)
+ * their gradients as [..., L, S] tensors. Here each (batch, head) matrix runs
+ * in query blocks of KE_CA_BLOCK rows: block [r0, r1) needs the keys [0, r1)
+ * only (row i keeps keys j <= i, as the decomposition's ge(i, j) mask), so the
+ * GEMMs skip the upper triangle's blocks, and the block's scores sit in a
+ * small scratch while the softmax runs over them.
+ *
+ * The backward recomputes each block's probabilities from q and k (the
+ * forward saves only its inputs; one GEMM per block more, no [..., L, S]
+ * tensor kept between the passes), then per block:
+ *   dv[0, r1) += P^T g,  dP = g v^T,  dS = P * (dP - rowsum(P * dP)),
+ *   dq[r0, r1) = scale * dS k,  dk[0, r1) += scale * dS^T q
+ * with dk and dv accumulated through BLAS's beta = 1 (zeroed first), so no
+ * block pads a partial gradient to full size.
+ *
+ * Both are composites: the decompositions (the sdpa formula; the backward's
+ * formula with kl_ ops) serve other devices, double backward and
+ * ke_sdpa_formula's tests; KE_F_KEEP_CPU keeps them whole in compiled CPU
+ * graphs. Inputs keep their strides (charlm's q, k and v are [B, T, H, D]
+ * views): ke_gemm takes row and column strides. f16/bf16 compute in f32.
+ * Threads: one task per (batch, head) matrix; its GEMMs are small, so
+ * OpenBLAS runs them on the calling thread.
+ */
+#include "kernels_nn.h"
+#include "threadpool.h"
+#include "vmath.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Query rows per block: 32 skips 37.5% of the products at T = 128 (blocks of
+ * 64: 25%) for 4x (2x) the GEMM calls of one full product. */
+enum { KE_CA_BLOCK = 32 };
+
+/* One operand matrix per (batch, head): its pointer is base + the batch
+ * offset; rs, cs its row and column strides in elements. */
+typedef struct ca_mat {
+    const char *p;
+    int64_t rs, cs, bst[KL_MAX_DIMS];
+} ca_mat;
+
+typedef struct ca_ctx {
+    kl_dtype dt;
+    int nb;
+    int64_t bshape[KL_MAX_DIMS];
+    int64_t L, S, E, Ev;
+    double scale;
+    ca_mat q, k, v, g;
+    char *out, *dq, *dk, *dv; /* contiguous outputs */
+    int failed;                /* a task could not get its scratch */
+} ca_ctx;
+
+static ca_mat ca_mat_of(const kl_tensor *t, int nb) {
+    ca_mat m = {.p = ke_data(t), .rs = t->stride[t->ndim - 2], .cs = t->stride[t->ndim - 1]};
+    for (int d = 0; d < nb; d++) m.bst[d] = t->stride[d];
+    return m;
+}
+
+/* Element offset of batch item b in a matrix with batch strides bst. */
+static int64_t ca_boff(const ca_ctx *p, const int64_t *bst, int64_t b) {
+    int64_t off = 0;
+    for (int d = p->nb - 1; d >= 0; d--) {
+        off += (b % p->bshape[d]) * bst[d];
+        b /= p->bshape[d];
+    }
+    return off;
+}
+
+/* softmax over the kept keys [0, min(i + 1, S)) of each block row of P
+ * (m rows, ld S, kn columns written by the scores' GEMM); the masked rest of
+ * the row's kn columns set to 0 so the GEMMs after may read all kn. The max
+ * and the sum are nn.c's row folds (vectorized lanes); the exp loop has no
+ * reduction, so it vectorizes. ca_dsoftmax: D = P * (D - rowsum(P * D)) over
+ * the same columns, the dot in KE_CA_LANES lanes for the same reason. */
+enum { KE_CA_LANES = 8 };
+#define KE_CA_ROWS(T, sfx, EXP)                                                                          \
+    static void ca_softmax_##sfx(T *P, int64_t m, int64_t r0, int64_t kn, int64_t S) {                   \
+        for (int64_t ii = 0; ii < m; ii++) {                                                             \
+            T *restrict r = P + ii * S;                                                                  \
+            int64_t n = r0 + ii + 1 < S ? r0 + ii + 1 : S;                                               \
+            T mx = ke_row_max_##sfx(r, n);                                                               \
+            for (int64_t j = 0; j < n; j++) r[j] = EXP(r[j] - mx);                                       \
+            T inv = (T)(1 / ke_row_sum_##sfx(r, n));                                                     \
+            for (int64_t j = 0; j < n; j++) r[j] *= inv;                                                 \
+            for (int64_t j = n; j < kn; j++) r[j] = 0;                                                   \
+        }                                                                                                \
+    }                                                                                                    \
+    static void ca_dsoftmax_##sfx(const T *P, T *D, int64_t m, int64_t kn, int64_t S) {                  \
+        for (int64_t ii = 0; ii < m; ii++) {                                                             \
+            const T *restrict pr = P + ii * S;                                                           \
+            T *restrict dr = D + ii * S;                                                                 \
+            T acc[KE_CA_LANES] = {0}, dot = 0;                                                           \
+            int64_t j = 0;                                                                               \
+            for (; j + KE_CA_LANES <= kn; j += KE_CA_LANES)                                              \
+                for (int l = 0; l < KE_CA_LANES; l++) acc[l] += pr[j + l] * dr[j + l];                  \
+            for (; j < kn; j++) dot += pr[j] * dr[j];                                                    \
+            for (int l = 0; l < KE_CA_LANES; l++) dot += acc[l];                                         \
+            for (j = 0; j < kn; j++) dr[j] = pr[j] * (dr[j] - dot);                                      \
+        }                                                                                                \
+    }
+KE_CA_ROWS(float, f32, ke_vexpf)
+KE_CA_ROWS(double, f64, exp)
+
+/* P[m, kn] = scale * q[r0, r1) k[0, kn)^T, then the causal softmax. */
+static void ca_probs(const ca_ctx *p, const char *q, const char *k, void *P, int64_t r0, int64_t m, int64_t kn) {
+    size_t es = ke_dtypes[p->dt].size;
+    ke_gemm(p->dt, m, kn, p->E, p->scale, q + (size_t)(r0 * p->q.rs) * es, p->q.rs, p->q.cs, k, p->k.cs, p->k.rs,
+            0, P, p->S);
+    if (p->dt == KL_F64)
+        ca_softmax_f64(P, m, r0, kn, p->S);
+    else
+        ca_softmax_f32(P, m, r0, kn, p->S);
+}
+
+static void ca_fwd_range(void *ctx, int64_t b0, int64_t b1) {
+    ca_ctx *p = ctx;
+    size_t es = ke_dtypes[p->dt].size;
+    void *P = malloc(es * (size_t)(KE_CA_BLOCK * p->S));
+    if (!P) {
+        p->failed = 1;
+        return;
+    }
+    for (int64_t b = b0; b < b1; b++) {
+        const char *q = p->q.p + ca_boff(p, p->q.bst, b) * (int64_t)es, *k = p->k.p + ca_boff(p, p->k.bst, b) * (int64_t)es,
+                   *v = p->v.p + ca_boff(p, p->v.bst, b) * (int64_t)es;
+        char *out = p->out + (size_t)(b * p->L * p->Ev) * es;
+        for (int64_t r0 = 0; r0 < p->L; r0 += KE_CA_BLOCK) {
+            int64_t m = p->L - r0 < KE_CA_BLOCK ? p->L - r0 : KE_CA_BLOCK;
+            int64_t kn = r0 + m < p->S ? r0 + m : p->S;
+            ca_probs(p, q, k, P, r0, m, kn);
+            ke_gemm(p->dt, m, p->Ev, kn, 1, P, p->S, 1, v, p->v.rs, p->v.cs, 0, out + (size_t)(r0 * p->Ev) * es,
+                    p->Ev);
+        }
+    }
+    free(P);
+}
+
+static void ca_bwd_range(void *ctx, int64_t b0, int64_t b1) {
+    ca_ctx *p = ctx;
+    size_t es = ke_dtypes[p->dt].size;
+    char *P = malloc(es * (size_t)(2 * KE_CA_BLOCK * p->S)), *D = P + es * (size_t)(KE_CA_BLOCK * p->S);
+    if (!P) {
+        p->failed = 1;
+        return;
+    }
+    for (int64_t b = b0; b < b1; b++) {
+        const char *q = p->q.p + ca_boff(p, p->q.bst, b) * (int64_t)es, *k = p->k.p + ca_boff(p, p->k.bst, b) * (int64_t)es,
+                   *v = p->v.p + ca_boff(p, p->v.bst, b) * (int64_t)es, *g = p->g.p + ca_boff(p, p->g.bst, b) * (int64_t)es;
+        char *dq = p->dq + (size_t)(b * p->L * p->E) * es, *dk = p->dk + (size_t)(b * p->S * p->E) * es,
+             *dv = p->dv + (size_t)(b * p->S * p->Ev) * es;
+        /* keys past L (S > L) get no probability: their gradients stay 0 */
+        memset(dk, 0, es * (size_t)(p->S * p->E));
+        memset(dv, 0, es * (size_t)(p->S * p->Ev));
+        for (int64_t r0 = 0; r0 < p->L; r0 += KE_CA_BLOCK) {
+            int64_t m = p->L - r0 < KE_CA_BLOCK ? p->L - r0 : KE_CA_BLOCK;
+            int64_t kn = r0 + m < p->S ? r0 + m : p->S;
+            const char *gb = g + (size_t)(r0 * p->g.rs) * es, *qb = q + (size_t)(r0 * p->q.rs) * es;
+            ca_probs(p, q, k, P, r0, m, kn);
+            ke_gemm(p->dt, kn, p->Ev, m, 1, P, 1, p->S, gb, p->g.rs, p->g.cs, 1, dv, p->Ev);
+            ke_gemm(p->dt, m, kn, p->Ev, 1, gb, p->g.rs, p->g.cs, v, p->v.cs, p->v.rs, 0, D, p->S);
+            if (p->dt == KL_F64)
+                ca_dsoftmax_f64((const double *)P, (double *)D, m, kn, p->S);
+            else
+                ca_dsoftmax_f32((const float *)P, (float *)D, m, kn, p->S);
+            ke_gemm(p->dt, m, p->E, kn, p->scale, D, p->S, 1, k, p->k.rs, p->k.cs, 0, dq + (size_t)(r0 * p->E) * es,
+                    p->E);
+            ke_gemm(p->dt, kn, p->E, m, p->scale, D, 1, p->S, qb, p->q.rs, p->q.cs, 1, dk, p->E);
+        }
+    }
+    free(P);
+}
+
+/* ---- shape rules ----------------------------------------------------------------------------- */
+
+/* q [..., L, E], k [..., S, E], v [..., S, Ev] with one floating dtype and the
+ * same batch dims (no broadcasting: kl_scaled_dot_product_attention sends the
+ * other cases to the decomposition). */
+static int ca_check(ke_call *c, kl_tensor *const *qkv) {
+    const char *op = ke_opname(c);
+    char b1[256], b2[256], b3[256];
+    const kl_tensor *q = qkv[0], *k = qkv[1], *v = qkv[2];
+    ke_fmt_tensor(b1, sizeof b1, q), ke_fmt_tensor(b2, sizeof b2, k), ke_fmt_tensor(b3, sizeof b3, v);
+    if (!ke_is_float((kl_dtype)q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype)
+        return ke_err(KL_ERR_DTYPE, op, "q, k and v must share one floating dtype, got %s, %s and %s", b1, b2, b3);
+    int nd = q->ndim, ok = nd >= 2 && k->ndim == nd && v->ndim == nd;
+    for (int d = 0; ok && d < nd - 2; d++) ok = k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d];
+    if (!ok || k->shape[nd - 1] != q->shape[nd - 1] || v->shape[nd - 2] != k->shape[nd - 2])
+        return ke_err(KL_ERR_SHAPE, op, "q %s, k %s and v %s do not fit [..., L, E], [..., S, E], [..., S, Ev]", b1,
+                      b2, b3);
+    return 0;
+}
+
+int ke_infer_causal_attention(ke_call *c, ke_outspec *out) {
+    if (c->nin != 3) return ke_err(KL_ERR_ARG, ke_opname(c), "expects q, k and v, got %d inputs", c->nin);
+    if (ca_check(c, c->in) < 0) return -1;
+    const kl_tensor *q = c->in[0], *v = c->in[2];
+    out->ndim = q->ndim;
+    memcpy(out->shape, q->shape, sizeof(int64_t) * (size_t)q->ndim);
+    out->shape[q->ndim - 1] = v->shape[v->ndim - 1];
+    out->dtype = (kl_dtype)q->dtype;
+    c->compute = ke_compute_dtype(out->dtype);
+    return 1;
+}
+
+/* inputs g (the output's gradient), q, k, v; outputs dq, dk, dv */
+int ke_infer_causal_attention_backward(ke_call *c, ke_outspec *out) {
+    const char *op = ke_opname(c);
+    char b1[256], b2[256];
+    if (c->nin != 4) return ke_err(KL_ERR_ARG, op, "expects g, q, k and v, got %d inputs", c->nin);
+    if (ca_check(c, c->in + 1) < 0) return -1;
+    const kl_tensor *g = c->in[0], *q = c->in[1], *v = c->in[3];
+    int nd = q->ndim, ok = g->ndim == nd && g->dtype == q->dtype;
+    for (int d = 0; ok && d < nd - 1; d++) ok = g->shape[d] == q->shape[d];
+    if (!ok || g->shape[nd - 1] != v->shape[nd - 1])
+        return ke_err(KL_ERR_SHAPE, op, "gradient %s does not match the output of q %s and v's last dim",
+                      ke_fmt_tensor(b1, sizeof b1, g), ke_fmt_tensor(b2, sizeof b2, q));
+    for (int o = 0; o < 3; o++) {
+        const kl_tensor *t = c->in[1 + o];
+        out[o].dtype = (kl_dtype)t->dtype;
+        out[o].ndim = t->ndim;
+        memcpy(out[o].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    }
+    c->compute = ke_compute_dtype((kl_dtype)q->dtype);
+    return 3;
+}
+
+/* ---- CPU kernels ----------------------------------------------------------------------------- */
+
+static int ca_compute(ke_call *c, kl_tensor *const *in, kl_tensor *const *out) {
+    int bwd = c->op == KE_OP_causal_attention_backward;
+    kl_tensor *const *qkv = in + bwd;
+    const kl_tensor *q = qkv[0], *k = qkv[1], *v = qkv[2];
+    int nb = q->ndim - 2;
+    ca_ctx p = {.dt = c->compute, .nb = nb, .L = q->shape[nb], .S = k->shape[nb], .E = q->shape[nb + 1],
+                .Ev = v->shape[nb + 1], .scale = ke_attr_scaled_dot_product_attention_scale(&c->a),
+                .q = ca_mat_of(q, nb), .k = ca_mat_of(k, nb), .v = ca_mat_of(v, nb)};
+    memcpy(p.bshape, q->shape, sizeof(int64_t) * (size_t)nb);
+    int64_t nbatch = ke_numel(nb, q->shape);
+    if (bwd) {
+        p.g = ca_mat_of(in[0], nb);
+        p.dq = ke_data(out[0]), p.dk = ke_data(out[1]), p.dv = ke_data(out[2]);
+    } else {
+        p.out = ke_data(out[0]);
+    }
+    if (nbatch == 0) return 0;
+    if (p.L == 0 || p.S == 0) {
+        /* no queries or no keys: every output is 0 (an empty softmax times an empty v) */
+        for (int o = 0; o < c->nout; o++)
+            memset(ke_data(out[o]), 0, ke_dtypes[p.dt].size * (size_t)ke_numel(out[o]->ndim, out[o]->shape));
+        return 0;
+    }
+    ke_parallel_for(nbatch, 1, bwd ? ca_bwd_range : ca_fwd_range, &p);
+    if (p.failed)
+        return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for a %d x %lld score block", KE_CA_BLOCK,
+                      (long long)p.S);
+    return 0;
+}
+
+int ke_cpu_causal_attention(ke_call *c) { return ke_with_compute_dtype_views(c, ca_compute); }
+int ke_cpu_causal_attention_backward(ke_call *c) { return ke_with_compute_dtype_views(c, ca_compute); }
+
+/* ---- decompositions -------------------------------------------------------------------------- */
+
+int ke_decomp_causal_attention(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_causal_attention(c, &spec) < 0) return -1;
+    return ke_set_out1(c, ke_sdpa_formula(c->in[0], c->in[1], c->in[2], NULL, true,
+                                          ke_attr_scaled_dot_product_attention_scale(&c->a)));
+}
+
+/* The backward's formula over the whole [..., L, S] matrices (the masked
+ * probabilities are exactly 0, so the mask needs no second where). */
+int ke_decomp_causal_attention_backward(ke_call *c) {
+    ke_outspec spec[3];
+    if (ke_infer_causal_attention_backward(c, spec) < 0) return -1;
+    kl_tensor *g = c->in[0], *q = c->in[1], *k = c->in[2], *v = c->in[3];
+    double scale = ke_attr_scaled_dot_product_attention_scale(&c->a);
+    int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2], last = -1;
+    kl_scope_begin();
+    kl_tensor *s = kl_mul_scalar(kl_matmul(q, kl_transpose(k, -2, -1)), scale);
+    kl_tensor *keep = kl_to_device(kl_ge(kl_unsqueeze(kl_arange(0, (double)L, 1, KL_I64), 1),
+                                         kl_unsqueeze(kl_arange(0, (double)S, 1, KL_I64), 0)),
+                                   kl_device_of(q));
+    kl_tensor *pr = kl_softmax(kl_where(keep, s, kl_full(0, NULL, -INFINITY, (kl_dtype)q->dtype)), -1);
+    kl_tensor *dp = kl_matmul(g, kl_transpose(v, -2, -1));
+    kl_tensor *ds = kl_mul_scalar(kl_mul(pr, kl_sub(dp, kl_sum(kl_mul(pr, dp), 1, &last, true))), scale);
+    kl_tensor *o[3] = {kl_matmul(ds, k), kl_matmul(kl_transpose(ds, -2, -1), q),
+                       kl_matmul(kl_transpose(pr, -2, -1), g)};
+    int ok = o[0] && o[1] && o[2];
+    for (int i = 0; i < 3 && ok; i++) kl_keep(o[i]);
+    kl_scope_end();
+    if (!ok) return -1;
+    for (int i = 0; i < 3; i++) c->out[i] = o[i];
+    c->nout = 3;
+    return 0;
+}
+
+/* 1 if kl_scaled_dot_product_attention(q, k, v, NULL, true, .) can run as
+ * causal_attention: CPU tensors (kl_device_of: a traced value's real
+ * device, not its meta stand-in's), one floating dtype, the same batch dims,
+ * nothing empty. */
+int ke_causal_attention_fits(const kl_tensor *q, const kl_tensor *k, const kl_tensor *v) {
+    const kl_tensor *t[3] = {q, k, v};
+    int nd = q->ndim;
+    for (int i = 0; i < 3; i++) {
+        if (kl_device_of(t[i]).type != KL_CPU || t[i]->dtype != q->dtype || t[i]->ndim != nd || nd < 2 ||
+            ke_numel(t[i]->ndim, t[i]->shape) == 0)
+            return 0;
+        for (int d = 0; d < nd - 2; d++)
+            if (t[i]->shape[d] != q->shape[d]) return 0;
+    }
+    return ke_is_float((kl_dtype)q->dtype) && k->shape[nd - 1] == q->shape[nd - 1] &&
+           v->shape[nd - 2] == k->shape[nd - 2];
+}
