@@ -77,19 +77,28 @@ static int64_t ca_boff(const ca_ctx *p, const int64_t *bst, int64_t b) {
 
 /* softmax over the kept keys [0, min(i + 1, S)) of each block row of P
  * (m rows, ld S, kn columns written by the scores' GEMM); the masked rest of
- * the row's kn columns set to 0 so the GEMMs after may read all kn. The max
- * and the sum are nn.c's row folds (vectorized lanes); the exp loop has no
- * reduction, so it vectorizes. ca_dsoftmax: D = P * (D - rowsum(P * D)) over
- * the same columns, the dot in KE_CA_LANES lanes for the same reason. */
-enum { KE_CA_LANES = 8 };
+ * the row's kn columns set to 0 so the GEMMs after may read all kn.
+ * ca_dsoftmax: D = P * (D - rowsum(P * D)) over the same columns. The max,
+ * the sums and the dot run in KE_CA_LANES independent lanes so the loops
+ * vectorize without reassociation (rows are short: at most S, 128 in charlm;
+ * nn.c's row folds cost more than the row here). */
+enum { KE_CA_LANES = 16 };
 #define KE_CA_ROWS(T, sfx, EXP)                                                                          \
     static void ca_softmax_##sfx(T *P, int64_t m, int64_t r0, int64_t kn, int64_t S) {                   \
         for (int64_t ii = 0; ii < m; ii++) {                                                             \
             T *restrict r = P + ii * S;                                                                  \
-            int64_t n = r0 + ii + 1 < S ? r0 + ii + 1 : S;                                               \
-            T mx = ke_row_max_##sfx(r, n);                                                               \
-            for (int64_t j = 0; j < n; j++) r[j] = EXP(r[j] - mx);                                       \
-            T inv = (T)(1 / ke_row_sum_##sfx(r, n));                                                     \
+            const int64_t n = r0 + ii + 1 < S ? r0 + ii + 1 : S, nl = n / KE_CA_LANES * KE_CA_LANES;     \
+            T acc[KE_CA_LANES], mx = r[0], s = 0;                                                        \
+            for (int l = 0; l < KE_CA_LANES; l++) acc[l] = r[0];                                         \
+            for (int64_t j = 0; j < nl; j += KE_CA_LANES)                                                \
+                for (int l = 0; l < KE_CA_LANES; l++) acc[l] = r[j + l] > acc[l] ? r[j + l] : acc[l];    \
+            for (int64_t j = nl; j < n; j++) mx = r[j] > mx ? r[j] : mx;                                 \
+            for (int l = 0; l < KE_CA_LANES; l++) mx = acc[l] > mx ? acc[l] : mx, acc[l] = 0;            \
+            for (int64_t j = 0; j < nl; j += KE_CA_LANES)                                                \
+                for (int l = 0; l < KE_CA_LANES; l++) acc[l] += r[j + l] = EXP(r[j + l] - mx);           \
+            for (int64_t j = nl; j < n; j++) s += r[j] = EXP(r[j] - mx);                                 \
+            for (int l = 0; l < KE_CA_LANES; l++) s += acc[l];                                           \
+            const T inv = (T)1 / s;                                                                      \
             for (int64_t j = 0; j < n; j++) r[j] *= inv;                                                 \
             for (int64_t j = n; j < kn; j++) r[j] = 0;                                                   \
         }                                                                                                \
