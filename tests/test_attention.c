@@ -132,13 +132,16 @@ static void causal_threads_bitwise(void **s) {
                             sizeof(float) * 3 * 4 * 100 * 8);
 }
 
-/* in: q, k, v, w; out: the loss's gradients of q, k and v[, the attention's output] */
+/* in: q, k, v, w; out: the loss's gradients of q, k and v[, the attention's output].
+ * u non-NULL: q, k, v are [B, T, H, D], made head views inside (as charlm does). */
 static int step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
     (void)u, (void)n_in, (void)n_out;
     kl_tensor *l[3];
     for (int i = 0; i < 3; i++)
         if (!(l[i] = kl_detach(in[i])) || kl_set_requires_grad(l[i], true) < 0) return -1;
-    kl_tensor *y = kl_scaled_dot_product_attention(kl_tanh(l[0]), l[1], l[2], NULL, true, 0);
+    kl_tensor *a[3] = {kl_tanh(l[0]), l[1], l[2]};
+    for (int i = 0; i < 3 && u; i++) a[i] = kl_transpose(a[i], 1, 2); /* [B, T, H, D] -> heads */
+    kl_tensor *y = kl_scaled_dot_product_attention(a[0], a[1], a[2], NULL, true, 0);
     kl_tensor *loss = kl_sum(kl_mul(y, in[3]), KL_ALL_DIMS, false);
     if (n_out > 3) out[3] = kl_detach(y);
     return kl_autograd_grad(1, &loss, NULL, 3, l, out, NULL);
@@ -150,26 +153,35 @@ static void graph_text(kl_fn *f, char *text, size_t cap) {
 }
 
 /* The compiled step holds the fused forward and backward nodes (kept whole on
- * the CPU) and gives eager's gradients. */
+ * the CPU) and gives eager's gradients: q, k, v contiguous, and as head views
+ * of [B, T, H, D] tensors (seq_major: the output and gradients in that layout). */
 static void causal_compiled_matches_eager(void **s) {
     (void)s;
     kl_manual_seed(9);
-    kl_tensor *in[4] = {kl_randn(KL_SHAPE(2, 2, 45, 8), KL_F32), kl_randn(KL_SHAPE(2, 2, 45, 8), KL_F32),
-                        kl_randn(KL_SHAPE(2, 2, 45, 8), KL_F32), kl_randn(KL_SHAPE(2, 2, 45, 8), KL_F32)};
-    kl_tensor *gc[4], *ge[4];
-    kl_fn *f = kl_compile(step, NULL, NULL);
-    assert_non_null(f);
-    assert_int_equal(kl_fn_call(f, in, 4, gc, 4), 0);
-    assert_int_equal(step(NULL, in, 4, ge, 4), 0);
-    for (int j = 0; j < 4; j++) assert_true(kl_allclose(gc[j], ge[j], 1e-5, 1e-6, false));
-    kl_fn_stats st;
-    assert_int_equal(kl_fn_get_stats(f, &st), 0);
-    assert_int_equal(st.eager_calls, 0);
-    static char text[1 << 16];
-    graph_text(f, text, sizeof text);
-    assert_non_null(strstr(text, "causal_attention("));
-    assert_non_null(strstr(text, "causal_attention_backward("));
-    kl_fn_release(f);
+    for (int views = 0; views < 2; views++) {
+        kl_scope_begin();
+        kl_tensor *in[4];
+        for (int i = 0; i < 3; i++)
+            in[i] = views ? kl_randn(KL_SHAPE(2, 45, 2, 8), KL_F32) : kl_randn(KL_SHAPE(2, 2, 45, 8), KL_F32);
+        in[3] = kl_randn(KL_SHAPE(2, 2, 45, 8), KL_F32);
+        void *u = views ? in : NULL;
+        kl_tensor *gc[4], *ge[4];
+        kl_fn *f = kl_compile(step, u, NULL);
+        assert_non_null(f);
+        assert_int_equal(kl_fn_call(f, in, 4, gc, 4), 0);
+        assert_int_equal(step(u, in, 4, ge, 4), 0);
+        for (int j = 0; j < 4; j++) assert_true(kl_allclose(gc[j], ge[j], 1e-5, 1e-6, false));
+        kl_fn_stats st;
+        assert_int_equal(kl_fn_get_stats(f, &st), 0);
+        assert_int_equal(st.eager_calls, 0);
+        static char text[1 << 16];
+        graph_text(f, text, sizeof text);
+        assert_non_null(strstr(text, "causal_attention("));
+        assert_non_null(strstr(text, "causal_attention_backward("));
+        assert_int_equal(strstr(text, "seq_major=true") != NULL, views);
+        kl_fn_release(f);
+        kl_scope_end();
+    }
 }
 
 /* Broadcast batch dims and masks keep the decomposition: same values, no fused node. */
@@ -201,26 +213,31 @@ static void causal_op_errors(void **s) {
     kl_tensor *q = kl_zeros(KL_SHAPE(2, 3, 4), KL_F32), *k = kl_zeros(KL_SHAPE(2, 5, 4), KL_F32),
               *v = kl_zeros(KL_SHAPE(2, 5, 6), KL_F32), *out[3];
     kl_tensor *bad[3] = {q, kl_zeros(KL_SHAPE(2, 5, 3), KL_F32), v};
-    assert_int_equal(kl_op_call("causal_attention", bad, 3, "scale=0.5, causal=true, has_mask=false", out, 1), -1);
+    assert_int_equal(kl_op_call("causal_attention", bad, 3, "scale=0.5", out, 1), -1);
     KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_causal_attention: q [2,3,4] float32 cpu, k [2,5,3] float32 cpu and v [2,5,6] float32 cpu do not fit");
     kl_tensor *ints[3] = {kl_zeros(KL_SHAPE(2, 3, 4), KL_I32), k, v};
-    assert_int_equal(kl_op_call("causal_attention", ints, 3, "scale=0.5, causal=true, has_mask=false", out, 1), -1);
+    assert_int_equal(kl_op_call("causal_attention", ints, 3, "scale=0.5", out, 1), -1);
     KT_EXPECT_ERROR(KL_ERR_DTYPE, "kl_causal_attention: q, k and v must share one floating dtype");
     kl_tensor *bb[3] = {q, kl_zeros(KL_SHAPE(1, 5, 4), KL_F32), kl_zeros(KL_SHAPE(1, 5, 6), KL_F32)};
-    assert_int_equal(kl_op_call("causal_attention", bb, 3, "scale=0.5, causal=true, has_mask=false", out, 1), -1);
+    assert_int_equal(kl_op_call("causal_attention", bb, 3, "scale=0.5", out, 1), -1);
     KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_causal_attention: q [2,3,4] float32 cpu, k [1,5,4] float32 cpu");
+    /* seq_major needs [..., L, H, E]: a 2-D q has no head dim */
+    kl_tensor *flat[3] = {kl_zeros(KL_SHAPE(3, 4), KL_F32), kl_zeros(KL_SHAPE(5, 4), KL_F32),
+                          kl_zeros(KL_SHAPE(5, 6), KL_F32)};
+    assert_int_equal(kl_op_call("causal_attention", flat, 3, "scale=0.5, seq_major=true", out, 1), -1);
+    KT_EXPECT_ERROR(KL_ERR_SHAPE, "do not fit [..., L, H, E], [..., S, H, E], [..., S, H, Ev] (seq_major)");
     kl_tensor *gin[4] = {kl_zeros(KL_SHAPE(2, 3, 5), KL_F32), q, k, v};
     assert_int_equal(
-        kl_op_call("causal_attention_backward", gin, 4, "scale=0.5, causal=true, has_mask=false", out, 3), -1);
+        kl_op_call("causal_attention_backward", gin, 4, "scale=0.5", out, 3), -1);
     KT_EXPECT_ERROR(KL_ERR_SHAPE, "kl_causal_attention_backward: gradient [2,3,5] float32 cpu does not match");
     /* S = 0: an empty softmax times an empty v, every output 0 (dk, dv empty) */
     kl_tensor *none[3] = {q, kl_zeros(KL_SHAPE(2, 0, 4), KL_F32), kl_zeros(KL_SHAPE(2, 0, 6), KL_F32)};
-    assert_int_equal(kl_op_call("causal_attention", none, 3, "scale=0.5, causal=true, has_mask=false", out, 1), 0);
+    assert_int_equal(kl_op_call("causal_attention", none, 3, "scale=0.5", out, 1), 0);
     assert_true(kl_equal(out[0], kl_zeros(KL_SHAPE(2, 3, 6), KL_F32)));
     /* L = 0: no query sees a key, so dk and dv are 0 */
     kl_tensor *gq[4] = {kl_zeros(KL_SHAPE(2, 0, 6), KL_F32), kl_zeros(KL_SHAPE(2, 0, 4), KL_F32),
                         kl_ones(KL_SHAPE(2, 5, 4), KL_F32), kl_ones(KL_SHAPE(2, 5, 6), KL_F32)};
-    assert_int_equal(kl_op_call("causal_attention_backward", gq, 4, "scale=0.5, causal=true, has_mask=false", out, 3), 0);
+    assert_int_equal(kl_op_call("causal_attention_backward", gq, 4, "scale=0.5", out, 3), 0);
     assert_true(kl_equal(out[1], kl_zeros(KL_SHAPE(2, 5, 4), KL_F32)));
     assert_true(kl_equal(out[2], kl_zeros(KL_SHAPE(2, 5, 6), KL_F32)));
 }

@@ -44,7 +44,7 @@ enum { KE_CA_BLOCK = 32 };
 /* One operand matrix per (batch, head): its pointer is base + the batch
  * offset; rs, cs its row and column strides in elements. */
 typedef struct ca_mat {
-    const char *p;
+    char *p;
     int64_t rs, cs, bst[KL_MAX_DIMS];
 } ca_mat;
 
@@ -55,14 +55,28 @@ typedef struct ca_ctx {
     int64_t L, S, E, Ev;
     double scale;
     ca_mat q, k, v, g;
-    char *out, *dq, *dk, *dv; /* contiguous outputs */
-    int failed;                /* a task could not get its scratch */
+    ca_mat out, dq, dk, dv; /* outputs: columns contiguous (cs 1) */
+    int failed;             /* a task could not get its scratch */
 } ca_ctx;
 
-static ca_mat ca_mat_of(const kl_tensor *t, int nb) {
-    ca_mat m = {.p = ke_data(t), .rs = t->stride[t->ndim - 2], .cs = t->stride[t->ndim - 1]};
-    for (int d = 0; d < nb; d++) m.bst[d] = t->stride[d];
-    return m;
+/* The logical [batch..., rows, cols] view of t: t itself, or with seq_major
+ * (t is [..., rows, H, cols]) its dims -3 and -2 swapped, so that H is the
+ * last batch dim. Fills shape (may be NULL) and the matrix's strides. */
+static void ca_view(const kl_tensor *t, int seq_major, int64_t *shape, ca_mat *m) {
+    int nd = t->ndim;
+    int64_t sh[KL_MAX_DIMS], st[KL_MAX_DIMS];
+    memcpy(sh, t->shape, sizeof(int64_t) * (size_t)nd);
+    memcpy(st, t->stride, sizeof(int64_t) * (size_t)nd);
+    if (seq_major && nd >= 3) {
+        int64_t a = sh[nd - 3], b = st[nd - 3];
+        sh[nd - 3] = sh[nd - 2], st[nd - 3] = st[nd - 2];
+        sh[nd - 2] = a, st[nd - 2] = b;
+    }
+    if (shape) memcpy(shape, sh, sizeof(int64_t) * (size_t)nd);
+    if (m) {
+        *m = (ca_mat){.p = ke_data(t), .rs = st[nd - 2], .cs = st[nd - 1]};
+        memcpy(m->bst, st, sizeof(int64_t) * (size_t)(nd - 2));
+    }
 }
 
 /* Element offset of batch item b in a matrix with batch strides bst. */
@@ -73,6 +87,11 @@ static int64_t ca_boff(const ca_ctx *p, const int64_t *bst, int64_t b) {
         b /= p->bshape[d];
     }
     return off;
+}
+
+/* Matrix b of m: its first element. */
+static char *ca_at(const ca_ctx *p, const ca_mat *m, int64_t b) {
+    return m->p + ca_boff(p, m->bst, b) * (int64_t)ke_dtypes[p->dt].size;
 }
 
 /* softmax over the kept keys [0, min(i + 1, S)) of each block row of P
@@ -139,18 +158,26 @@ static void ca_fwd_range(void *ctx, int64_t b0, int64_t b1) {
         return;
     }
     for (int64_t b = b0; b < b1; b++) {
-        const char *q = p->q.p + ca_boff(p, p->q.bst, b) * (int64_t)es, *k = p->k.p + ca_boff(p, p->k.bst, b) * (int64_t)es,
-                   *v = p->v.p + ca_boff(p, p->v.bst, b) * (int64_t)es;
-        char *out = p->out + (size_t)(b * p->L * p->Ev) * es;
+        const char *q = ca_at(p, &p->q, b), *k = ca_at(p, &p->k, b), *v = ca_at(p, &p->v, b);
+        char *out = ca_at(p, &p->out, b);
         for (int64_t r0 = 0; r0 < p->L; r0 += KE_CA_BLOCK) {
             int64_t m = p->L - r0 < KE_CA_BLOCK ? p->L - r0 : KE_CA_BLOCK;
             int64_t kn = r0 + m < p->S ? r0 + m : p->S;
             ca_probs(p, q, k, P, r0, m, kn);
-            ke_gemm(p->dt, m, p->Ev, kn, 1, P, p->S, 1, v, p->v.rs, p->v.cs, 0, out + (size_t)(r0 * p->Ev) * es,
-                    p->Ev);
+            ke_gemm(p->dt, m, p->Ev, kn, 1, P, p->S, 1, v, p->v.rs, p->v.cs, 0, out + (size_t)(r0 * p->out.rs) * es,
+                    p->out.rs);
         }
     }
     free(P);
+}
+
+/* Zeroes the rows x cols matrix at d (row stride rs, columns contiguous). */
+static void ca_zero(char *d, int64_t rows, int64_t cols, int64_t rs, size_t es) {
+    if (rs == cols) {
+        memset(d, 0, es * (size_t)(rows * cols));
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) memset(d + (size_t)(r * rs) * es, 0, es * (size_t)cols);
 }
 
 static void ca_bwd_range(void *ctx, int64_t b0, int64_t b1) {
@@ -162,27 +189,25 @@ static void ca_bwd_range(void *ctx, int64_t b0, int64_t b1) {
         return;
     }
     for (int64_t b = b0; b < b1; b++) {
-        const char *q = p->q.p + ca_boff(p, p->q.bst, b) * (int64_t)es, *k = p->k.p + ca_boff(p, p->k.bst, b) * (int64_t)es,
-                   *v = p->v.p + ca_boff(p, p->v.bst, b) * (int64_t)es, *g = p->g.p + ca_boff(p, p->g.bst, b) * (int64_t)es;
-        char *dq = p->dq + (size_t)(b * p->L * p->E) * es, *dk = p->dk + (size_t)(b * p->S * p->E) * es,
-             *dv = p->dv + (size_t)(b * p->S * p->Ev) * es;
+        const char *q = ca_at(p, &p->q, b), *k = ca_at(p, &p->k, b), *v = ca_at(p, &p->v, b), *g = ca_at(p, &p->g, b);
+        char *dq = ca_at(p, &p->dq, b), *dk = ca_at(p, &p->dk, b), *dv = ca_at(p, &p->dv, b);
         /* keys past L (S > L) get no probability: their gradients stay 0 */
-        memset(dk, 0, es * (size_t)(p->S * p->E));
-        memset(dv, 0, es * (size_t)(p->S * p->Ev));
+        ca_zero(dk, p->S, p->E, p->dk.rs, es);
+        ca_zero(dv, p->S, p->Ev, p->dv.rs, es);
         for (int64_t r0 = 0; r0 < p->L; r0 += KE_CA_BLOCK) {
             int64_t m = p->L - r0 < KE_CA_BLOCK ? p->L - r0 : KE_CA_BLOCK;
             int64_t kn = r0 + m < p->S ? r0 + m : p->S;
             const char *gb = g + (size_t)(r0 * p->g.rs) * es, *qb = q + (size_t)(r0 * p->q.rs) * es;
             ca_probs(p, q, k, P, r0, m, kn);
-            ke_gemm(p->dt, kn, p->Ev, m, 1, P, 1, p->S, gb, p->g.rs, p->g.cs, 1, dv, p->Ev);
+            ke_gemm(p->dt, kn, p->Ev, m, 1, P, 1, p->S, gb, p->g.rs, p->g.cs, 1, dv, p->dv.rs);
             ke_gemm(p->dt, m, kn, p->Ev, 1, gb, p->g.rs, p->g.cs, v, p->v.cs, p->v.rs, 0, D, p->S);
             if (p->dt == KL_F64)
                 ca_dsoftmax_f64((const double *)P, (double *)D, m, kn, p->S);
             else
                 ca_dsoftmax_f32((const float *)P, (float *)D, m, kn, p->S);
-            ke_gemm(p->dt, m, p->E, kn, p->scale, D, p->S, 1, k, p->k.rs, p->k.cs, 0, dq + (size_t)(r0 * p->E) * es,
-                    p->E);
-            ke_gemm(p->dt, kn, p->E, m, p->scale, D, 1, p->S, qb, p->q.rs, p->q.cs, 1, dk, p->E);
+            ke_gemm(p->dt, m, p->E, kn, p->scale, D, p->S, 1, k, p->k.rs, p->k.cs, 0,
+                    dq + (size_t)(r0 * p->dq.rs) * es, p->dq.rs);
+            ke_gemm(p->dt, kn, p->E, m, p->scale, D, 1, p->S, qb, p->q.rs, p->q.cs, 1, dk, p->dk.rs);
         }
     }
     free(P);
@@ -192,25 +217,31 @@ static void ca_bwd_range(void *ctx, int64_t b0, int64_t b1) {
 
 /* q [..., L, E], k [..., S, E], v [..., S, Ev] with one floating dtype and the
  * same batch dims (no broadcasting: kl_scaled_dot_product_attention sends the
- * other cases to the decomposition). */
-static int ca_check(ke_call *c, kl_tensor *const *qkv) {
+ * other cases to the decomposition); with seq_major [..., L, H, E],
+ * [..., S, H, E], [..., S, H, Ev]. Fills the logical ([batch..., rows, cols])
+ * shapes of the three. */
+static int ca_check(ke_call *c, kl_tensor *const *qkv, int64_t (*ls)[KL_MAX_DIMS]) {
     const char *op = ke_opname(c);
     char b1[256], b2[256], b3[256];
     const kl_tensor *q = qkv[0], *k = qkv[1], *v = qkv[2];
+    int sm = ke_attr_causal_attention_seq_major(&c->a);
     ke_fmt_tensor(b1, sizeof b1, q), ke_fmt_tensor(b2, sizeof b2, k), ke_fmt_tensor(b3, sizeof b3, v);
     if (!ke_is_float((kl_dtype)q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype)
         return ke_err(KL_ERR_DTYPE, op, "q, k and v must share one floating dtype, got %s, %s and %s", b1, b2, b3);
-    int nd = q->ndim, ok = nd >= 2 && k->ndim == nd && v->ndim == nd;
-    for (int d = 0; ok && d < nd - 2; d++) ok = k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d];
-    if (!ok || k->shape[nd - 1] != q->shape[nd - 1] || v->shape[nd - 2] != k->shape[nd - 2])
-        return ke_err(KL_ERR_SHAPE, op, "q %s, k %s and v %s do not fit [..., L, E], [..., S, E], [..., S, Ev]", b1,
-                      b2, b3);
+    int nd = q->ndim, ok = nd >= 2 + sm && k->ndim == nd && v->ndim == nd;
+    for (int i = 0; ok && i < 3; i++) ca_view(qkv[i], sm, ls[i], NULL);
+    for (int d = 0; ok && d < nd - 2; d++) ok = ls[1][d] == ls[0][d] && ls[2][d] == ls[0][d];
+    if (!ok || ls[1][nd - 1] != ls[0][nd - 1] || ls[2][nd - 2] != ls[1][nd - 2])
+        return ke_err(KL_ERR_SHAPE, op, "q %s, k %s and v %s do not fit %s", b1, b2, b3,
+                      sm ? "[..., L, H, E], [..., S, H, E], [..., S, H, Ev] (seq_major)"
+                         : "[..., L, E], [..., S, E], [..., S, Ev]");
     return 0;
 }
 
 int ke_infer_causal_attention(ke_call *c, ke_outspec *out) {
+    int64_t ls[3][KL_MAX_DIMS];
     if (c->nin != 3) return ke_err(KL_ERR_ARG, ke_opname(c), "expects q, k and v, got %d inputs", c->nin);
-    if (ca_check(c, c->in) < 0) return -1;
+    if (ca_check(c, c->in, ls) < 0) return -1;
     const kl_tensor *q = c->in[0], *v = c->in[2];
     out->ndim = q->ndim;
     memcpy(out->shape, q->shape, sizeof(int64_t) * (size_t)q->ndim);
@@ -224,8 +255,9 @@ int ke_infer_causal_attention(ke_call *c, ke_outspec *out) {
 int ke_infer_causal_attention_backward(ke_call *c, ke_outspec *out) {
     const char *op = ke_opname(c);
     char b1[256], b2[256];
+    int64_t ls[3][KL_MAX_DIMS];
     if (c->nin != 4) return ke_err(KL_ERR_ARG, op, "expects g, q, k and v, got %d inputs", c->nin);
-    if (ca_check(c, c->in + 1) < 0) return -1;
+    if (ca_check(c, c->in + 1, ls) < 0) return -1;
     const kl_tensor *g = c->in[0], *q = c->in[1], *v = c->in[3];
     int nd = q->ndim, ok = g->ndim == nd && g->dtype == q->dtype;
     for (int d = 0; ok && d < nd - 1; d++) ok = g->shape[d] == q->shape[d];
@@ -245,20 +277,20 @@ int ke_infer_causal_attention_backward(ke_call *c, ke_outspec *out) {
 /* ---- CPU kernels ----------------------------------------------------------------------------- */
 
 static int ca_compute(ke_call *c, kl_tensor *const *in, kl_tensor *const *out) {
-    int bwd = c->op == KE_OP_causal_attention_backward;
+    int bwd = c->op == KE_OP_causal_attention_backward, sm = ke_attr_causal_attention_seq_major(&c->a);
     kl_tensor *const *qkv = in + bwd;
-    const kl_tensor *q = qkv[0], *k = qkv[1], *v = qkv[2];
-    int nb = q->ndim - 2;
-    ca_ctx p = {.dt = c->compute, .nb = nb, .L = q->shape[nb], .S = k->shape[nb], .E = q->shape[nb + 1],
-                .Ev = v->shape[nb + 1], .scale = ke_attr_scaled_dot_product_attention_scale(&c->a),
-                .q = ca_mat_of(q, nb), .k = ca_mat_of(k, nb), .v = ca_mat_of(v, nb)};
-    memcpy(p.bshape, q->shape, sizeof(int64_t) * (size_t)nb);
-    int64_t nbatch = ke_numel(nb, q->shape);
+    int64_t ls[3][KL_MAX_DIMS];
+    ca_ctx p = {.dt = c->compute, .nb = qkv[0]->ndim - 2, .scale = ke_attr_causal_attention_scale(&c->a)};
+    ca_view(qkv[0], sm, ls[0], &p.q), ca_view(qkv[1], sm, ls[1], &p.k), ca_view(qkv[2], sm, ls[2], &p.v);
+    int nb = p.nb;
+    p.L = ls[0][nb], p.S = ls[1][nb], p.E = ls[0][nb + 1], p.Ev = ls[2][nb + 1];
+    memcpy(p.bshape, ls[0], sizeof(int64_t) * (size_t)nb);
+    int64_t nbatch = ke_numel(nb, ls[0]);
     if (bwd) {
-        p.g = ca_mat_of(in[0], nb);
-        p.dq = ke_data(out[0]), p.dk = ke_data(out[1]), p.dv = ke_data(out[2]);
+        ca_view(in[0], sm, NULL, &p.g);
+        ca_view(out[0], sm, NULL, &p.dq), ca_view(out[1], sm, NULL, &p.dk), ca_view(out[2], sm, NULL, &p.dv);
     } else {
-        p.out = ke_data(out[0]);
+        ca_view(out[0], sm, NULL, &p.out);
     }
     if (nbatch == 0) return 0;
     if (p.L == 0 || p.S == 0) {
@@ -279,11 +311,21 @@ int ke_cpu_causal_attention_backward(ke_call *c) { return ke_with_compute_dtype_
 
 /* ---- decompositions -------------------------------------------------------------------------- */
 
+/* With seq_major, t's dims -3 and -2 swapped (a view): the logical layout. */
+static kl_tensor *ca_logical(const ke_call *c, kl_tensor *t) {
+    return ke_attr_causal_attention_seq_major(&c->a) ? kl_transpose(t, -3, -2) : t;
+}
+
 int ke_decomp_causal_attention(ke_call *c) {
     ke_outspec spec;
     if (ke_infer_causal_attention(c, &spec) < 0) return -1;
-    return ke_set_out1(c, ke_sdpa_formula(c->in[0], c->in[1], c->in[2], NULL, true,
-                                          ke_attr_scaled_dot_product_attention_scale(&c->a)));
+    kl_scope_begin();
+    kl_tensor *y = ca_logical(c, ke_sdpa_formula(ca_logical(c, c->in[0]), ca_logical(c, c->in[1]),
+                                                 ca_logical(c, c->in[2]), NULL, true,
+                                                 ke_attr_causal_attention_scale(&c->a)));
+    kl_keep(y);
+    kl_scope_end();
+    return ke_set_out1(c, y);
 }
 
 /* The backward's formula over the whole [..., L, S] matrices (the masked
@@ -291,21 +333,22 @@ int ke_decomp_causal_attention(ke_call *c) {
 int ke_decomp_causal_attention_backward(ke_call *c) {
     ke_outspec spec[3];
     if (ke_infer_causal_attention_backward(c, spec) < 0) return -1;
-    kl_tensor *g = c->in[0], *q = c->in[1], *k = c->in[2], *v = c->in[3];
-    double scale = ke_attr_scaled_dot_product_attention_scale(&c->a);
-    int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2], last = -1;
+    double scale = ke_attr_causal_attention_scale(&c->a);
     kl_scope_begin();
+    kl_tensor *g = ca_logical(c, c->in[0]), *q = ca_logical(c, c->in[1]), *k = ca_logical(c, c->in[2]),
+              *v = ca_logical(c, c->in[3]);
+    int64_t L = kl_shape(q)[kl_ndim(q) - 2], S = kl_shape(k)[kl_ndim(k) - 2], last = -1;
     kl_tensor *s = kl_mul_scalar(kl_matmul(q, kl_transpose(k, -2, -1)), scale);
     kl_tensor *keep = kl_to_device(kl_ge(kl_unsqueeze(kl_arange(0, (double)L, 1, KL_I64), 1),
                                          kl_unsqueeze(kl_arange(0, (double)S, 1, KL_I64), 0)),
                                    kl_device_of(q));
-    kl_tensor *pr = kl_softmax(kl_where(keep, s, kl_full(0, NULL, -INFINITY, (kl_dtype)q->dtype)), -1);
+    kl_tensor *pr = kl_softmax(kl_where(keep, s, kl_full(0, NULL, -INFINITY, kl_dtype_of(q))), -1);
     kl_tensor *dp = kl_matmul(g, kl_transpose(v, -2, -1));
     kl_tensor *ds = kl_mul_scalar(kl_mul(pr, kl_sub(dp, kl_sum(kl_mul(pr, dp), 1, &last, true))), scale);
     kl_tensor *o[3] = {kl_matmul(ds, k), kl_matmul(kl_transpose(ds, -2, -1), q),
                        kl_matmul(kl_transpose(pr, -2, -1), g)};
     int ok = o[0] && o[1] && o[2];
-    for (int i = 0; i < 3 && ok; i++) kl_keep(o[i]);
+    for (int i = 0; i < 3 && ok; i++) kl_keep(o[i] = ca_logical(c, o[i]));
     kl_scope_end();
     if (!ok) return -1;
     for (int i = 0; i < 3; i++) c->out[i] = o[i];

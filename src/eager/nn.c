@@ -520,6 +520,27 @@ int ke_decomp_sdpa(ke_call *c) {
                                           ke_attr_scaled_dot_product_attention_scale(&c->a)));
 }
 
+/* 1 if t's dim -3 (heads) lies inside its dim -2 (sequence) in memory: a head
+ * view of a [..., T, H, D] tensor. */
+static int seq_major_view(const kl_tensor *t) {
+    return t->ndim >= 3 && t->stride[t->ndim - 3] < t->stride[t->ndim - 2];
+}
+
+/* causal_attention on q, k, v, run seq_major (on their [..., L, H, E] views,
+ * the output transposed back) when all three are head views: the output is
+ * then a [..., L, H, Ev] tensor whose transpose back is contiguous, and the
+ * gradients come out in their inputs' layout, so neither needs a copy. */
+static kl_tensor *causal_attention(kl_tensor *q, kl_tensor *k, kl_tensor *v, double scale) {
+    int sm = seq_major_view(q) && seq_major_view(k) && seq_major_view(v);
+    kl_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3 && sm; i++) in[i] = kl_transpose(in[i], -3, -2);
+    ke_call c = {.op = KE_OP_causal_attention, .nin = 3, .in = in};
+    ke_attr_set_causal_attention_scale(&c.a, scale);
+    ke_attr_set_causal_attention_seq_major(&c.a, sm);
+    kl_tensor *y = ke_call1(&c);
+    return y && sm ? kl_transpose(y, -3, -2) : y;
+}
+
 kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor *v, kl_tensor *mask, bool causal,
                                            double scale) {
     kl_tensor *in[4] = {q, k, v, mask};
@@ -531,10 +552,8 @@ kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor
     ke_attr_set_scaled_dot_product_attention_has_mask(&c.a, mask != NULL);
     /* causal without a mask on the CPU: the fused kernels in query blocks (attention.c) */
     if (causal && !mask && ke_check_tensor(k, "scaled_dot_product_attention", 2) == 0 &&
-        ke_check_tensor(v, "scaled_dot_product_attention", 3) == 0 && ke_causal_attention_fits(q, k, v)) {
-        c.op = KE_OP_causal_attention;
-        c.nin = 3;
-    }
+        ke_check_tensor(v, "scaled_dot_product_attention", 3) == 0 && ke_causal_attention_fits(q, k, v))
+        return causal_attention(q, k, v, scale);
     return ke_call1(&c);
 }
 
