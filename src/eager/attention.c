@@ -22,12 +22,15 @@
  * block pads a partial gradient to full size.
  *
  * Both are composites: the decompositions (the sdpa formula; the backward's
- * formula with kl_ ops) serve other devices, double backward and
- * ke_sdpa_formula's tests; KE_F_KEEP_CPU keeps them whole in compiled CPU
- * graphs. Inputs keep their strides (charlm's q, k and v are [B, T, H, D]
- * views): ke_gemm takes row and column strides. f16/bf16 compute in f32.
- * Threads: one task per (batch, head) matrix; its GEMMs are small, so
- * OpenBLAS runs them on the calling thread.
+ * formula with kl_ ops) serve other devices and double backward;
+ * KE_F_KEEP_CPU keeps them whole in compiled CPU graphs. Every operand keeps
+ * its strides (ke_gemm takes row and column strides), so head views need no
+ * copy in; seq_major ([..., L, H, E] operands, H a batch dim; nn.c passes it
+ * for head views of [B, T, H, D] tensors) makes the outputs come out in that
+ * layout, so none needs a copy back either. f16/bf16 compute in f32.
+ * Threads: one task per (batch, head) matrix, its blocks in a fixed order
+ * (the same bits at any thread count); its GEMMs are small, so OpenBLAS runs
+ * them on the calling thread.
  */
 #include "kernels_nn.h"
 #include "threadpool.h"
