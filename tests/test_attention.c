@@ -62,6 +62,7 @@ static const ca_case cases[] = {
     {0, {0}, 33, 50, 3, 2, 0},     /* L < S, no batch dims */
     {1, {2}, 64, 40, 5, 3, 0},     /* L > S: the last rows see every key */
     {2, {1, 2}, 128, 128, 16, 16, 1},
+    {1, {2}, 200, 230, 40, 48, 0}, /* 32 x 200 x 48 block GEMMs: past KE_GEMM_SMALL, OpenBLAS's threads */
 };
 
 static void causal_matches_formula(void **s) {

@@ -29,8 +29,8 @@
  * for head views of [B, T, H, D] tensors) makes the outputs come out in that
  * layout, so none needs a copy back either. f16/bf16 compute in f32.
  * Threads: one task per (batch, head) matrix, its blocks in a fixed order
- * (the same bits at any thread count); its GEMMs are small, so OpenBLAS runs
- * them on the calling thread.
+ * (the same bits at any thread count), while the block GEMMs are small
+ * enough for OpenBLAS to run them on the calling thread (see ca_compute).
  */
 #include "kernels_nn.h"
 #include "threadpool.h"
@@ -302,7 +302,16 @@ static int ca_compute(ke_call *c, kl_tensor *const *in, kl_tensor *const *out) {
             memset(ke_data(out[o]), 0, ke_dtypes[p.dt].size * (size_t)ke_numel(out[o]->ndim, out[o]->shape));
         return 0;
     }
-    ke_parallel_for(nbatch, 1, bwd ? ca_bwd_range : ca_fwd_range, &p);
+    /* linalg.c's rule: GEMMs below KE_GEMM_SMALL run on one OpenBLAS thread, so the
+     * matrices go over Kiln's pool; larger ones (long sequences, wide heads) would nest
+     * OpenBLAS's threads inside the pool's, so they run one after the other on its threads */
+    double work = (double)KE_CA_BLOCK * (double)(p.L < p.S ? p.L : p.S) * (double)(p.E > p.Ev ? p.E : p.Ev);
+    if (work < KE_GEMM_SMALL) {
+        ke_parallel_for(nbatch, 1, bwd ? ca_bwd_range : ca_fwd_range, &p);
+    } else {
+        ke_blas_prepare();
+        (bwd ? ca_bwd_range : ca_fwd_range)(&p, 0, nbatch);
+    }
     if (p.failed)
         return ke_err(KL_ERR_OOM, ke_opname(c), "out of memory for a %d x %lld score block", KE_CA_BLOCK,
                       (long long)p.S);
