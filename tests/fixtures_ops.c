@@ -591,6 +591,12 @@ const fx_allow fx_allowlist[] = {
                             "test_nn.c)"},
     {"batch_norm_backward", "internal op of batch_norm's derivative: checked through its gradients (grad_nn.c, "
                             "test_nn.c)"},
+    {"causal_attention", "internal op that causal scaled_dot_product_attention runs on the CPU: checked through "
+                         "the causal scaled_dot_product_attention fixtures (values and torch's gradients), "
+                         "grad_nn.c, test_attention.c"},
+    {"causal_attention_backward", "internal op of causal_attention's derivative: checked through the causal "
+                                  "scaled_dot_product_attention fixtures' torch gradients, grad_nn.c, "
+                                  "test_attention.c"},
     {"layer_norm_backward", "internal op of layer_norm's derivative: checked through layer_norm's gradients (the "
                             "layer_norm fixtures' torch gradients, grad_nn.c, test_nn.c)"},
     {"batch_norm_stats", "internal op of kl_batch_norm's running-buffer update: checked against kl_mean and kl_var "

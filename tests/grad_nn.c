@@ -718,6 +718,14 @@ static void grad_sdpa(void **state) {
     sdpa_args causal = {NULL, true, 0.7};
     kl_tensor *b[3] = {IN(KT_CONTIG, 4, 3), IN(KT_CONTIG, 4, 3), IN(KT_CONTIG, 4, 2)};
     KT_GRADGRADCHECK(f_sdpa, &causal, 3, b);
+    /* causal_attention's query blocks (32 rows): L and S past one block and not multiples
+     * of it, L < S and L > S, the q/k/v views of a [B, T, H, D] layout */
+    kl_tensor *e[3] = {IN(KT_TRANSPOSED, 2, 37, 3), IN(KT_STRIDED, 2, 40, 3), IN(KT_CONTIG, 2, 40, 2)};
+    KT_GRADCHECK(f_sdpa, &causal, 3, e);
+    kl_tensor *f[3] = {IN(KT_CONTIG, 41, 2), IN(KT_TRANSPOSED, 35, 2), IN(KT_CONTIG, 35, 3)};
+    KT_GRADCHECK(f_sdpa, &causal, 3, f);
+    kl_tensor *h[3] = {IN(KT_CONTIG, 33, 2), IN(KT_CONTIG, 33, 2), IN(KT_CONTIG, 33, 2)};
+    KT_GRADGRADCHECK(f_sdpa, &causal, 3, h);
     uint8_t keep[15] = {1, 0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0};
     kl_tensor *m = kl_from_data(keep, KL_SHAPE(3, 5), KL_BOOL);
     sdpa_args masked = {m, false, 0};

@@ -194,7 +194,7 @@ static void train_side_by_side(int kind, int steps) {
     assert_string_equal(st.grad_fallback, "");
     assert_true(st.saved_bytes > 0);
 
-    /* fused: fewer launches than ops. The op counts are the NO_FUSE whole
+    /* fused: fewer launches than ops (MLP, CNN). The op counts are the NO_FUSE whole
      * step's (composites count one op there; the forward alone, then the
      * rest: the backward) */
     kl_tensor *in[4], *xl, *lo, *outs[7];
@@ -211,8 +211,16 @@ static void train_side_by_side(int kind, int steps) {
     print_message("model %d: forward %lld kernels (%lld ops), backward %lld kernels (%lld ops), saved %lld bytes\n",
                   kind, (long long)st.kernels, (long long)so.kernels, (long long)st.backward_kernels,
                   (long long)(ss.kernels - so.kernels), (long long)st.saved_bytes);
-    assert_true(st.kernels + st.backward_kernels < ss.kernels);
-    assert_true(st.backward_kernels < ss.kernels - so.kernels);
+    if (kind == ATTN) {
+        /* causal attention is one fused CPU op each way (causal_attention and its
+         * backward, kept whole), so the block has nothing left to fuse: no more
+         * launches than ops */
+        assert_true(st.kernels + st.backward_kernels <= ss.kernels);
+        assert_true(st.backward_kernels <= ss.kernels - so.kernels);
+    } else {
+        assert_true(st.kernels + st.backward_kernels < ss.kernels);
+        assert_true(st.backward_kernels < ss.kernels - so.kernels);
+    }
     kl_fn_release(fo);
     kl_fn_release(fs);
     kl_fn_release(f);

@@ -357,6 +357,11 @@ static const struct {
     {"batch_norm_backward", "internal op of batch_norm's derivative (no torch counterpart to call): its own "
                             "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
                             "batch_norm checks"},
+    {"causal_attention", "internal op (no torch counterpart to call by name): the causal "
+                         "scaled_dot_product_attention cases' gradients against torch's run through it"},
+    {"causal_attention_backward", "internal op of causal_attention's derivative (no torch counterpart to call): "
+                                  "its own derivative, through its decomposition, is what grad_nn.c's "
+                                  "gradgradcheck of causal sdpa checks"},
     {"layer_norm_backward", "internal op of layer_norm's derivative (no torch counterpart to call): its own "
                             "derivative, through its decomposition, is what grad_nn.c's gradgradcheck of "
                             "layer_norm checks"},

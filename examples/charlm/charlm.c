@@ -24,6 +24,7 @@
  *          [--eval-every N] [--eval-windows N] [--save FILE] [--load FILE]
  *          [--sample N] [--temperature X] [--top-k K] [--data PATH] [--skip-missing]
  *          [--max-val-loss X] [--bench-steps N] [--profile] [--compile step|forward]
+ *          [--mask-attention]
  *
  * --mode both (the default) trains twice from the same seed (same
  * initialisation, same windows): once with the step's forward, loss and
@@ -71,12 +72,15 @@ static void usage(FILE *f) {
             "              [--eval-every N] [--eval-windows N] [--save FILE] [--load FILE]\n"
             "              [--sample N] [--temperature X] [--top-k K] [--data PATH] [--skip-missing]\n"
             "              [--max-val-loss X] [--bench-steps N] [--profile] [--compile step|forward]\n"
+            "              [--mask-attention]\n"
             "PATH is the folder of fortune files or one text file (default $KILN_DATA_DIR/fortunes, else\n"
             "./data/fortunes); scripts/fetch_fortunes.sh puts them there. --save FILE writes the parameters\n"
             "to FILE and the optimizer state to FILE.optim; --load reads both and resumes at their step.\n"
             "--bench-steps N only times N training steps per mode (medians) and exits; the modes are those\n"
             "--mode and --compile name, all three by default. --compile step (the\n"
-            "default) compiles the whole loss-and-gradients function, forward the loss only (then kl_backward).\n");
+            "default) compiles the whole loss-and-gradients function, forward the loss only (then kl_backward).\n"
+            "--mask-attention passes attention an explicit causal mask (sdpa's decomposition, not the fused\n"
+            "causal kernel): the same model, for timing the two side by side.\n");
 }
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -91,6 +95,9 @@ static int parse_args(int argc, char **argv, options *o) {
             exit(0);
         } else if (!strcmp(a, "--skip-missing") || !strcmp(a, "--profile")) {
             *(a[2] == 's' ? &o->skip_missing : &o->profile) = true;
+            continue;
+        } else if (!strcmp(a, "--mask-attention")) {
+            o->cfg.mask_attention = true;
             continue;
         }
         static const struct {

@@ -76,9 +76,10 @@ kl_params *charlm_params_new(const charlm_config *cfg) {
  * ([B, H, T, D]), not copies. One [B, T, 3C] GEMM split by select would be
  * the same numbers, but its backward assembles the three gradients with
  * three zero-padded [3, B, H, T, D] copies, their sum and a permuting copy
- * (~30 bytes per element of qkv); here each gradient costs one [B, T, C]
- * copy (the heads' transpose back) and the pieces of the weight's gradient
- * are small. */
+ * (~30 bytes per element of qkv); here the pieces of the weight's gradient
+ * are small. The causal attention of such head views runs on the CPU as
+ * one fused op in the [B, T, H, D] layout (seq_major, src/eager/attention.c),
+ * so neither its output nor q, k and v's gradients need a copy back. */
 static kl_tensor *attention(const charlm_config *cfg, kl_tensor *const *w, kl_tensor *h) {
     const int64_t *s = kl_shape(h);
     if (!s) return NULL;
@@ -88,7 +89,10 @@ static kl_tensor *attention(const charlm_config *cfg, kl_tensor *const *w, kl_te
         kl_tensor *y = kl_linear(h, kl_narrow(w[0], 0, i * C, C), kl_narrow(w[1], 0, i * C, C));
         qkv[i] = kl_transpose(kl_view(y, KL_SHAPE(B, T, H, D)), 1, 2);
     }
-    kl_tensor *a = kl_scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], NULL, true, 0);
+    kl_tensor *mask = NULL;
+    if (cfg->mask_attention)
+        mask = kl_ge(kl_unsqueeze(kl_arange(0, (double)T, 1, KL_I64), 1), kl_unsqueeze(kl_arange(0, (double)T, 1, KL_I64), 0));
+    kl_tensor *a = kl_scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, !mask, 0);
     a = kl_reshape(kl_transpose(a, 1, 2), KL_SHAPE(B, T, C));
     return kl_linear(a, w[2], w[3]);
 }

@@ -17,6 +17,9 @@
 
 typedef struct charlm_config {
     int vocab, layers, heads, embed, context;
+    /* attention with an explicit [T, T] bool causal mask instead of causal = true: the
+     * same numbers by sdpa's decomposition rather than the fused causal kernel (A/B timing) */
+    bool mask_attention;
 } charlm_config;
 
 /* Parameters per layer, in the order of charlm_params's names. */

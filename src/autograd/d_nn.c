@@ -206,6 +206,21 @@ int ag_d_layer_norm(ag_ctx *c) {
     return 0;
 }
 
+/* causal_attention: causal_attention_backward (an internal composite: its
+ * decomposition is the formula, its CPU kernel recomputes the probabilities
+ * in query blocks) gives dq, dk and dv at once from the saved q, k, v. */
+int ag_d_causal_attention(ag_ctx *c) {
+    const ag_tmeta *qm = &c->in_meta[0];
+    kl_tensor *in[4] = {c->gout[0], c->in[0], c->in[1], c->in[2]};
+    if (kl_dtype_of(in[0]) != (kl_dtype)qm->dtype) in[0] = kl_to_dtype(in[0], (kl_dtype)qm->dtype);
+    if (!in[0]) return -1;
+    ke_call call = {.op = KE_OP_causal_attention_backward, .nin = 4, .in = in, .device = qm->device, .a = *c->a};
+    if (ke_dispatch(&call)) return -1;
+    for (int i = 0; i < 3; i++)
+        if (c->need[i]) c->gin[i] = call.out[i];
+    return 0;
+}
+
 /* batch_norm: inputs x[, running_mean, running_var (eval)][, weight][, bias].
  * batch_norm_backward (an internal composite: its decomposition is the
  * formula, its CPU kernel fused) gives dx, dweight and dbias at once; the

@@ -90,5 +90,15 @@ int ke_with_compute_dtype(ke_call *c, ke_compute_fn fn);
  * outputs (batch_norm_stats, batch_norm_backward, layer_norm_backward). */
 typedef int (*ke_compute_outs_fn)(ke_call *c, kl_tensor *const *xs, kl_tensor *const *ys);
 int ke_with_compute_dtype_outs(ke_call *c, ke_compute_outs_fn fn);
+/* The same, but an input already of the compute dtype keeps its strides (the
+ * kernel reads views: causal_attention's). */
+int ke_with_compute_dtype_views(ke_call *c, ke_compute_outs_fn fn);
+
+/* Scaled dot-product attention as kl_ ops (nn.c): sdpa's decomposition and
+ * causal_attention's. ke_causal_attention_fits (attention.c): 1 if
+ * kl_scaled_dot_product_attention(q, k, v, NULL, causal = true) can run as
+ * the fused causal_attention op (CPU, one float dtype, equal batch dims). */
+kl_tensor *ke_sdpa_formula(kl_tensor *q, kl_tensor *k, kl_tensor *v, kl_tensor *mask, bool causal, double scale);
+int ke_causal_attention_fits(const kl_tensor *q, const kl_tensor *k, const kl_tensor *v);
 
 #endif

@@ -86,11 +86,16 @@ typedef struct softmax_ctx {
 #define SM_LOG log
 #include "tmpl/softmax_rows.h"
 
-/* The inputs contiguous in the compute dtype ct (in the caller's scope); 1 if made. */
-static int compute_inputs(ke_call *c, kl_dtype ct, kl_tensor **xs) {
+/* The inputs in the compute dtype ct (in the caller's scope), contiguous
+ * unless `views` (kernels that take strides keep an input of dtype ct as it
+ * is); 1 if made. */
+static int compute_inputs(ke_call *c, kl_dtype ct, kl_tensor **xs, int views) {
     KE_ASSERT(c->nin <= 8);
-    for (int i = 0; i < c->nin; i++)
-        if (!(xs[i] = kl_contiguous(kl_to_dtype(c->in[i], ct)))) return 0;
+    for (int i = 0; i < c->nin; i++) {
+        xs[i] = views && c->in[i]->dtype == ct ? c->in[i] : kl_to_dtype(c->in[i], ct);
+        if (!views && xs[i]) xs[i] = kl_contiguous(xs[i]);
+        if (!xs[i]) return 0;
+    }
     return 1;
 }
 
@@ -111,25 +116,28 @@ int ke_with_compute_dtype(ke_call *c, ke_compute_fn fn) {
     kl_dtype ct = c->compute;
     kl_scope_begin();
     kl_tensor *xs[8] = {0}, *y = NULL;
-    int rc = compute_inputs(c, ct, xs) && (y = compute_output(out, ct)) ? fn(c, xs, y) : -1;
+    int rc = compute_inputs(c, ct, xs, 0) && (y = compute_output(out, ct)) ? fn(c, xs, y) : -1;
     if (!rc) compute_result(out, y, ct);
     kl_scope_end();
     return rc;
 }
 
-/* (declared in kernels_nn.h) */
-int ke_with_compute_dtype_outs(ke_call *c, ke_compute_outs_fn fn) {
+static int with_compute_dtype_outs(ke_call *c, ke_compute_outs_fn fn, int views) {
     kl_dtype ct = c->compute;
     KE_ASSERT(c->nout <= KE_MAX_OUT);
     kl_scope_begin();
     kl_tensor *xs[8] = {0}, *ys[KE_MAX_OUT] = {0};
-    int ok = compute_inputs(c, ct, xs);
+    int ok = compute_inputs(c, ct, xs, views);
     for (int o = 0; o < c->nout && ok; o++) ok = (ys[o] = compute_output(c->out[o], ct)) != NULL;
     int rc = ok ? fn(c, xs, ys) : -1;
     for (int o = 0; o < c->nout && !rc; o++) compute_result(c->out[o], ys[o], ct);
     kl_scope_end();
     return rc;
 }
+
+/* (both declared in kernels_nn.h) */
+int ke_with_compute_dtype_outs(ke_call *c, ke_compute_outs_fn fn) { return with_compute_dtype_outs(c, fn, 0); }
+int ke_with_compute_dtype_views(ke_call *c, ke_compute_outs_fn fn) { return with_compute_dtype_outs(c, fn, 1); }
 
 static int softmax_compute(ke_call *c, kl_tensor *const *xs, kl_tensor *y) {
     const kl_tensor *x = xs[0];
@@ -479,15 +487,13 @@ int ke_infer_sdpa(ke_call *c, ke_outspec *out) {
 }
 
 /* softmax(q k^T * scale, masked) v. A bool mask (or the causal j <= i) keeps
- * where true and puts -inf elsewhere; a float mask is added. */
-int ke_decomp_sdpa(ke_call *c) {
-    ke_outspec spec;
-    if (ke_infer_sdpa(c, &spec) < 0) return -1;
-    kl_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2], *mask = ke_attr_scaled_dot_product_attention_has_mask(&c->a) ? c->in[3] : NULL;
+ * where true and puts -inf elsewhere; a float mask is added. (declared in
+ * kernels_nn.h: causal_attention's decomposition too) */
+kl_tensor *ke_sdpa_formula(kl_tensor *q, kl_tensor *k, kl_tensor *v, kl_tensor *mask, bool causal, double scale) {
     kl_scope_begin();
-    kl_tensor *s = kl_mul_scalar(kl_matmul(q, kl_transpose(k, -2, -1)), ke_attr_scaled_dot_product_attention_scale(&c->a));
+    kl_tensor *s = kl_mul_scalar(kl_matmul(q, kl_transpose(k, -2, -1)), scale);
     kl_tensor *keep = mask && mask->dtype == KL_BOOL ? mask : NULL;
-    if (ke_attr_scaled_dot_product_attention_causal(&c->a)) {
+    if (causal) {
         /* built on the host and moved to q's device (cross_entropy's class ids do the same):
          * a CPU mask would not join a CUDA where() */
         int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2];
@@ -502,7 +508,37 @@ int ke_decomp_sdpa(ke_call *c) {
     kl_tensor *y = kl_matmul(kl_softmax(s, -1), v);
     kl_keep(y);
     kl_scope_end();
-    return ke_set_out1(c, y);
+    return y;
+}
+
+int ke_decomp_sdpa(ke_call *c) {
+    ke_outspec spec;
+    if (ke_infer_sdpa(c, &spec) < 0) return -1;
+    kl_tensor *mask = ke_attr_scaled_dot_product_attention_has_mask(&c->a) ? c->in[3] : NULL;
+    return ke_set_out1(c, ke_sdpa_formula(c->in[0], c->in[1], c->in[2], mask,
+                                          ke_attr_scaled_dot_product_attention_causal(&c->a),
+                                          ke_attr_scaled_dot_product_attention_scale(&c->a)));
+}
+
+/* 1 if t's dim -3 (heads) lies inside its dim -2 (sequence) in memory: a head
+ * view of a [..., T, H, D] tensor. */
+static int seq_major_view(const kl_tensor *t) {
+    return t->ndim >= 3 && t->stride[t->ndim - 3] < t->stride[t->ndim - 2];
+}
+
+/* causal_attention on q, k, v, run seq_major (on their [..., L, H, E] views,
+ * the output transposed back) when all three are head views: the output is
+ * then a [..., L, H, Ev] tensor whose transpose back is contiguous, and the
+ * gradients come out in their inputs' layout, so neither needs a copy. */
+static kl_tensor *causal_attention(kl_tensor *q, kl_tensor *k, kl_tensor *v, double scale) {
+    int sm = seq_major_view(q) && seq_major_view(k) && seq_major_view(v);
+    kl_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3 && sm; i++) in[i] = kl_transpose(in[i], -3, -2);
+    ke_call c = {.op = KE_OP_causal_attention, .nin = 3, .in = in};
+    ke_attr_set_causal_attention_scale(&c.a, scale);
+    ke_attr_set_causal_attention_seq_major(&c.a, sm);
+    kl_tensor *y = ke_call1(&c);
+    return y && sm ? kl_transpose(y, -3, -2) : y;
 }
 
 kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor *v, kl_tensor *mask, bool causal,
@@ -514,6 +550,10 @@ kl_tensor *kl_scaled_dot_product_attention(kl_tensor *q, kl_tensor *k, kl_tensor
     ke_attr_set_scaled_dot_product_attention_scale(&c.a, scale);
     ke_attr_set_scaled_dot_product_attention_causal(&c.a, causal);
     ke_attr_set_scaled_dot_product_attention_has_mask(&c.a, mask != NULL);
+    /* causal without a mask on the CPU: the fused kernels in query blocks (attention.c) */
+    if (causal && !mask && ke_check_tensor(k, "scaled_dot_product_attention", 2) == 0 &&
+        ke_check_tensor(v, "scaled_dot_product_attention", 3) == 0 && ke_causal_attention_fits(q, k, v))
+        return causal_attention(q, k, v, scale);
     return ke_call1(&c);
 }
 
