@@ -1217,7 +1217,11 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
     }
     if (hit->eager || tier0) {
         pthread_mutex_unlock(&f->lock);
-        return run_eager(f, inputs, n_in, outputs, n_out);
+        /* the compile holds the other threads' cores (docs/COMPILE.md "Tiered execution") */
+        int serial = tier0 ? ke_thread_serial(1) : 0;
+        int rc = run_eager(f, inputs, n_in, outputs, n_out);
+        if (tier0) ke_thread_serial(serial);
+        return rc;
     }
     ir_graph *g = hit->g;
     int transient = 0;
