@@ -102,10 +102,18 @@ static void objs_free(objset *s) {
     for (int i = 0; i < s->n; i++) free(s->data[i]);
 }
 
+/* Compiled at the first call (interpreter tier off: on by default with two threads): these
+ * tests look at the compile that call makes. */
+static kl_fn *compile_now(kl_traceable fn, void *u) {
+    kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1;
+    return kl_compile(fn, u, &o);
+}
+
 /* One compile of chain at the pool size given: its output, and the LLVM time it took. */
 static kl_tensor *compile_chain(chain_args *a, int threads, kl_tensor *const *in, double *llvm_ms) {
     kl_set_num_threads(threads);
-    kl_fn *f = kl_compile(chain, a, NULL);
+    kl_fn *f = compile_now(chain, a);
     usleep(100000); /* the one-time setup kl_compile started is done: it would count as a compile */
     cg_llvm_peak_compiles(1);
     double l0 = ir_backend_llvm_ms();
@@ -193,7 +201,7 @@ static void identical_kernels_compile_once(void **state) {
         kl_tensor *want = NULL, *y = NULL;
         assert_int_equal(same_chain(&a, in, 2, &want, 1), 0);
         kl_set_num_threads(2);
-        kl_fn *f = kl_compile(same_chain, &a, NULL);
+        kl_fn *f = compile_now(same_chain, &a);
         int64_t c0 = cg_llvm_compiles();
         assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
         assert_int_equal(cg_llvm_compiles() - c0, 1);
@@ -216,7 +224,7 @@ static void parallel_compile_failures_fall_back(void **state) {
     assert_int_equal(chain(&a, in, 2, &want, 1), 0);
     int64_t fb0 = cg_llvm_fallbacks();
     cg_llvm_fail_next(3);
-    kl_fn *f = kl_compile(chain, &a, NULL);
+    kl_fn *f = compile_now(chain, &a);
     kl_tensor *y = NULL;
     assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
     cg_llvm_fail_next(0);
@@ -239,7 +247,7 @@ static void *compile_worker(void *p) {
     kl_tensor *want = NULL, *y = NULL;
     w->ok = chain(&w->a, in, 2, &want, 1) == 0;
     for (int r = 0; r < 3 && w->ok; r++) {
-        kl_fn *f = kl_compile(chain, &w->a, NULL);
+        kl_fn *f = compile_now(chain, &w->a);
         w->ok = kl_fn_call(f, in, 2, &y, 1) == 0 && kl_equal(y, want) == 1;
         kl_fn_release(f);
     }
@@ -644,7 +652,7 @@ static void interp_tier_switches(void **state) {
         int threads, tier;
         const char *env;
         int async, on;
-    } cases[] = {{2, 0, NULL, 0, 0}, {1, 0, NULL, 0, 0}, {2, -1, NULL, 0, 0}, {1, 1, NULL, 0, 1},
+    } cases[] = {{2, 0, NULL, 0, 1}, {1, 0, NULL, 0, 0}, {2, -1, NULL, 0, 0}, {1, 1, NULL, 0, 1},
                  {2, 1, "0", 0, 0},  {2, -1, "1", 0, 1}, {2, 1, NULL, 1, 0}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         chain_args a = {0, (double)(getpid() % 1000) / 1e4 + 0.1 + 0.001 * (double)c};
