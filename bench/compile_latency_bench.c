@@ -90,6 +90,14 @@ static void print_phases(const char *what, double total, const double ph[4], int
            total, ph[0], ph[1], ph[2], ph[3], (long long)kernels);
 }
 
+/* The standard lines measure the compile a first call makes: the interpreter tier (on by
+ * default with two threads) off unless KL_COMPILE_INTERP=1 turns it on. */
+static kl_compile_options standard_options(void) {
+    kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1;
+    return o;
+}
+
 /* ---- the digits step ------------------------------------------------------------------ */
 
 /* WORKLOADS.md's digits_step, defined once in src/bench/workloads.c */
@@ -135,7 +143,8 @@ static void digits(void) {
         eager[b] = kb_summarize(t, 9).median;
         eager_cpu[b] = kb_summarize(c, 9).median;
     }
-    kl_fn *f = kl_compile(loss_and_grads, NULL, NULL);
+    kl_compile_options so = standard_options();
+    kl_fn *f = kl_compile(loss_and_grads, NULL, &so);
     int async = getenv("KL_COMPILE_ASYNC") && strcmp(getenv("KL_COMPILE_ASYNC"), "0");
     int interp = !async && getenv("KL_COMPILE_INTERP") && strcmp(getenv("KL_COMPILE_INTERP"), "0");
     double worst[2] = {0, 0};
@@ -281,7 +290,8 @@ static void k100(void) {
     kl_scope_begin();
     kl_tensor *in[2] = {kl_randn(KL_SHAPE(8, 32), KL_F32), kl_mul_scalar(kl_randn(KL_SHAPE(32, 32), KL_F32), 0.2)};
     kl_tensor *y;
-    kl_fn *f = kl_compile(hundred, NULL, NULL);
+    kl_compile_options so = standard_options();
+    kl_fn *f = kl_compile(hundred, NULL, &so);
     double t0 = kb_now_s();
     check(kl_fn_call(f, in, 2, &y, 1), "100-kernel graph");
     double cold = ms_since(t0);
@@ -320,7 +330,8 @@ static void setup(void) {
     kl_tensor *x = kl_randn(KL_SHAPE(64), KL_F32), *y;
     double ms[2];
     for (int i = 0; i < 2; i++) {
-        kl_fn *f = kl_compile(i ? one_b : one_a, NULL, NULL);
+        kl_compile_options so = standard_options();
+        kl_fn *f = kl_compile(i ? one_b : one_a, NULL, &so);
         double t0 = kb_now_s();
         check(kl_fn_call(f, &x, 1, &y, 1), "one-kernel function");
         ms[i] = ms_since(t0);

@@ -276,7 +276,7 @@ static kl_fn *compile_async(kl_traceable fn, void *u) {
 
 /* A row kernel (softmax, decomposed and fused) besides elementwise ones: compiled it
  * equals eager within the row kernels' documented 1e-5, elementwise ones bitwise. */
-static int mixed_ran_serial; /* mixed ran with ke_thread_serial on (a tiered eager call) */
+static _Thread_local int mixed_ran_serial; /* mixed ran with ke_thread_serial on (a tiered eager call) */
 static int mixed(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
     (void)n_in, (void)n_out;
     const chain_args *a = u;
