@@ -182,6 +182,7 @@ static void first_call(wl *w, const char *sys, const kl_compile_options *o) {
  * come from the disk cache where there is one), then the cached calls timed. */
 static void bench_compiled(wl *w, const char *sys, const char *backend) {
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* FIRST lines time the compile a first call makes */
     o.mode = KL_COMPILE_FUSE;
     o.name = w->id;
 #if KB_HAVE_BACKEND

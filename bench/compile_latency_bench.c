@@ -30,6 +30,7 @@
  * the process's CPU time, the calls of the next 50 that ran interpreted and
  * the wall time until every kernel was compiled (kl_fn_wait_compiled).
  */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #include <kiln.h>
 
 #include "bench_util.h"
@@ -39,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static double ms_since(double t0) { return (kb_now_s() - t0) * 1e3; }
 
@@ -55,6 +57,14 @@ static double thread_cpu_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* The calling thread's page faults (minor) and context switches (voluntary, involuntary):
+ * where a tiered first call's CPU time goes when it is far above the eager step's. */
+static void thread_counts(long out[3]) {
+    struct rusage r;
+    getrusage(RUSAGE_THREAD, &r);
+    out[0] = r.ru_minflt, out[1] = r.ru_nvcsw, out[2] = r.ru_nivcsw;
 }
 
 /* The "compile time:" line of entry e of f's explanation: trace, passes, codegen, LLVM. */
@@ -78,6 +88,14 @@ static void phases(const kl_fn *f, int e, double out[4]) {
 static void print_phases(const char *what, double total, const double ph[4], int64_t kernels) {
     printf("%-34s %8.2f ms  (trace %.2f, passes %.2f, codegen %.2f of which LLVM %.2f; %lld kernels)\n", what,
            total, ph[0], ph[1], ph[2], ph[3], (long long)kernels);
+}
+
+/* The standard lines measure the compile a first call makes: the interpreter tier (on by
+ * default with two threads) off unless KL_COMPILE_INTERP=1 turns it on. */
+static kl_compile_options standard_options(void) {
+    kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1;
+    return o;
 }
 
 /* ---- the digits step ------------------------------------------------------------------ */
@@ -125,7 +143,8 @@ static void digits(void) {
         eager[b] = kb_summarize(t, 9).median;
         eager_cpu[b] = kb_summarize(c, 9).median;
     }
-    kl_fn *f = kl_compile(loss_and_grads, NULL, NULL);
+    kl_compile_options so = standard_options();
+    kl_fn *f = kl_compile(loss_and_grads, NULL, &so);
     int async = getenv("KL_COMPILE_ASYNC") && strcmp(getenv("KL_COMPILE_ASYNC"), "0");
     int interp = !async && getenv("KL_COMPILE_INTERP") && strcmp(getenv("KL_COMPILE_INTERP"), "0");
     double worst[2] = {0, 0};
@@ -133,13 +152,20 @@ static void digits(void) {
     double most_cpu[2] = {0, 0}; /* the calling thread's CPU time of the costliest call after the first */
     int most_cpu_at[2] = {0, 0};
     double first[2], first_cpu[2], first_tcpu[2];
+    long cnt[2][3];
     for (int b = 0; b < 2; b++) {
         kl_scope_begin();
+        long n0[3];
+        thread_counts(n0);
         double t0 = kb_now_s(), c0 = cpu_ms(), tc0 = thread_cpu_ms();
         check(kl_fn_call(f, in[b], 8, out, 7), "compiled step");
         first[b] = ms_since(t0);
         first_cpu[b] = cpu_ms() - c0;
         first_tcpu[b] = thread_cpu_ms() - tc0;
+        thread_counts(cnt[b]);
+        for (int i = 0; i < 3; i++) cnt[b][i] -= n0[i];
+        if (getenv("BENCH_MARKS")) /* CLOCK_MONOTONIC, for perf record -k CLOCK_MONOTONIC's --time */
+            fprintf(stderr, "first call b%d: %.6f to %.6f s\n", b ? 256 : 64, t0, t0 + first[b] / 1e3);
         kl_scope_end();
     }
     double cached[2];
@@ -179,6 +205,13 @@ static void digits(void) {
                first_tcpu[0], first_tcpu[1], eager_cpu[0], eager_cpu[1]);
         printf("%-34s %8.3f ms b64 (call %d), %.3f ms b256 (call %d)\n", "async: later call, most caller CPU",
                most_cpu[0], most_cpu_at[0], most_cpu[1], most_cpu_at[1]);
+        double ph1[4];
+        phases(f, 0, ph);
+        phases(f, 1, ph1);
+        printf("%-34s %8.3f ms b64, %.3f ms b256 (first call's wall less trace and passes)\n", "async: first call, the rest",
+               first[0] - ph[0] - ph[1], first[1] - ph1[0] - ph1[1]);
+        printf("%-34s %5ld/%ld/%ld b64, %ld/%ld/%ld b256 (page faults / voluntary / involuntary switches)\n",
+               "async: first call, caller's", cnt[0][0], cnt[0][1], cnt[0][2], cnt[1][0], cnt[1][1], cnt[1][2]);
     }
     if (interp) {
         printf("%-34s %8lld (of 102; kernels not compiled yet ran on the interpreter)\n", "interp tier: interpreted calls",
@@ -257,7 +290,8 @@ static void k100(void) {
     kl_scope_begin();
     kl_tensor *in[2] = {kl_randn(KL_SHAPE(8, 32), KL_F32), kl_mul_scalar(kl_randn(KL_SHAPE(32, 32), KL_F32), 0.2)};
     kl_tensor *y;
-    kl_fn *f = kl_compile(hundred, NULL, NULL);
+    kl_compile_options so = standard_options();
+    kl_fn *f = kl_compile(hundred, NULL, &so);
     double t0 = kb_now_s();
     check(kl_fn_call(f, in, 2, &y, 1), "100-kernel graph");
     double cold = ms_since(t0);
@@ -296,7 +330,8 @@ static void setup(void) {
     kl_tensor *x = kl_randn(KL_SHAPE(64), KL_F32), *y;
     double ms[2];
     for (int i = 0; i < 2; i++) {
-        kl_fn *f = kl_compile(i ? one_b : one_a, NULL, NULL);
+        kl_compile_options so = standard_options();
+        kl_fn *f = kl_compile(i ? one_b : one_a, NULL, &so);
         double t0 = kb_now_s();
         check(kl_fn_call(f, &x, 1, &y, 1), "one-kernel function");
         ms[i] = ms_since(t0);

@@ -78,13 +78,15 @@ tsan)
     # ThreadSanitizer over the suites that run Kiln from many threads: the
     # pool (runtime), tests/test_threads.c (concurrent first calls of one
     # compiled function, forward + backward, scopes at thread exit, two
-    # processes sharing the kernel cache) and the hardening suite (thread
-    # exit). OpenBLAS is not instrumented, so TSan cannot see how its worker
+    # processes sharing the kernel cache), the hardening suite (thread
+    # exit) and compile_async (kernels compiled on the pool and on background
+    # threads while calls run: tiered calls, the interpreter tier, release,
+    # exit; ~8 s here; its fork test skips itself under TSan). OpenBLAS is not instrumented, so TSan cannot see how its worker
     # threads synchronize: tests/tsan.supp names what that leaves (with why).
     if [ ! -f "$build-tsan/build.ninja" ]; then
         meson setup "$build-tsan" -Db_sanitize=thread -Dbuildtype=debugoptimized -Db_lundef=false
     fi
-    suites=(runtime threads hardening)
+    suites=(runtime threads hardening compile_async)
     ninja -C "$build-tsan" $(printf 'tests/test_%s ' "${suites[@]}")
     TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$PWD/tests/tsan.supp} \
         meson test -C "$build-tsan" -v --num-processes 1 --timeout-multiplier 4 --no-rebuild "${suites[@]}"

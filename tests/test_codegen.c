@@ -302,6 +302,7 @@ static void compare_backends(kl_traceable fn, kl_tensor **in, int n_in, int n_ou
             continue;
         }
         kl_compile_options o = kl_compile_options_default();
+        o.interp_tier = -1; /* compiled at the first call */
         o.backend = r == 1 ? "llvm" : "interp";
         kl_fn *f = kl_compile(fn, NULL, &o);
         assert_non_null(f);
@@ -552,6 +553,7 @@ static void row_fold_bitwise(void **state) {
             assert_int_equal(fold_outs(NULL, in, 1, eager, 5), 0);
             for (int b = 0; b < 2; b++) {
                 kl_compile_options o = kl_compile_options_default();
+                o.interp_tier = -1; /* compiled at the first call */
                 o.backend = b ? "interp" : "llvm";
                 kl_fn *f = kl_compile(fold_outs, NULL, &o);
                 assert_non_null(f);
@@ -670,6 +672,7 @@ static void loop_errors_are_raised(void **state) {
     (void)state;
     kl_tensor *a = seq(5000, 1, KL_I32), *z = kl_zeros(KL_SHAPE(5000), KL_I32), *y = NULL;
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.backend = "llvm";
     kl_fn *f = kl_compile(int_remainder, NULL, &o);
     assert_int_equal(kl_fn_call(f, (kl_tensor *[]){a, kl_add_scalar(kl_abs(a), 5)}, 2, &y, 1), 0);
@@ -826,6 +829,7 @@ static void debug_ll_reads_like_the_kernel_ir(void **state) {
     kl_tensor *x1 = kl_reshape(noise(3 * 200, 2, KL_F32), KL_SHAPE(3, 200));
     kl_tensor *x2 = kl_reshape(noise(2 * 4097, 2, KL_F32), KL_SHAPE(2, 4097));
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.backend = "llvm";
     kl_fn *f1 = kl_compile(softmax_ops, NULL, &o), *f2 = kl_compile(fold_outs, NULL, &o);
     kl_tensor *out[5];
@@ -943,6 +947,7 @@ static void folded_tails_bitwise(void **state) {
     assert_true(runs >= 400);
     /* integer remainder at tail lengths: no division by a masked-off lane */
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.backend = "llvm";
     kl_fn *f = kl_compile(int_remainder, NULL, &o);
     static const int64_t ilens[] = {3, 17, 33, 1001};

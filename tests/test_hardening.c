@@ -29,6 +29,14 @@
 #include <unistd.h>
 #include <stdlib.h>
 
+/* Compiled at the first call, the interpreter tier off (on by default with two threads):
+ * this suite looks at what that compile does (LLVM compiles, the disk cache, dumps). */
+static kl_fn *compile_now(kl_traceable fn, void *u) {
+    kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1;
+    return kl_compile(fn, u, &o);
+}
+
 /* ---- 1: view rules' size arithmetic ----------------------------------------- */
 
 static void huge_slice_step(void **s) {
@@ -91,7 +99,7 @@ static int two_out(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, 
 
 static void fn_call_counts(void **s) {
     (void)s;
-    kl_fn *f = kl_compile(two_out, NULL, NULL);
+    kl_fn *f = compile_now(two_out, NULL);
     kl_tensor *x = kl_ones(KL_SHAPE(3), KL_F32);
     kl_tensor *o2[2] = {0}, *o1[1] = {0}, *o3[3] = {0};
     assert_int_equal(kl_fn_call(f, &x, 1, o2, 2), 0);
@@ -197,7 +205,7 @@ static int calls_itself(void *user, kl_tensor *const *in, int n_in, kl_tensor **
 static void reentrant_call_is_an_error(void **s) {
     (void)s;
     kl_fn *f = NULL;
-    f = kl_compile(calls_itself, &f, NULL);
+    f = compile_now(calls_itself, &f);
     kl_tensor *x = kl_ones(KL_SHAPE(2), KL_F32), *y = NULL;
     assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), -1);
     KT_EXPECT_ERROR(KL_ERR_STATE, "calls itself through kl_fn_call while it is being traced");
@@ -256,6 +264,7 @@ static void compile_check_replays_random_counters(void **s) {
     for (int m = KL_COMPILE_TRACE_ONLY; m <= KL_COMPILE_FUSE; m++) {
         setenv("KL_COMPILE_CHECK", "1", 1);
         kl_compile_options o = kl_compile_options_default();
+        o.interp_tier = -1; /* compiled at the first call */
         o.mode = (kl_compile_mode)m;
         kl_fn *f = kl_compile(random_step, NULL, &o);
         unsetenv("KL_COMPILE_CHECK");
@@ -285,6 +294,7 @@ static void compile_check_replays_random_counters(void **s) {
 static void compile_copies_the_name(void **s) {
     (void)s;
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     char *name = strdup("my_step");
     o.name = name;
     kl_fn *f = kl_compile(two_out, NULL, &o);
@@ -341,7 +351,7 @@ static void backward_over_captured_leaf_runs_eagerly(void **s) {
     /* d/dw sum(exp(w) * x) = exp(w) * x, accumulated over calls */
     double want[4];
     for (int i = 0; i < 4; i++) want[i] = exp(0.25 * i) * (i + 1);
-    kl_fn *f = kl_compile(backward_into_captured, NULL, NULL);
+    kl_fn *f = compile_now(backward_into_captured, NULL);
     for (int call = 1; call <= 2; call++) {
         assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), 0); /* was: "does not require grad" */
         KT_NO_ERROR();
@@ -355,7 +365,7 @@ static void backward_over_captured_leaf_runs_eagerly(void **s) {
 
     /* kl_autograd_grad with respect to the captured tensor: eager too */
     kl_tensor *g = NULL;
-    f = kl_compile(grad_wrt_captured, NULL, NULL);
+    f = compile_now(grad_wrt_captured, NULL);
     assert_int_equal(kl_fn_call(f, &x, 1, &g, 1), 0);
     kt_assert_values(g, want, 4, 1e-5);
     fn_stats_of(f, 1, 1, "kl_autograd_grad with respect to a captured tensor (input 1");
@@ -364,7 +374,7 @@ static void backward_over_captured_leaf_runs_eagerly(void **s) {
 
     /* what the graph can express still compiles, and agrees with eager */
     kl_tensor *e = NULL;
-    f = kl_compile(grad_wrt_own_leaf, NULL, NULL);
+    f = compile_now(grad_wrt_own_leaf, NULL);
     assert_int_equal(kl_fn_call(f, &x, 1, &g, 1), 0);
     assert_int_equal(grad_wrt_own_leaf(NULL, &x, 1, &e, 1), 0);
     for (int i = 0; i < 4; i++) want[i] = 2 * exp(0.25 * i) * (i + 1);
@@ -375,7 +385,7 @@ static void backward_over_captured_leaf_runs_eagerly(void **s) {
 
     /* a loss that truly needs no grad is still the error eager gives */
     kl_set_requires_grad(captured_w, false);
-    f = kl_compile(backward_into_captured, NULL, NULL);
+    f = compile_now(backward_into_captured, NULL);
     assert_int_equal(kl_fn_call(f, &x, 1, &y, 1), -1);
     KT_EXPECT_ERROR(KL_ERR_STATE, "does not require grad");
     kl_fn_release(f);
@@ -402,7 +412,7 @@ static int pressure_fn(void *u, kl_tensor *const *in, int n_in, kl_tensor **out,
 
 /* Compiles and runs pressure_fn on n elements; 0 right, 1 a clean KL_ERR_OOM, 3 wrong. */
 static int pressure_call(int64_t n) {
-    kl_fn *f = kl_compile(pressure_fn, NULL, NULL);
+    kl_fn *f = compile_now(pressure_fn, NULL);
     kl_tensor *x = f ? kl_full(KL_SHAPE(n), 0.25, KL_F32) : NULL, *y = NULL;
     int rc = x ? kl_fn_call(f, &x, 1, &y, 1) : -1;
     int r = 0;
@@ -546,7 +556,7 @@ static int add_one(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, 
 
 static void stale_error_changes_nothing(void **s) {
     (void)s;
-    kl_fn *f = kl_compile(add_one, NULL, NULL);
+    kl_fn *f = compile_now(add_one, NULL);
     kl_tensor *a = kl_ones(KL_SHAPE(3), KL_F32), *b = kl_ones(KL_SHAPE(2, 2), KL_F64), *y = NULL;
     assert_int_equal(kl_fn_call(f, &a, 1, &y, 1), 0); /* one cached signature */
     assert_null(kl_add(NULL, a));                     /* a failure the caller ignores */
@@ -692,7 +702,7 @@ static kl_tensor *oom_case(int which) {
         return kl_grad(w) ? kl_clone(kl_grad(w)) : NULL;
     }
     default: { /* compile a new function and call it twice */
-        kl_fn *f = kl_compile(oom_step, NULL, NULL);
+        kl_fn *f = compile_now(oom_step, NULL);
         kl_tensor *y = NULL;
         int rc = f ? kl_fn_call(f, &x, 1, &y, 1) : -1;
         if (rc == 0) rc = kl_fn_call(f, &x, 1, &y, 1);
@@ -777,6 +787,7 @@ static int limit_fn(void *user, kl_tensor *const *in, int n_in, kl_tensor **out,
 static void limits_recompile(void **s) {
     (void)s;
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.recompile_limit = 0;
     assert_null(kl_compile(limit_fn, NULL, &o));
     KT_EXPECT_ERROR(KL_ERR_ARG, "recompile_limit must be in [1, 1024], got 0");
@@ -886,6 +897,7 @@ static int cache_round(double c) {
     kl_scope_begin();
     kl_tensor *x = kl_mul_scalar(kl_arange(0, 37, 1, KL_F32), 0.1), *y = NULL, *r = NULL;
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.backend = "llvm";
     kl_fn *f = kl_compile(cache_step, &c, &o);
     int rc = f ? kl_fn_call(f, &x, 1, &y, 1) : -1;
@@ -1063,6 +1075,7 @@ static int chain_round(int k) {
     kl_scope_begin();
     kl_tensor *x = kl_mul_scalar(kl_arange(0, 29, 1, KL_F32), 0.1), *y = NULL, *r = NULL;
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.backend = "llvm";
     kl_fn *f = kl_compile(chain_step, &k, &o);
     int rc = f ? kl_fn_call(f, &x, 1, &y, 1) : -1;
@@ -1253,6 +1266,7 @@ static void compiled_indices_from_floats_match_eager(void **s) {
         kl_tensor *xg = kl_from_data(good, 1, (int64_t[]){5}, KL_F32);
         kl_tensor *xb = kl_from_data(bad, 1, (int64_t[]){2}, KL_F32);
         kl_compile_options o = kl_compile_options_default();
+        o.interp_tier = -1; /* compiled at the first call */
         o.mode = KL_COMPILE_FUSE;
         o.backend = backends[b];
         kl_fn *f = kl_compile(float_index_step, NULL, &o);
@@ -1312,6 +1326,7 @@ static void as_strided_in_compiled_function(void **s) {
     kl_tensor *base = kl_arange(0, 8, 1, KL_F32);
     kl_tensor *x = kl_narrow(base, 0, 2, 5); /* 2..6, storage offset 2 */
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.mode = KL_COMPILE_FUSE;
     kl_fn *f = kl_compile(strided_step, NULL, &o);
     assert_non_null(f);

@@ -59,6 +59,7 @@ static void log_categories_reach_the_callback(void **state) {
     kl_set_log_callback(collect, &l);
     assert_int_equal(kl_set_log("guards,graph,fusion,recompile,fallback,+cache,trace"), 0);
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.name = "gelu2";
     kl_fn *f = kl_compile(gelu2, NULL, &o);
     o.name = "reads_item";
@@ -178,6 +179,7 @@ static int mlp(void *user, kl_tensor *const *in, int n_in, kl_tensor **out, int 
 static void compiled_calls_in_the_trace(void **state) {
     (void)state;
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.name = "mlp";
     kl_fn *f = kl_compile(mlp, NULL, &o);
     o.name = "brk";
@@ -236,6 +238,7 @@ static void summary_table(void **state) {
     (void)state;
     kl_tensor *a = kl_ones(KL_SHAPE(256, 256), KL_F32);
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.name = "gelu2";
     kl_fn *f = kl_compile(gelu2, NULL, &o);
     call1(f, a); /* traced and compiled before the session */
@@ -410,6 +413,7 @@ static const char explain_golden[] =
 static void explain_a_small_function(void **state) {
     (void)state;
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.name = "small";
     o.auto_dynamic = 0; /* the golden shows a static recompile (test_compile_dyn covers dynamic entries' text) */
     kl_fn *f = kl_compile(small_fn, NULL, &o);

@@ -275,6 +275,37 @@ static void test_parallel_for_nested(void **state) {
     }
 }
 
+/* ke_thread_serial: the thread's parallel work runs on it alone (one chunk covering
+ * everything), other threads' is untouched, and the previous setting comes back. */
+static void *serial_other_main(void *varg) {
+    pthread_t self = pthread_self();
+    atomic_store(&inner_bad, 0);
+    ke_parallel_for(5000, 1, inner_fn, &self); /* serial on the main thread: not here */
+    *(int *)varg = atomic_load(&inner_bad) > 0;
+    return NULL;
+}
+
+static void test_thread_serial(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    assert_int_equal(ke_thread_is_serial(), 0);
+    assert_int_equal(ke_thread_serial(1), 0);
+    assert_int_equal(ke_thread_serial(1), 1);
+    assert_int_equal(ke_thread_is_serial(), 1);
+    pthread_t self = pthread_self();
+    atomic_store(&inner_bad, 0);
+    ke_parallel_for(5000, 1, inner_fn, &self);
+    assert_int_equal(atomic_load(&inner_bad), 0);
+    assert_int_equal(ke_in_parallel_region(), 0);
+    int parallel_there = 0;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, serial_other_main, &parallel_there), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(parallel_there, 1); /* split: inner_fn saw a chunk that was not [0, 5000) */
+    assert_int_equal(ke_thread_serial(0), 1);
+    assert_int_equal(ke_thread_is_serial(), 0);
+}
+
 typedef struct {
     int iters;
     int failures;
@@ -806,6 +837,7 @@ int main(void) {
         cmocka_unit_test(test_parallel_for_uses_all_threads),
         cmocka_unit_test(test_parallel_for_nested),
         cmocka_unit_test(test_parallel_for_concurrent_callers),
+        cmocka_unit_test(test_thread_serial),
         cmocka_unit_test(test_quiesce),
         cmocka_unit_test(test_set_num_threads),
         cmocka_unit_test(test_fork),

@@ -31,6 +31,14 @@ typedef struct th {
     kl_tensor *handed;      /* scopes_at_thread_exit: a retained result */
 } th;
 
+/* Compiled at the first call, the interpreter tier off (on by default with two threads):
+ * this suite looks at what that compile does (LLVM compiles, the disk cache, dumps). */
+static kl_fn *compile_now(kl_traceable fn, void *u) {
+    kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1;
+    return kl_compile(fn, u, &o);
+}
+
 static void th_fail(th *t, const char *what) {
     if (!t->failures++) snprintf(t->why, sizeof t->why, "thread %d: %s (%s)", t->k, what, kl_last_error());
 }
@@ -139,6 +147,7 @@ static void one_fn_many_threads_traces_once(void **s) {
     (void)s;
     fn_shared sh = {0};
     kl_compile_options o = kl_compile_options_default();
+    o.interp_tier = -1; /* compiled at the first call */
     o.name = "threads";
     o.recompile_limit = 2 * NT;
     o.auto_dynamic = 0; /* one entry per signature, not one dynamic entry for the sizes */
@@ -250,7 +259,7 @@ static int cache_fn(void *user, kl_tensor *const *in, int n_in, kl_tensor **out,
 static int cache_child(int want_hits) {
     kl_scope_begin();
     kl_tensor *x = kl_mul_scalar(kl_reshape(kl_arange(0, 35, 1, KL_F32), 2, (int64_t[]){5, 7}), 0.37);
-    kl_fn *f = kl_compile(cache_fn, NULL, NULL);
+    kl_fn *f = compile_now(cache_fn, NULL);
     kl_tensor *y[2] = {0}, *r[2];
     int bad = !f || kl_fn_call(f, &x, 1, y, 2) != 0;
     cache_fn(NULL, &x, 1, r, 2);

@@ -164,6 +164,8 @@ static int bench(const options *o, fashion_trainer *t, int64_t ntrain, bool comp
     if (!idx || !ms) goto done;
     uint64_t rng = o->seed + 1;
     for (int s = -3; s < o->bench_steps; s++) {
+        /* no timed step runs interpreted (the interpreter tier, on by default with two threads) */
+        if (s == 0 && t->fn) kl_fn_wait_compiled(t->fn);
         if (s == 0 && o->profile && kl_profiler_start(NULL) < 0) {
             rc = fail_kiln("kl_profiler_start");
             goto done;

@@ -108,9 +108,11 @@ typedef struct kl_compile_options {
     /* Interpreter tier (docs/COMPILE.md "Interpreter tier"): with it a new signature's kernels
      * compile in the background and each runs on the reference interpreter until its code is
      * loaded (bitwise the same results: calls never wait for LLVM, and stay repeatable).
-     * 0 = the default (off for now: a first call then returns before its code is compiled,
-     * see COMPILE.md), 1 = on, -1 = off; async = 1 takes precedence. $KL_COMPILE_INTERP=1 / 0 turns it on / off for every
-     * function, whatever this says. */
+     * 0 = the default: on when kl_get_num_threads() >= 2 as the signature is traced, off with one
+     * thread (the background compile would share the only core) and under $KL_COMPILE_CHECK;
+     * 1 = on, -1 = off (a first call then compiles its kernels before it returns); async = 1
+     * takes precedence. $KL_COMPILE_INTERP=1 / 0 turns it on / off for every function, whatever
+     * this says. kl_fn_wait_compiled waits for the code (before timing calls, say). */
     int interp_tier;
 } kl_compile_options;
 KL_API kl_compile_options kl_compile_options_default(void);

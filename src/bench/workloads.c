@@ -364,6 +364,9 @@ kl_fn *kw_case_compile(const kw_case *c, kl_compile_mode m) {
     kl_compile_options o = kl_compile_options_default();
     o.mode = m;
     o.name = c->def->id;
+    /* the compile and the compiled code are measured: no interpreted first calls (the
+     * interpreter tier, on by default with two threads; KL_COMPILE_INTERP=1 still turns it on) */
+    o.interp_tier = -1;
     return kl_compile(c->def->fn, NULL, &o);
 }
 

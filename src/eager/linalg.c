@@ -68,7 +68,7 @@ static int b_fits(int64_t M, int64_t N, int64_t K, int64_t brs, int64_t bcs) {
 void ke_blas_prepare(void) {
     static _Atomic int blas_threads;
     if (ke_in_parallel_region()) return;
-    int n = kl_get_num_threads();
+    int n = ke_thread_is_serial() ? 1 : kl_get_num_threads();
     if (atomic_exchange_explicit(&blas_threads, n, memory_order_relaxed) != n) openblas_set_num_threads(n);
     ke_pool_quiesce();
 }

@@ -80,6 +80,7 @@ static atomic_int ke_live_workers; /* diagnostics only */
 
 static __thread int ke_tls_in_parallel;
 static __thread int ke_tls_is_worker;
+static __thread int ke_tls_serial; /* ke_thread_serial */
 
 static void ke_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -308,7 +309,7 @@ void ke_parallel_for(int64_t n, int64_t grain, ke_range_fn fn, void *ctx) {
         return;
     if (grain < 1)
         grain = 1;
-    if (ke_tls_in_parallel || n / grain < 2) {
+    if (ke_tls_in_parallel || ke_tls_serial || n / grain < 2) {
         ke_run_inline(n, fn, ctx);
         return;
     }
@@ -369,6 +370,13 @@ void ke_pool_quiesce(void) {
 }
 
 int ke_in_parallel_region(void) { return ke_tls_in_parallel; }
+
+int ke_thread_serial(int on) {
+    int prev = ke_tls_serial;
+    ke_tls_serial = on != 0;
+    return prev;
+}
+int ke_thread_is_serial(void) { return ke_tls_serial; }
 
 int ke_pool_live_workers(void) { return atomic_load(&ke_live_workers); }
 

@@ -73,6 +73,15 @@ void ke_pool_set_spin_us(int64_t us);
  * so that those are not slowed down by sharing the cores with it. */
 void ke_thread_background(void);
 
+/* Makes the calling thread's parallel work run on it alone (on != 0): its
+ * ke_parallel_for runs inline and its BLAS calls (ke_blas_prepare) ask
+ * OpenBLAS for one thread. For calls that run while a background compile holds
+ * the other cores: a helper they handed work to waited for a core, and
+ * OpenBLAS's caller spins (sched_yield) until its helper has run. Returns the
+ * previous setting, for restoring it. */
+int ke_thread_serial(int on);
+int ke_thread_is_serial(void);
+
 /* public: declared in kiln.h too */
 
 /* Threads used by ke_parallel_for, caller included.  Defaults to

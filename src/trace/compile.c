@@ -546,8 +546,17 @@ static int32_t *compile_order(const ir_graph *g, const int32_t *ids, int32_t n) 
 }
 
 /* Whether a new entry of f runs its kernels on the interpreter until they are compiled:
- * options / $KL_COMPILE_INTERP, else the default (docs/COMPILE.md "Interpreter tier"). */
-static int interp_tier_on(const kl_fn *f) { return f->interp > 0; }
+ * options / $KL_COMPILE_INTERP, else the default (docs/COMPILE.md "Interpreter tier"): on
+ * with two threads or more; with one the background compile would only get what the calls
+ * leave of the one core, and a loop of calls would run interpreted for many times the
+ * compile's time. The thread count is read when the signature is traced. Off under
+ * KL_COMPILE_CHECK. */
+static int interp_tier_on(const kl_fn *f) {
+    if (f->interp >= 0) return f->interp;
+    /* KL_COMPILE_CHECK and its minifier judge the compiled code: interpreted kernels would
+     * hide the mismatch they look for */
+    return kl_get_num_threads() >= 2 && !f->env_check && !tr_in_repro;
+}
 
 /* Interpreter tier: each concurrent-backend kernel of g gets its code at once if that costs no
  * compile (loaded already, disk cache), else runs on the interpreter until the background
@@ -1217,7 +1226,11 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
     }
     if (hit->eager || tier0) {
         pthread_mutex_unlock(&f->lock);
-        return run_eager(f, inputs, n_in, outputs, n_out);
+        /* the compile holds the other threads' cores (docs/COMPILE.md "Tiered execution") */
+        int serial = tier0 ? ke_thread_serial(1) : 0;
+        int rc = run_eager(f, inputs, n_in, outputs, n_out);
+        if (tier0) ke_thread_serial(serial);
+        return rc;
     }
     ir_graph *g = hit->g;
     int transient = 0;
