@@ -571,6 +571,51 @@ static void interp_tier_bitwise_across_switch(void **state) {
     }
 }
 
+/* Calls whose kernels still run on the interpreter run on the calling thread alone, as
+ * the tiered eager fallback does (the compile holds the other core: OpenBLAS's caller
+ * spun for a starved helper, 8-12 ms first calls instead of 2): the dispatcher's log
+ * callback, called from inside the graph's library call (the matmul), sees the thread
+ * serial then, and not once the code is loaded; the setting is restored after the call. */
+static int serial_seen, dispatch_lines;
+static void serial_probe(void *u, const char *category, kl_log_level level, const char *message) {
+    (void)u, (void)level, (void)message;
+    if (strcmp(category, "dispatch")) return;
+    dispatch_lines++;
+    serial_seen |= ke_thread_is_serial();
+}
+static int mm_relu(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
+    (void)u, (void)n_in, (void)n_out;
+    out[0] = kl_relu(kl_add_scalar(kl_matmul(in[0], in[1]), 0.5));
+    return out[0] ? 0 : -1;
+}
+static void interp_tier_calls_run_serial(void **state) {
+    (void)state;
+    kl_set_num_threads(2);
+    kl_tensor *in[2] = {seqf(64, 96, 0.01), seqf(96, 80, 0.02)}, *y;
+    kl_fn *f = compile_interp(mm_relu, NULL, 1);
+    assert_int_equal(kl_set_log("+dispatch"), 0);
+    kl_set_log_callback(serial_probe, NULL);
+    cg_llvm_hold_compiles(1);
+    for (int r = 0; r < 2; r++) {
+        serial_seen = dispatch_lines = 0;
+        assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+        assert_int_equal(interp_calls(f), r + 1);
+        assert_true(dispatch_lines > 0);
+        assert_int_equal(serial_seen, 1);
+        assert_int_equal(ke_thread_is_serial(), 0);
+    }
+    cg_llvm_hold_compiles(0);
+    assert_int_equal(kl_fn_wait_compiled(f), 0);
+    serial_seen = dispatch_lines = 0;
+    assert_int_equal(kl_fn_call(f, in, 2, &y, 1), 0);
+    assert_int_equal(interp_calls(f), 2);
+    assert_true(dispatch_lines > 0);
+    assert_int_equal(serial_seen, 0);
+    kl_set_log_callback(NULL, NULL);
+    assert_int_equal(kl_set_log(NULL), 0);
+    kl_fn_release(f);
+}
+
 /* A dynamic entry (automatic dynamic) is tiered too: its template and a size specialised
  * while the template compiles run on the interpreter, then compiled (the copy's kernels
  * when the template's are: tr_dyn_compile_pending), bitwise the same. */
@@ -809,6 +854,7 @@ int main(int argc, char **argv) {
         KT_TEST(release_while_compiling),
         KT_TEST(calls_from_threads_while_compiling),
         KT_TEST(interp_tier_bitwise_across_switch),
+        KT_TEST(interp_tier_calls_run_serial),
         KT_TEST(interp_tier_dynamic_sizes),
         KT_TEST(interp_tier_loads_at_once),
         KT_TEST(interp_tier_switches),

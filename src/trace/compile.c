@@ -1219,10 +1219,11 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
     }
     /* tiered: while the kernels compile the call runs eagerly (before a dynamic entry is
      * specialised: its copies' kernels would compile on this thread) */
-    int tier0 = 0;
+    int tier0 = 0, interp_pending = 0;
     if (hit->job) {
         if (atomic_load(&hit->job->state) != 0) async_finish(f, hit);
         else if (!hit->job->interp) tier0 = 1, f->st.async_eager_calls++;
+        else interp_pending = 1;
     }
     if (hit->eager || tier0) {
         pthread_mutex_unlock(&f->lock);
@@ -1272,6 +1273,8 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
      * it, as if the check had not run. */
     ke_generator gen0 = check ? ke_generator_get_state(ke_default_generator()) : (ke_generator){0, 0};
     int rc;
+    /* kernels still on the interpreter: the compile holds the other cores, as for tier0 */
+    int serial = interp_pending ? ke_thread_serial(1) : 0;
     if (hit->aot) {
         rc = tr_aot_call(hit->aot, hit->g, inputs, outputs);
         pthread_mutex_lock(&f->lock);
@@ -1292,6 +1295,7 @@ static int call_entry(kl_fn *f, kl_tensor *const *inputs, const int32_t *alias, 
             pthread_mutex_unlock(&f->lock);
         }
     }
+    if (interp_pending) ke_thread_serial(serial);
     if (transient) ir_graph_free(g);
     if (!rc && check) {
         ke_generator gen1 = ke_generator_get_state(ke_default_generator());
