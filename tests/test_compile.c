@@ -7,6 +7,7 @@
  * KL_COMPILE_CHECK, the IR text form, and bad arguments.
  */
 #include "harness.h"
+#include "nn_util.h"
 
 #include "ir.h"
 
@@ -707,21 +708,6 @@ static void batch_norm_buffers_are_written_back(void **state) {
     }
 }
 
-/* bn -> relu -> max_pool step: in = {x, weight, bias, y}; out = {dL/dx,
- * dL/dweight, loss}. Its backward calls the internal composites
- * batch_norm_backward and max_pool2d_backward. */
-static int bn_pool_step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *p[2] = {kl_detach(in[0]), kl_detach(in[1])};
-    if (!p[0] || !p[1] || kl_set_requires_grad(p[0], true) < 0 || kl_set_requires_grad(p[1], true) < 0) return -1;
-    kl_pool2d_options po = kl_pool2d_options_default(2);
-    kl_tensor *h = kl_max_pool2d(kl_relu(kl_batch_norm(p[0], NULL, NULL, p[1], in[2], true, 0.1, 1e-5)), &po);
-    kl_tensor *loss = kl_sum(kl_mul(h, in[3]), KL_ALL_DIMS, false);
-    if (!loss || kl_autograd_grad(1, &loss, NULL, 2, p, out, NULL) < 0) return -1;
-    out[2] = kl_detach(loss);
-    return out[2] ? 0 : -1;
-}
-
 /* In FUSE mode on the CPU the composites flagged KE_F_KEEP_CPU
  * (batch_norm_backward, max_pool2d_backward) stay whole, run their fused
  * kernels as library calls, and kl_fn_explain says why; the gradients agree
@@ -732,8 +718,8 @@ static void cpu_fused_composites_stay_whole(void **state) {
     kl_tensor *in[4] = {kl_randn(KL_SHAPE(4, 3, 6, 6), KL_F32), kl_add_scalar(kl_rand(KL_SHAPE(3), KL_F32), 0.5),
                         kl_randn(KL_SHAPE(3), KL_F32), kl_randn(KL_SHAPE(4, 3, 3, 3), KL_F32)};
     kl_tensor *e[3], *c[3];
-    assert_int_equal(bn_pool_step(NULL, in, 4, e, 3), 0);
-    kl_fn *f = kl_compile(bn_pool_step, NULL, mode(KL_COMPILE_FUSE));
+    assert_int_equal(kt_bn_relu_pool_step(NULL, in, 4, e, 3), 0);
+    kl_fn *f = kl_compile(kt_bn_relu_pool_step, NULL, mode(KL_COMPILE_FUSE));
     for (int call = 0; call < 2; call++) {
         assert_int_equal(kl_fn_call(f, in, 4, c, 3), 0);
         assert_grads_match(KL_COMPILE_FUSE, "bn pool step", 3, c, e);

@@ -10,6 +10,7 @@
  * are in test_fixtures.c, test_nn.c and grad_nn.c.
  */
 #include "harness.h"
+#include "nn_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -134,20 +135,6 @@ static void pool2x2_backward(void **s) {
         }
 }
 
-/* bn -> relu -> pool step at fashion's first pool shape (rows of 13
- * windows): in = {x, weight, bias, g}; out = {dL/dx, dL/dweight, pooled}. */
-static int pool_step(void *u, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out) {
-    (void)u, (void)n_in, (void)n_out;
-    kl_tensor *p[2] = {kl_detach(in[0]), kl_detach(in[1])};
-    if (!p[0] || !p[1] || kl_set_requires_grad(p[0], true) < 0 || kl_set_requires_grad(p[1], true) < 0) return -1;
-    kl_pool2d_options po = kl_pool2d_options_default(2);
-    kl_tensor *h = kl_max_pool2d(kl_relu(kl_batch_norm(p[0], NULL, NULL, p[1], in[2], true, 0.1, 1e-5)), &po);
-    kl_tensor *loss = kl_sum(kl_mul(h, in[3]), KL_ALL_DIMS, false);
-    if (!loss || kl_autograd_grad(1, &loss, NULL, 2, p, out, NULL) < 0) return -1;
-    out[2] = kl_detach(h);
-    return out[2] ? 0 : -1;
-}
-
 /* The compiled step (FUSE: the pool and its backward kept whole on the CPU)
  * against eager, within the rounding of the fused kernels around the pool. */
 static void pool2x2_compiled(void **s) {
@@ -156,10 +143,10 @@ static void pool2x2_compiled(void **s) {
     kl_tensor *in[4] = {kl_randn(KL_SHAPE(3, 4, 26, 26), KL_F32), kl_add_scalar(kl_rand(KL_SHAPE(4), KL_F32), 0.5),
                         kl_randn(KL_SHAPE(4), KL_F32), kl_randn(KL_SHAPE(3, 4, 13, 13), KL_F32)};
     kl_tensor *e[3], *c[3];
-    assert_int_equal(pool_step(NULL, in, 4, e, 3), 0);
+    assert_int_equal(kt_bn_relu_pool_step(NULL, in, 4, e, 3), 0);
     kl_compile_options co = kl_compile_options_default();
     co.mode = KL_COMPILE_FUSE;
-    kl_fn *f = kl_compile(pool_step, NULL, &co);
+    kl_fn *f = kl_compile(kt_bn_relu_pool_step, NULL, &co);
     assert_non_null(f);
     for (int call = 0; call < 2; call++) {
         int rc = kl_fn_call(f, in, 4, c, 3);
