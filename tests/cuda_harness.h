@@ -30,13 +30,33 @@ static inline kl_tensor *host(kl_tensor *t) {
     return c;
 }
 
-/* a and b (CPU tensors, contiguous) hold the same bytes (NaNs included),
- * shape and dtype. */
-static inline int same_bytes(kl_tensor *a, kl_tensor *b) {
+/* The first element where a and b (CPU tensors, contiguous, one dtype and
+ * numel) hold different bytes, or -1. With nan_equal, two NaNs count as equal
+ * whatever their bits: arithmetic on a NaN gives x86's operand payload on the
+ * CPU and CUDA's canonical 0x7fffffff on a GPU (the emulator, compiled for
+ * the host, gives the CPU's), so only copies are held to a NaN's bits. */
+static inline int64_t kt_first_difference(kl_tensor *a, kl_tensor *b, int nan_equal) {
+    const size_t es = kl_dtype_size(kl_dtype_of(a));
+    const char *pa = kl_data_ptr(a), *pb = kl_data_ptr(b);
+    for (int64_t i = 0; i < kl_numel(a); i++)
+        if (memcmp(pa + (size_t)i * es, pb + (size_t)i * es, es) &&
+            !(nan_equal && isnan(kt_get(a, i)) && isnan(kt_get(b, i))))
+            return i;
+    return -1;
+}
+
+/* a and b have one shape and dtype. */
+static inline int kt_same_layout(kl_tensor *a, kl_tensor *b) {
     if (kl_dtype_of(a) != kl_dtype_of(b) || kl_ndim(a) != kl_ndim(b)) return 0;
     for (int d = 0; d < kl_ndim(a); d++)
         if (kl_shape(a)[d] != kl_shape(b)[d]) return 0;
-    return !memcmp(kl_data_ptr(a), kl_data_ptr(b), (size_t)kl_numel(a) * kl_dtype_size(kl_dtype_of(a)));
+    return 1;
+}
+
+/* a and b (CPU tensors, contiguous) hold the same bytes (NaNs included),
+ * shape and dtype. */
+static inline int same_bytes(kl_tensor *a, kl_tensor *b) {
+    return kt_same_layout(a, b) && kt_first_difference(a, b, 0) < 0;
 }
 
 /* cpu and cuda results of one op: the same dtype and shape, and per element
